@@ -1,0 +1,177 @@
+"""`rl-insight`: parse the command line, call the module that does the work, print."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rl_insight import config as config_mod
+
+
+def _settings(args: argparse.Namespace) -> config_mod.Settings:
+    overrides = list(args.set or [])
+    if getattr(args, "host", None):
+        overrides.append(f"host={args.host}")
+    if getattr(args, "port", None) is not None:
+        overrides.append(f"server.port={args.port}")
+    return config_mod.load(args.config, overrides)
+
+
+def _passthrough(args: argparse.Namespace) -> list[str]:
+    """The flags a detached server must be started with to see the same settings."""
+    out = []
+    if args.config:
+        out += ["--config", str(Path(args.config).expanduser().resolve())]
+    for item in args.set or []:
+        out += ["--set", item]
+    if args.host:
+        out += ["--host", args.host]
+    if args.port is not None:
+        out += ["--port", str(args.port)]
+    return out
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from rl_insight.server.installer import Installer, InstallError
+
+    settings = _settings(args)
+    try:
+        results = Installer(
+            settings,
+            local_archive=Path(args.local_archive).expanduser() if args.local_archive else None,
+            install_dir=Path(args.install_dir).expanduser() if args.install_dir else None,
+            force=args.force, progress=not args.no_progress,
+        ).install(args.services)
+    except InstallError as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 2
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        print(f"rl-insight: could not install {', '.join(r.service for r in failed)}; "
+              "the rest is in place. Fix the cause above and run the same command again.",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from rl_insight.server import lifecycle
+
+    settings = _settings(args)
+    try:
+        if args.detach:
+            return lifecycle.start_detached(settings, _passthrough(args))
+        logging.basicConfig(level=getattr(logging, settings.server.log_level.upper(),
+                                          logging.INFO),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return lifecycle.run(settings, say=lambda s: print(s, flush=True))
+    except lifecycle.StartError as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rl_insight.server import lifecycle
+
+    report, code = lifecycle.status(_settings(args))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return code
+    if not report["running"]:
+        print(f"server      {report['message']} (start it with `rl-insight server start`)")
+    else:
+        s = report["server"]
+        print(f"server      ready  pid {s['pid']}  port {s['port']}  version {s['version']}"
+              f"  up {s['uptime_s']:.0f}s  {report['clients']['server_url']}")
+    for svc in report["services"]:
+        cols = [f"{svc['name']:<11} {svc['state']}"]
+        if svc.get("pid"):
+            cols.append(f"pid {svc['pid']}")
+        if svc.get("port"):
+            cols.append(f"port {svc['port']}")
+        if svc.get("version"):
+            cols.append(f"version {svc['version']} ({svc.get('source', '')})")
+        if report["running"] and svc["state"] not in ("not installed", "disabled"):
+            cols.append(f"restarts {svc.get('restarts', 0)}")
+        if svc["state"] == "not installed":
+            cols.append("-> run `rl-insight server install`")
+        elif svc.get("message"):
+            cols.append(svc["message"])
+        if svc.get("log") and not svc.get("ready"):
+            cols.append(f"log {svc['log']}")
+        print("  ".join(cols))
+    return code
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from rl_insight.server import lifecycle
+
+    return lifecycle.stop(_settings(args))
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    print(yaml.safe_dump(config_mod.as_dict(_settings(args)), sort_keys=False), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE",
+                        help="YAML settings file (default $RL_INSIGHT_HOME/config.yaml)")
+    common.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override one setting, e.g. --set prometheus.port=9091")
+    common.add_argument("--host", help="bind address for every server (setting `host`)")
+    common.add_argument("--port", type=int, help="the server's port (setting server.port)")
+
+    parser = argparse.ArgumentParser(prog="rl-insight", description=__doc__)
+    top = parser.add_subparsers(dest="command", required=True)
+    server = top.add_parser("server", help="the monitoring server and its services")
+    sub = server.add_subparsers(dest="action", required=True)
+
+    p = sub.add_parser("install", parents=[common],
+                       help="install Prometheus, Tempo and Grafana")
+    p.add_argument("services", nargs="*", choices=["prometheus", "tempo", "grafana", []],
+                   help="which services (default: all)")
+    p.add_argument("--local-archive", metavar="DIR",
+                   help="take the upstream archives from DIR instead of downloading")
+    p.add_argument("--install-dir", metavar="DIR",
+                   help="where to put them (default $RL_INSIGHT_HOME/services)")
+    p.add_argument("--force", action="store_true", help="reinstall even if present")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_install)
+
+    p = sub.add_parser("start", parents=[common], help="start the server and services")
+    p.add_argument("--detach", action="store_true", help="run in the background")
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("status", parents=[common], help="what runs, what is ready")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("stop", parents=[common], help="stop the server and its services")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("config", parents=[common], help="print the effective settings")
+    p.set_defaults(func=cmd_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except config_mod.ConfigError as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

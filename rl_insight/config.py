@@ -1,0 +1,297 @@
+"""The one source of defaults for RL-Insight.
+
+Every host, port, path and tunable lives in :class:`Settings`. Values come from the
+defaults below, then a YAML file, then environment variables, then command-line flags,
+each layer overriding the one before. Nothing else in the package hard-codes them.
+
+Environment names: ``RL_INSIGHT_<SECTION>_<FIELD>`` (``RL_INSIGHT_PROMETHEUS_PORT``),
+plus the documented short names ``RL_INSIGHT_HOME``, ``RL_INSIGHT_TOKEN`` and
+``RL_INSIGHT_HOST``. Flags: ``--set section.field=value``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOME = "~/.rl-insight"
+CONFIG_ENV = "RL_INSIGHT_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the setting."""
+
+
+@dataclass
+class ServerSettings:
+    host: str = ""  # empty: the top-level `host`
+    port: int = 18080
+    advertise_host: str = ""  # the address printed for clients; empty: detected
+    token: str = ""
+    log_level: str = "info"
+
+
+@dataclass
+class PrometheusSettings:
+    enabled: bool = True
+    host: str = ""
+    port: int = 9090
+    binary: str = ""  # a configured path to a `prometheus` binary
+    min_version: str = "2.42.0"
+    version: str = "2.54.1"
+    scrape_interval: str = "5s"
+    retention: str = "15d"
+
+
+@dataclass
+class TempoSettings:
+    enabled: bool = True
+    host: str = ""
+    port: int = 3200
+    grpc_port: int = 9095
+    otlp_grpc_port: int = 4317
+    otlp_http_port: int = 4318
+    binary: str = ""
+    min_version: str = "2.3.0"
+    version: str = "2.6.1"
+    block_retention: str = "336h"
+
+
+@dataclass
+class GrafanaSettings:
+    enabled: bool = True
+    host: str = ""
+    port: int = 3000
+    binary: str = ""  # a configured path to `bin/grafana` inside a Grafana home
+    min_version: str = "10.0.0"
+    version: str = "13.0.0"
+    admin_user: str = "admin"
+    admin_password: str = "admin"
+    dashboards_dir: str = ""  # empty: the checked-in dashboards/ of this checkout
+
+
+@dataclass
+class InstallSettings:
+    # Replaces https://github.com and https://dl.grafana.com in download URLs, for a
+    # cluster that mirrors the upstream archives under the same paths.
+    mirror: str = ""
+    timeout_s: float = 30.0
+
+
+@dataclass
+class SupervisorSettings:
+    ready_timeout_s: float = 90.0
+    stop_timeout_s: float = 10.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    stable_after_s: float = 60.0  # a child up this long has its backoff reset
+    check_interval_s: float = 0.25
+
+
+@dataclass
+class Settings:
+    home: str = DEFAULT_HOME
+    host: str = "0.0.0.0"  # where every server of ours binds unless its section says
+    server: ServerSettings = field(default_factory=ServerSettings)
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    tempo: TempoSettings = field(default_factory=TempoSettings)
+    grafana: GrafanaSettings = field(default_factory=GrafanaSettings)
+    install: InstallSettings = field(default_factory=InstallSettings)
+    supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
+
+    # -- derived paths: one place decides the layout of RL_INSIGHT_HOME -------------
+    @property
+    def home_path(self) -> Path:
+        return Path(os.path.expanduser(self.home)).resolve()
+
+    @property
+    def services_dir(self) -> Path:
+        return self.home_path / "services"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home_path / "data"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home_path / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home_path / "run"
+
+    @property
+    def generated_dir(self) -> Path:
+        """Configs generated for the managed services; rewritten at every start."""
+        return self.home_path / "generated"
+
+    def bind_host(self, section: str) -> str:
+        """The host a section binds to: its own `host`, else the top-level one."""
+        own = getattr(getattr(self, section), "host", "")
+        return own or self.host
+
+
+# Documented short environment names; everything else is RL_INSIGHT_<SECTION>_<FIELD>.
+_ENV_ALIASES = {
+    "RL_INSIGHT_HOME": "home",
+    "RL_INSIGHT_HOST": "host",
+    "RL_INSIGHT_TOKEN": "server.token",
+}
+
+
+def _fields(obj: Any) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(obj)}
+
+
+def all_keys(settings: Settings | None = None) -> list[str]:
+    """Every dotted setting name, e.g. ``prometheus.port``."""
+    settings = settings or Settings()
+    keys = []
+    for name, f in _fields(settings).items():
+        value = getattr(settings, name)
+        if dataclasses.is_dataclass(value):
+            keys += [f"{name}.{sub}" for sub in _fields(value)]
+        else:
+            keys.append(f.name)
+    return keys
+
+
+def env_name(key: str) -> str:
+    """The environment variable that sets a dotted key."""
+    for env, aliased in _ENV_ALIASES.items():
+        if aliased == key:
+            return env
+    return "RL_INSIGHT_" + key.replace(".", "_").upper()
+
+
+def _coerce(key: str, current: Any, raw: Any) -> Any:
+    if isinstance(current, bool):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {raw!r}")
+    if isinstance(current, int):
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected a whole number, got {raw!r}") from None
+        if key.endswith("port") and not 0 <= value <= 65535:
+            raise ConfigError(f"{key}: a port is 0..65535, got {value}")
+        return value
+    if isinstance(current, float):
+        try:
+            return float(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+    if isinstance(raw, (dict, list)):
+        raise ConfigError(f"{key}: expected a single value, got {type(raw).__name__}")
+    return str(raw)
+
+
+def set_key(settings: Settings, key: str, raw: Any) -> None:
+    """Set one dotted key, converting the value to the field's type."""
+    parts = key.split(".")
+    target: Any = settings
+    for part in parts[:-1]:
+        if part not in _fields(target) or not dataclasses.is_dataclass(getattr(target, part)):
+            raise ConfigError(f"unknown setting {key!r}; known: {', '.join(all_keys())}")
+        target = getattr(target, part)
+    last = parts[-1]
+    if last not in _fields(target) or dataclasses.is_dataclass(getattr(target, last)):
+        raise ConfigError(f"unknown setting {key!r}; known: {', '.join(all_keys())}")
+    setattr(target, last, _coerce(key, getattr(target, last), raw))
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in mapping.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            flat.update(_flatten(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
+
+
+def apply_file(settings: Settings, path: str | os.PathLike) -> None:
+    """Overlay a YAML file; unknown keys are an error so typos do not pass silently."""
+    p = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist; check --config") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {p} must hold a mapping of sections")
+    for key, value in _flatten(data).items():
+        try:
+            set_key(settings, key, value)
+        except ConfigError as exc:
+            raise ConfigError(f"{p}: {exc}") from None
+
+
+def apply_env(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Overlay the environment: aliases first, then the full RL_INSIGHT_* names."""
+    for key in all_keys(settings):
+        full = "RL_INSIGHT_" + key.replace(".", "_").upper()
+        for name in dict.fromkeys([full, env_name(key)]):  # the short alias wins
+            if name in environ:
+                set_key(settings, key, environ[name])
+
+
+def apply_overrides(settings: Settings, overrides: Sequence[str]) -> None:
+    """Overlay ``section.field=value`` strings from the command line."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected section.field=value")
+        set_key(settings, key.strip(), value)
+
+
+def load(
+    config_file: str | os.PathLike | None = None,
+    overrides: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Defaults, then a file (explicit, $RL_INSIGHT_CONFIG, or $HOME/config.yaml),
+    then the environment, then flags."""
+    environ = os.environ if environ is None else environ
+    settings = Settings()
+    # The home decides where the default config file lives, so read it first.
+    if "RL_INSIGHT_HOME" in environ:
+        settings.home = environ["RL_INSIGHT_HOME"]
+    path = config_file or environ.get(CONFIG_ENV)
+    if path:
+        apply_file(settings, path)
+    else:
+        default = settings.home_path / "config.yaml"
+        if default.is_file():
+            apply_file(settings, default)
+    apply_env(settings, environ)
+    apply_overrides(settings, overrides)
+    return settings
+
+
+def as_dict(settings: Settings, *, redact: bool = True) -> dict[str, Any]:
+    """Plain data for display; secrets are masked unless asked otherwise."""
+    data = dataclasses.asdict(settings)
+    if redact:
+        if data["server"]["token"]:
+            data["server"]["token"] = "***"
+        if data["grafana"]["admin_password"]:
+            data["grafana"]["admin_password"] = "***"
+    return data

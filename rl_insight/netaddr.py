@@ -1,0 +1,96 @@
+"""Host and port handling shared by the server, the CLI and the client.
+
+IPv6 literals need brackets in URLs and in Prometheus targets; wildcard binds need a
+concrete address to be printed for clients. Keeping that here means one rule everywhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+
+WILDCARDS = ("", "0.0.0.0", "::", "[::]")
+
+
+def is_ipv6(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host.strip("[]")), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
+def join_host_port(host: str, port: int) -> str:
+    """``host:port`` with an IPv6 literal bracketed."""
+    host = host.strip("[]")
+    return f"[{host}]:{port}" if is_ipv6(host) else f"{host}:{port}"
+
+
+def http_url(host: str, port: int, path: str = "") -> str:
+    return f"http://{join_host_port(host, port)}{path}"
+
+
+def local_host(bind_host: str) -> str:
+    """The address this machine uses to reach a server bound to ``bind_host``."""
+    if bind_host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if bind_host in ("::", "[::]"):
+        return "::1"
+    return bind_host.strip("[]")
+
+
+def routable_address(bind_host: str) -> str:
+    """The address other machines should use: the bind address itself, else the
+    address of the interface that routes outwards (no packet is sent)."""
+    if bind_host not in WILDCARDS:
+        return bind_host.strip("[]")
+    family = socket.AF_INET6 if bind_host in ("::", "[::]") else socket.AF_INET
+    probe = "fd00::1" if family == socket.AF_INET6 else "10.255.255.255"
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((probe, 9))  # UDP connect only selects a route
+            addr = s.getsockname()[0]
+            if not ipaddress.ip_address(addr).is_unspecified:
+                return addr
+    except OSError:
+        pass
+    try:
+        addr = socket.gethostbyname(socket.gethostname())
+        if addr:
+            return addr
+    except OSError:
+        pass
+    return local_host(bind_host)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket; raises OSError(EADDRINUSE) when the port is taken."""
+    family = socket.AF_INET6 if is_ipv6(host) or host in ("::", "[::]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and host in ("::", "[::]"):
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host.strip("[]") or "0.0.0.0", port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on ``host:port`` (or binds it exclusively)."""
+    try:
+        bind_socket(host, port).close()
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            return True
+        raise
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (for tests and ad-hoc servers)."""
+    with bind_socket(host, 0) as s:
+        return s.getsockname()[1]

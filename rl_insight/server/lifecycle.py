@@ -1,0 +1,366 @@
+"""Start, watch, report on and stop the server and its services.
+
+`run` is the server process itself (foreground). `start_detached` launches that process in
+the background and follows its progress over HTTP. `status` and `stop` find a running
+server through the run file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import requests
+
+from rl_insight import netaddr
+from rl_insight.config import Settings, env_name
+from rl_insight.server import binaries, runfile
+from rl_insight.server.app import ServerState, ServiceInfo, create_app
+from rl_insight.server.services import SERVICES
+from rl_insight.server.services.base import Launch, PortUse
+from rl_insight.server.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+Say = Callable[[str], None]
+SERVER_CMDLINE_MARK = "server start"
+
+
+class StartError(RuntimeError):
+    """Start cannot go on; the message is one line that says what to change."""
+
+
+def port_message(use: PortUse) -> str:
+    flag = " or --port" if use.key == "server.port" else ""
+    return (f"port {use.port} is already in use on {use.host or '0.0.0.0'}; it is setting "
+            f"{use.key}: choose another with --set {use.key}=PORT{flag}, "
+            f"{env_name(use.key)}, or the config file")
+
+
+def server_port(settings: Settings) -> PortUse:
+    return PortUse("server.port", settings.bind_host("server"), settings.server.port)
+
+
+def plan(settings: Settings, launch: bool = True
+         ) -> tuple[dict[str, ServiceInfo], dict[str, Launch]]:
+    """What each service is (installed, version, source) and, with ``launch``, how the
+    ones we can run will be launched (this writes their generated configs)."""
+    infos: dict[str, ServiceInfo] = {}
+    launches: dict[str, Launch] = {}
+    for name, service in SERVICES.items():
+        if not service.enabled(settings):
+            infos[name] = ServiceInfo(name, False, False, message=f"disabled ({name}.enabled)")
+            continue
+        lookup = binaries.locate(service, settings)
+        if lookup.found is None:
+            why = "; ".join(lookup.passed_over)
+            infos[name] = ServiceInfo(
+                name, True, False,
+                message="not installed: run `rl-insight server install` "
+                        "(or --local-archive DIR on a machine without internet)"
+                        + (f"; passed over {why}" if why else ""))
+            continue
+        f = lookup.found
+        port = service.ports(settings)[0]
+        url = netaddr.http_url(netaddr.local_host(port.host), port.port)
+        infos[name] = ServiceInfo(name, True, True, f.version, str(f.path), f.source, url)
+        if launch:
+            launches[name] = service.launch(settings, f.path)
+    return infos, launches
+
+
+def check_ports(settings: Settings, names: Sequence[str]) -> None:
+    """Fail with one clear line if any port we are about to bind is taken."""
+    uses = [server_port(settings)]
+    for name in names:
+        uses += SERVICES[name].ports(settings)
+    seen: dict[int, str] = {}
+    for use in uses:
+        if use.port in seen:
+            raise StartError(f"port {use.port} is set for both {seen[use.port]} and "
+                             f"{use.key}; give one of them another port")
+        seen[use.port] = use.key
+        if netaddr.port_in_use(use.host, use.port):
+            raise StartError(port_message(use))
+
+
+def running_server(settings: Settings) -> dict | None:
+    """The run file of a live server, or None (a stale file is ignored)."""
+    info = runfile.read(settings)
+    if info and runfile.pid_alive(info.get("pid"), SERVER_CMDLINE_MARK):
+        return info
+    return None
+
+
+def _ensure_dirs(settings: Settings) -> None:
+    for d in (settings.home_path, settings.logs_dir, settings.run_dir, settings.data_dir,
+              settings.generated_dir):
+        d.mkdir(parents=True, exist_ok=True)
+
+
+class _HttpThread:
+    """uvicorn on a socket we bound ourselves (so a taken port is our error, not its)."""
+
+    def __init__(self, app, sock, log_level: str) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.sock = sock
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
+                                       name="rl-insight-http", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()
+
+
+def run(settings: Settings, say: Say = print) -> int:
+    """Run the server in this process until SIGINT or SIGTERM; then stop everything."""
+    _ensure_dirs(settings)
+    other = running_server(settings)
+    if other:
+        raise StartError(f"a server already runs from {settings.home_path} (pid "
+                         f"{other['pid']}, {other['url']}); stop it with "
+                         "`rl-insight server stop` or use another RL_INSIGHT_HOME")
+    infos, launches = plan(settings)
+    check_ports(settings, [n for n in launches])
+    bind = settings.bind_host("server")
+    try:
+        sock = netaddr.bind_socket(bind, settings.server.port)
+    except OSError:
+        raise StartError(port_message(server_port(settings))) from None
+
+    advertise = settings.server.advertise_host or netaddr.routable_address(bind)
+    local_url = netaddr.http_url(netaddr.local_host(bind), settings.server.port)
+    record = {"pid": os.getpid(), "url": local_url, "home": str(settings.home_path),
+              "started_at": time.time(), "children": {}}
+    lock = threading.Lock()
+
+    def record_children(pids: dict[str, int | None]) -> None:
+        with lock:
+            record["children"] = {k: v for k, v in pids.items() if v}
+            runfile.write(settings, record)
+
+    supervisor = Supervisor(settings.supervisor, settings.logs_dir, record_children)
+    for launch in launches.values():
+        supervisor.add(launch)
+    state = ServerState(settings, supervisor, infos, advertise_host=advertise)
+    http = _HttpThread(create_app(state), sock, settings.server.log_level)
+
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set())
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        runfile.write(settings, record)
+        http.start()
+        supervisor.start()
+        say(f"RL-Insight server (pid {os.getpid()}) listening on "
+            f"{netaddr.join_host_port(bind, settings.server.port)}; home {settings.home_path}")
+        report = watch(state.services_report, settings.supervisor.ready_timeout_s, say,
+                       stop=stop)
+        if report is not None:
+            say(summary(report))
+        stop.wait()
+        say("stopping: services first, then the server")
+    finally:
+        supervisor.stop()
+        http.stop()
+        runfile.remove(settings)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    say("stopped")
+    return 0
+
+
+def watch(get_report: Callable[[], dict | None], timeout: float, say: Say,
+          stop: threading.Event | None = None,
+          alive: Callable[[], bool] = lambda: True) -> dict | None:
+    """Print a line whenever a service changes state until all are ready, the deadline
+    passes, or ``alive`` turns false. Returns the last report."""
+    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    seen: dict[str, str] = {}
+    last_note = t0
+    report = None
+    while time.monotonic() < deadline and alive() and not (stop and stop.is_set()):
+        report = get_report() or report
+        if report:
+            for s in report["services"]:
+                key = f"{s['state']}:{s.get('restarts', 0)}"
+                if seen.get(s["name"]) != key:
+                    seen[s["name"]] = key
+                    say(f"  {s['name']:<11} {_describe(s)}  [{time.monotonic() - t0:.1f}s]")
+            if report["all_ready"]:
+                return report
+        if time.monotonic() - last_note >= 5:
+            last_note = time.monotonic()
+            waiting = [s["name"] for s in (report or {}).get("services", [])
+                       if s["state"] in ("starting", "restarting")]
+            say(f"  ... waiting for {', '.join(waiting) or 'the server'} "
+                f"({time.monotonic() - t0:.0f}s of {timeout:.0f}s)")
+        time.sleep(0.2)
+    if report and not report["all_ready"]:
+        late = [s["name"] for s in report["services"]
+                if s["state"] not in ("ready", "disabled", "not installed")]
+        say(f"  not ready after {timeout:.0f}s: {', '.join(late)}; see their logs in "
+            "`rl-insight server status`")
+    return report
+
+
+def _describe(s: dict) -> str:
+    state = s["state"]
+    if state == "not installed":
+        return s.get("message") or "not installed"
+    parts = [state]
+    if s.get("pid"):
+        parts.append(f"pid {s['pid']}")
+    if s.get("restarts"):
+        parts.append(f"{s['restarts']} restarts")
+    if s.get("message"):
+        parts.append(s["message"])
+    return ", ".join(parts)
+
+
+def summary(report: dict) -> str:
+    """The lines a user needs after start: every URL and the export line."""
+    c = report["clients"]
+    lines = ["", "RL-Insight is up." if report["all_ready"] else "RL-Insight started, "
+             "but not everything is ready (see above).",
+             f"  {'server':<11} {c['server_url']:<32} ready"]
+    host = c["server_url"].split("//", 1)[1].rsplit(":", 1)[0]
+    for s in report["services"]:
+        url = netaddr.http_url(host.strip("[]"), s["port"]) if s.get("port") else "-"
+        what = s["state"]
+        if s["state"] == "not installed":
+            what = "not installed (run `rl-insight server install`)"
+        elif s.get("version"):
+            what += f" ({s['version']}, {s['source']})"
+        lines.append(f"  {s['name']:<11} {url:<32} {what}")
+    lines += ["", "Point training at it (driver and every Ray worker):",
+              f"  export RL_INSIGHT_SERVER_URL={c['server_url']}",
+              "  export VERL_RL_INSIGHT_ENABLE=1", ""]
+    return "\n".join(lines)
+
+
+def fetch_report(url: str, timeout: float = 2.0) -> dict | None:
+    try:
+        r = requests.get(url.rstrip("/") + "/api/v1/services", timeout=timeout)
+        return r.json() if r.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def start_detached(settings: Settings, args: Sequence[str], say: Say = print) -> int:
+    """Launch `server start` (foreground) in a new session; follow it until ready."""
+    _ensure_dirs(settings)
+    other = running_server(settings)
+    if other:
+        raise StartError(f"a server already runs from {settings.home_path} (pid "
+                         f"{other['pid']}, {other['url']}); `rl-insight server status` shows it")
+    _, launches = plan(settings)
+    check_ports(settings, list(launches))
+    log_path = settings.logs_dir / "server.log"
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rl_insight.cli", "server", "start",
+                                 *args], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    say(f"server starting in the background (pid {proc.pid}, log {log_path})")
+    url = netaddr.http_url(netaddr.local_host(settings.bind_host("server")),
+                           settings.server.port)
+    report = watch(lambda: fetch_report(url), settings.supervisor.ready_timeout_s, say,
+                   alive=lambda: proc.poll() is None)
+    if proc.poll() is not None:
+        tail = _last_error(log_path)
+        raise StartError(f"the server exited with code {proc.returncode}: {tail} "
+                         f"(full log: {log_path})")
+    if report is None:
+        raise StartError(f"the server did not answer on {url}; see {log_path}")
+    say(summary(report))
+    return 0 if report["all_ready"] else 1
+
+
+def _last_error(log_path) -> str:
+    try:
+        lines = [ln.strip() for ln in open(log_path, errors="replace").read().splitlines()
+                 if ln.strip()]
+    except OSError:
+        return "no log"
+    for ln in reversed(lines[-50:]):
+        if ln.startswith("rl-insight:") or "error" in ln.lower():
+            return ln
+    return lines[-1] if lines else "no output"
+
+
+def status(settings: Settings) -> tuple[dict, int]:
+    """The report of a running server, or what is installed when none runs; and the
+    exit code (0 only when everything configured and installed is ready)."""
+    info = running_server(settings)
+    report = fetch_report(info["url"]) if info else None
+    if report is None:
+        infos, _ = plan(settings, launch=False)
+        services = [{**vars(i), "state": "not installed" if i.enabled and not i.installed
+                     else ("disabled" if not i.enabled else "stopped"), "pid": None,
+                     "ready": False, "restarts": 0, "port": None}
+                    for i in infos.values()]
+        why = ("not running" if info is None else
+               f"pid {info['pid']} runs but does not answer on {info['url']}")
+        return {"running": False, "message": why, "services": services,
+                "all_ready": False}, 1
+    report["running"] = True
+    return report, 0 if report["all_ready"] else 1
+
+
+def stop(settings: Settings, say: Say = print) -> int:
+    """Stop a running server gracefully (it stops its services), then make sure no
+    process it recorded is left."""
+    info = runfile.read(settings)
+    if info is None:
+        say("no server is running from " + str(settings.home_path))
+        return 0
+    pid = info.get("pid")
+    deadline = settings.supervisor.stop_timeout_s + 10
+    if runfile.pid_alive(pid, SERVER_CMDLINE_MARK):
+        say(f"stopping the server (pid {pid}) and its services ...")
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, deadline):
+            say(f"the server did not stop within {deadline:.0f}s; killing it")
+            _kill(pid)
+    mark = str(settings.generated_dir)
+    for name, child in (info.get("children") or {}).items():
+        if runfile.pid_alive(child, mark):
+            say(f"stopping leftover {name} (pid {child})")
+            try:
+                os.kill(child, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            if not _wait_gone(child, settings.supervisor.stop_timeout_s, mark):
+                _kill(child)
+    runfile.remove(settings)
+    say("stopped")
+    return 0
+
+
+def _wait_gone(pid: int, timeout: float, mark: str = SERVER_CMDLINE_MARK) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not runfile.pid_alive(pid, mark):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,131 @@
+"""Grafana: generated grafana.ini, provisioned datasources (uids `prometheus`, `tempo`)
+and the dashboards of `dashboards/` in the `RL-Insight` folder.
+
+Formats: https://grafana.com/docs/grafana/latest/setup-grafana/configure-grafana/ (ini)
+and https://grafana.com/docs/grafana/latest/administration/provisioning/ (YAML).
+"""
+
+from __future__ import annotations
+
+import configparser
+import io
+from pathlib import Path
+
+import yaml
+
+from rl_insight import netaddr
+from rl_insight.config import Settings
+from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
+
+FOLDER = "RL-Insight"
+FOLDER_UID = "rl-insight"
+SYSTEM_HOME = Path("/usr/share/grafana")  # where distribution packages put it
+
+
+def default_dashboards_dir() -> Path:
+    """The checked-in dashboards beside the package (a source checkout)."""
+    return Path(__file__).resolve().parents[3] / "dashboards"
+
+
+class Grafana(Service):
+    name = "grafana"
+    binary_names = ("grafana", "grafana-server")
+    upstream = Upstream(
+        archive="grafana-{version}.linux-{arch}.tar.gz",
+        url="https://dl.grafana.com/oss/release/{archive}",
+        checksum_url="https://dl.grafana.com/oss/release/{archive}.sha256",
+        checksum_style="single",
+    )
+
+    def ports(self, settings: Settings) -> list[PortUse]:
+        return [PortUse("grafana.port", settings.bind_host("grafana"), settings.grafana.port)]
+
+    def home_of(self, binary: Path) -> Path:
+        candidate = binary.resolve().parent.parent
+        if (candidate / "conf" / "defaults.ini").is_file():
+            return candidate
+        return SYSTEM_HOME
+
+    def dashboards_dir(self, settings: Settings) -> Path:
+        return Path(settings.grafana.dashboards_dir or default_dashboards_dir()).expanduser()
+
+    def render_ini(self, settings: Settings) -> str:
+        g = settings.grafana
+        work, data = self.work_dir(settings), self.data_dir(settings)
+        ini = configparser.ConfigParser(interpolation=None)
+        ini["paths"] = {
+            "data": str(data),
+            "logs": str(settings.logs_dir / "grafana"),
+            "plugins": str(data / "plugins"),
+            "provisioning": str(work / "provisioning"),
+        }
+        ini["server"] = {"http_addr": settings.bind_host("grafana").strip("[]"),
+                         "http_port": str(g.port)}
+        ini["security"] = {"admin_user": g.admin_user, "admin_password": g.admin_password}
+        ini["users"] = {"allow_sign_up": "false"}
+        ini["analytics"] = {"reporting_enabled": "false", "check_for_updates": "false",
+                            "check_for_plugin_updates": "false"}
+        ini["log"] = {"mode": "console"}
+        out = io.StringIO()
+        ini.write(out)
+        return out.getvalue()
+
+    def render_datasources(self, settings: Settings) -> dict:
+        prom = netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
+                                settings.prometheus.port)
+        tempo = netaddr.http_url(netaddr.local_host(settings.bind_host("tempo")),
+                                 settings.tempo.port)
+        return {
+            "apiVersion": 1,
+            "datasources": [
+                {
+                    "name": "Prometheus", "type": "prometheus", "uid": "prometheus",
+                    "access": "proxy", "url": prom, "isDefault": True, "editable": False,
+                    "jsonData": {"timeInterval": settings.prometheus.scrape_interval},
+                },
+                {
+                    "name": "Tempo", "type": "tempo", "uid": "tempo", "access": "proxy",
+                    "url": tempo, "editable": False,
+                    "jsonData": {
+                        "serviceMap": {"datasourceUid": "prometheus"},
+                        "nodeGraph": {"enabled": True},
+                    },
+                },
+            ],
+        }
+
+    def render_dashboards(self, settings: Settings) -> dict:
+        return {
+            "apiVersion": 1,
+            "providers": [
+                {
+                    "name": "rl-insight", "orgId": 1, "folder": FOLDER,
+                    "folderUid": FOLDER_UID, "type": "file", "disableDeletion": False,
+                    "updateIntervalSeconds": 30, "allowUiUpdates": False,
+                    "options": {"path": str(self.dashboards_dir(settings)),
+                                "foldersFromFilesStructure": False},
+                }
+            ],
+        }
+
+    def launch(self, settings: Settings, binary: Path) -> Launch:
+        work = self.work_dir(settings)
+        prov = work / "provisioning"
+        for sub in ("plugins", "alerting", "notifiers"):
+            (prov / sub).mkdir(parents=True, exist_ok=True)
+        write_atomic(prov / "datasources" / "rl-insight.yaml",
+                     yaml.safe_dump(self.render_datasources(settings), sort_keys=False))
+        write_atomic(prov / "dashboards" / "rl-insight.yaml",
+                     yaml.safe_dump(self.render_dashboards(settings), sort_keys=False))
+        config = work / "grafana.ini"
+        write_atomic(config, self.render_ini(settings))
+        self.data_dir(settings).mkdir(parents=True, exist_ok=True)
+        home = self.home_of(binary)
+        argv = [str(binary)]
+        if binary.name == "grafana":  # the unified CLI; grafana-server takes flags directly
+            argv.append("server")
+        argv += ["--homepath", str(home), "--config", str(config)]
+        host = netaddr.local_host(settings.bind_host("grafana"))
+        return Launch(self.name, argv, netaddr.http_url(host, settings.grafana.port,
+                                                        "/api/health"),
+                      settings.grafana.port, cwd=str(home))
