@@ -9,10 +9,19 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
+from rl_insight.server.selfmetrics import ServicesCollector
 from rl_insight.server.supervisor import Supervisor
 from rl_insight.version import __version__
 
@@ -82,6 +91,16 @@ class ServerState:
 def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="RL-Insight server", version=__version__,
                   description="The one address an RL training cluster talks to.")
+
+    registry = CollectorRegistry(auto_describe=True)
+    for collector in (ProcessCollector, PlatformCollector, GCCollector):
+        collector(registry=registry)
+    registry.register(ServicesCollector(state.services_report))
+
+    @app.get("/metrics", summary="Prometheus exposition of the server's own metrics",
+             response_class=Response)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", summary="Liveness of the server process")
     def healthz() -> dict:

@@ -1,0 +1,31 @@
+# `make demo` and `make test` work from a fresh clone: they create .venv, install the
+# package and the Debian packages they need, then run.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.rl-insight-installed
+
+.PHONY: setup system-deps test lint demo clean
+
+$(STAMP): pyproject.toml
+	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on -e '.[test]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+system-deps:
+	@./scripts/system-deps.sh
+
+lint: setup
+	$(BIN)/ruff check rl_insight tests examples scripts
+
+test: setup system-deps lint
+	./scripts/private-net.sh $(BIN)/python -m pytest -q -ra
+
+demo: setup system-deps
+	$(BIN)/python examples/demo.py
+
+clean:
+	rm -rf $(VENV) .demo-home .pytest_cache

@@ -1,0 +1,107 @@
+"""Shared fixtures: an isolated RL_INSIGHT_HOME, free ports, and the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rl_insight import netaddr
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
+    """Poll ``cond`` until it returns something truthy; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """Pids of live processes whose environment has name=value (ours carry the home)."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+class Cli:
+    """Runs `rl-insight` in a subprocess with the test's home and ports."""
+
+    def __init__(self, home: Path, overrides: list[str]) -> None:
+        self.home = home
+        self.overrides = overrides
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RL_INSIGHT_")}
+        self.env["RL_INSIGHT_HOME"] = str(home)
+
+    def args(self, *args: str) -> list[str]:
+        extra = []
+        for o in self.overrides:
+            extra += ["--set", o]
+        return [sys.executable, "-m", "rl_insight.cli", *args, *extra]
+
+    def run(self, *args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO, **kw)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=REPO)
+
+    def ours(self) -> list[int]:
+        return processes_with_env("RL_INSIGHT_HOME", str(self.home))
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    for k in list(os.environ):
+        if k.startswith("RL_INSIGHT_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("RL_INSIGHT_HOME", str(h))
+    return h
+
+
+def free_port_overrides() -> list[str]:
+    """Every port setting on a free loopback port, and loopback binds."""
+    keys = ["server.port", "prometheus.port", "tempo.port", "tempo.grpc_port",
+            "tempo.otlp_grpc_port", "tempo.otlp_http_port", "grafana.port"]
+    ports: set[int] = set()
+    while len(ports) < len(keys):
+        ports.add(netaddr.free_port())
+    return ["host=127.0.0.1"] + [f"{k}={p}" for k, p in zip(keys, sorted(ports), strict=True)]
+
+
+@pytest.fixture
+def cli(home: Path) -> Cli:
+    c = Cli(home, free_port_overrides())
+    yield c
+    # Whatever a test left running is stopped, and the test fails if it cannot be.
+    if c.ours():
+        c.run("server", "stop", timeout=60)
+        for pid in c.ours():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,65 @@
+"""Configuration layering: defaults < file < environment < flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_insight import config
+
+
+def test_defaults_are_the_documented_ports(home):
+    s = config.load(environ={"RL_INSIGHT_HOME": str(home)})
+    assert (s.server.port, s.prometheus.port, s.tempo.port, s.grafana.port) == (
+        18080, 9090, 3200, 3000)
+    assert (s.tempo.otlp_grpc_port, s.tempo.otlp_http_port) == (4317, 4318)
+    assert s.home_path == home.resolve()
+
+
+def test_each_layer_overrides_the_one_before(home, tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("server:\n  port: 1001\nprometheus:\n  port: 2001\n  scrape_interval: 2s\n"
+                 "tempo:\n  port: 3001\n")
+    env = {"RL_INSIGHT_HOME": str(home), "RL_INSIGHT_PROMETHEUS_PORT": "2002",
+           "RL_INSIGHT_TEMPO_PORT": "3002"}
+    s = config.load(f, ["tempo.port=3003"], environ=env)
+    assert s.server.port == 1001  # file
+    assert s.prometheus.port == 2002 and s.prometheus.scrape_interval == "2s"  # env > file
+    assert s.tempo.port == 3003  # flag > env
+
+
+def test_home_config_file_is_read_by_default(home):
+    (home / "config.yaml").write_text("grafana:\n  admin_password: s3cret\n")
+    s = config.load(environ={"RL_INSIGHT_HOME": str(home)})
+    assert s.grafana.admin_password == "s3cret"
+    assert config.as_dict(s)["grafana"]["admin_password"] == "***"
+
+
+def test_short_aliases(home):
+    s = config.load(environ={"RL_INSIGHT_HOME": str(home), "RL_INSIGHT_TOKEN": "t",
+                             "RL_INSIGHT_HOST": "127.0.0.1",
+                             "RL_INSIGHT_SERVER_URL": "http://x:1"})  # a client variable
+    assert s.server.token == "t" and s.bind_host("grafana") == "127.0.0.1"
+    assert config.env_name("server.token") == "RL_INSIGHT_TOKEN"
+    assert config.env_name("prometheus.port") == "RL_INSIGHT_PROMETHEUS_PORT"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("server.port=abc", "server.port: expected a whole number"),
+    ("server.port=70000", "server.port: a port is 0..65535"),
+    ("prometheus.enabled=maybe", "expected true or false"),
+    ("nosuch.key=1", "unknown setting 'nosuch.key'"),
+    ("server=1", "unknown setting 'server'"),
+    ("novalue", "expected section.field=value"),
+])
+def test_bad_values_name_the_setting(home, override, message):
+    with pytest.raises(config.ConfigError, match=message.replace(".", r"\.")):
+        config.load(overrides=[override], environ={"RL_INSIGHT_HOME": str(home)})
+
+
+def test_bad_file_is_reported(home, tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("tempo:\n  prot: 1\n")
+    with pytest.raises(config.ConfigError, match="bad.yaml: unknown setting 'tempo.prot'"):
+        config.load(f, environ={})
+    with pytest.raises(config.ConfigError, match="does not exist"):
+        config.load(tmp_path / "missing.yaml", environ={})

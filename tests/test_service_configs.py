@@ -1,0 +1,142 @@
+"""The generated configs of Prometheus, Tempo and Grafana.
+
+Prometheus' is checked by the real `promtool`. Tempo and Grafana cannot run here, so
+their files are checked field by field against the documented formats (pages named at
+each test).
+"""
+
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rl_insight import config
+from rl_insight.server.services import SERVICES
+from rl_insight.server.services.grafana import FOLDER
+
+
+@pytest.fixture
+def settings(home):
+    return config.load(overrides=["host=127.0.0.1", "prometheus.port=19191",
+                                  "tempo.port=13222", "server.port=18999"])
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool comes with Debian's "
+                    "prometheus package, which `make test` installs")
+def test_prometheus_config_passes_promtool(settings):
+    launch = SERVICES["prometheus"].launch(settings, Path("/usr/bin/prometheus"))
+    cfg = Path(launch.cwd) / "prometheus.yml"
+    r = subprocess.run(["promtool", "check", "config", str(cfg)], capture_output=True,
+                       text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS" in r.stdout + r.stderr
+    data = yaml.safe_load(cfg.read_text())
+    jobs = {j["job_name"]: j for j in data["scrape_configs"]}
+    server = jobs["rl_insight_server"]
+    assert server["honor_labels"] is True
+    assert server["static_configs"][0]["targets"] == ["127.0.0.1:18999"]
+    assert "--web.enable-lifecycle" in launch.argv
+    assert "--web.listen-address=127.0.0.1:19191" in launch.argv
+    assert launch.ready_url == "http://127.0.0.1:19191/-/ready"
+
+
+def test_prometheus_ipv6_hosts_are_bracketed(home):
+    s = config.load(overrides=["host=::1", "server.port=18080", "prometheus.port=9090"])
+    data = SERVICES["prometheus"].render(s)
+    assert data["scrape_configs"][0]["static_configs"][0]["targets"] == ["[::1]:18080"]
+    launch = SERVICES["prometheus"].launch(s, Path("/usr/bin/prometheus"))
+    assert "--web.listen-address=[::1]:9090" in launch.argv
+
+
+def test_tempo_config_matches_tempo_2_6_reference(settings, home):
+    # Field names and nesting from the Tempo 2.6 configuration reference:
+    # https://grafana.com/docs/tempo/v2.6.x/configuration/manifest/ and
+    # https://grafana.com/docs/tempo/v2.6.x/configuration/ (server, distributor,
+    # ingester, compactor, storage, usage_report blocks).
+    launch = SERVICES["tempo"].launch(settings, Path("/opt/tempo"))
+    assert launch.argv == ["/opt/tempo", f"-config.file={Path(launch.cwd) / 'tempo.yaml'}"]
+    assert launch.ready_url == "http://127.0.0.1:13222/ready"
+    data = yaml.safe_load((Path(launch.cwd) / "tempo.yaml").read_text())
+    assert set(data) <= {"server", "distributor", "ingester", "compactor", "storage",
+                         "usage_report", "memberlist", "metrics_generator", "querier",
+                         "query_frontend", "overrides", "stream_over_http_enabled"}
+    assert data["server"] == {"http_listen_address": "127.0.0.1", "http_listen_port": 13222,
+                              "grpc_listen_address": "127.0.0.1", "grpc_listen_port": 9095,
+                              "log_level": "info"}
+    otlp = data["distributor"]["receivers"]["otlp"]["protocols"]
+    assert otlp == {"grpc": {"endpoint": "127.0.0.1:4317"},
+                    "http": {"endpoint": "127.0.0.1:4318"}}
+    # block_retention sits under compactor.compaction in 2.6
+    assert set(data["compactor"]) == {"compaction"}
+    assert data["compactor"]["compaction"]["block_retention"] == "336h"
+    trace = data["storage"]["trace"]
+    assert trace["backend"] == "local"
+    for key in ("local", "wal"):
+        assert set(trace[key]) == {"path"}
+        assert Path(trace[key]["path"]).is_relative_to(home)  # stored under RL_INSIGHT_HOME
+    assert data["usage_report"] == {"reporting_enabled": False}
+
+
+def test_grafana_files_match_provisioning_reference(settings, home, tmp_path):
+    # Formats: https://grafana.com/docs/grafana/latest/administration/provisioning/
+    # (datasources: apiVersion 1, name/type/uid/access/url/isDefault/jsonData/editable;
+    # dashboard providers: name/orgId/folder/folderUid/type/disableDeletion/
+    # updateIntervalSeconds/allowUiUpdates/options.path/options.foldersFromFilesStructure)
+    # and https://grafana.com/docs/grafana/latest/setup-grafana/configure-grafana/ (ini).
+    gh = tmp_path / "grafana-13.0.0"
+    (gh / "bin").mkdir(parents=True)
+    (gh / "conf").mkdir()
+    (gh / "conf" / "defaults.ini").write_text("")
+    binary = gh / "bin" / "grafana"
+    binary.write_text("")
+    settings.grafana.port = 13000
+    launch = SERVICES["grafana"].launch(settings, binary)
+    work = Path(launch.cwd)
+    assert launch.argv[:2] == [str(binary), "server"]
+    assert launch.argv[2:4] == ["--homepath", str(gh)]
+    assert launch.ready_url == "http://127.0.0.1:13000/api/health"
+
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(launch.argv[5])
+    assert ini["server"]["http_port"] == "13000" and ini["server"]["http_addr"] == "127.0.0.1"
+    assert ini["security"]["admin_user"] == "admin"
+    prov = Path(ini["paths"]["provisioning"])
+    for key in ("data", "logs", "plugins", "provisioning"):
+        assert Path(ini["paths"][key]).is_relative_to(home)
+    assert ini["analytics"]["reporting_enabled"] == "false"
+    assert work == gh  # Grafana runs from its home
+
+    ds = yaml.safe_load((prov / "datasources" / "rl-insight.yaml").read_text())
+    assert ds["apiVersion"] == 1
+    allowed = {"name", "type", "uid", "access", "url", "isDefault", "jsonData", "editable",
+               "orgId", "secureJsonData", "basicAuth", "version", "user", "database"}
+    by_uid = {d["uid"]: d for d in ds["datasources"]}
+    assert set(by_uid) == {"prometheus", "tempo"}
+    for d in ds["datasources"]:
+        assert set(d) <= allowed and d["access"] == "proxy"
+    assert by_uid["prometheus"]["type"] == "prometheus"
+    assert by_uid["prometheus"]["url"] == "http://127.0.0.1:19191"
+    assert by_uid["tempo"]["type"] == "tempo"
+    assert by_uid["tempo"]["url"] == "http://127.0.0.1:13222"
+
+    dash = yaml.safe_load((prov / "dashboards" / "rl-insight.yaml").read_text())
+    assert dash["apiVersion"] == 1
+    (p,) = dash["providers"]
+    assert set(p) <= {"name", "orgId", "folder", "folderUid", "type", "disableDeletion",
+                      "updateIntervalSeconds", "allowUiUpdates", "options"}
+    assert p["folder"] == FOLDER == "RL-Insight" and p["type"] == "file"
+    assert set(p["options"]) == {"path", "foldersFromFilesStructure"}
+    assert p["options"]["foldersFromFilesStructure"] is False  # folder is set, so false
+    assert Path(p["options"]["path"]).name == "dashboards"
+
+
+def test_distribution_grafana_server_layout(settings, tmp_path):
+    binary = tmp_path / "grafana-server"
+    binary.write_text("")
+    launch = SERVICES["grafana"].launch(settings, binary)
+    assert launch.argv[1] == "--homepath"  # grafana-server takes no `server` subcommand

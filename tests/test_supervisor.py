@@ -1,0 +1,56 @@
+"""The supervisor with real child processes: readiness, restart backoff, stop deadline."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rl_insight import netaddr
+from rl_insight.config import SupervisorSettings
+from rl_insight.server.services.base import Launch
+from rl_insight.server.supervisor import Supervisor
+from tests.conftest import wait_for
+
+FAST = SupervisorSettings(backoff_initial_s=0.2, backoff_max_s=0.8, stable_after_s=60,
+                          check_interval_s=0.05, stop_timeout_s=2)
+
+
+def test_ready_child_and_crashing_child_with_growing_backoff(tmp_path):
+    port = netaddr.free_port()
+    sup = Supervisor(FAST, tmp_path)
+    sup.add(Launch("web", [sys.executable, "-m", "http.server", str(port), "--bind",
+                           "127.0.0.1"], f"http://127.0.0.1:{port}/", port))
+    sup.add(Launch("crash", [sys.executable, "-c", "import sys; sys.exit(3)"],
+                   "http://127.0.0.1:1/", 1))
+    sup.start()
+    try:
+        st = lambda name: next(s for s in sup.status() if s.name == name)  # noqa: E731
+        wait_for(lambda: st("web").ready, 10, "the HTTP child to be ready")
+        wait_for(lambda: st("crash").restarts >= 4, 10, "four restarts of the crashing child")
+        c = st("crash")
+        assert c.last_exit_code == 3 and not c.ready
+        assert st("web").restarts == 0
+        # Backoff doubles up to the cap, so four restarts take at least .2+.4+.8+.8 s.
+        t0 = time.monotonic()
+        wait_for(lambda: st("crash").restarts >= 6, 10, "two more restarts")
+        assert time.monotonic() - t0 >= 0.8 * 1.5
+        assert (tmp_path / "crash.log").read_text().count("rl-insight starting crash") >= 6
+    finally:
+        sup.stop()
+    assert all(s.pid is None for s in sup.status())
+    assert all(s.state == "stopped" for s in sup.status())
+
+
+def test_stop_kills_a_child_that_ignores_sigterm(tmp_path):
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('handler installed', flush=True); time.sleep(60)")
+    sup = Supervisor(FAST, tmp_path)
+    sup.add(Launch("stubborn", [sys.executable, "-c", code], "http://127.0.0.1:1/", 1))
+    sup.start()
+    wait_for(lambda: sup.status()[0].pid, 5, "the child to start")
+    wait_for(lambda: "handler installed" in (tmp_path / "stubborn.log").read_text(), 10,
+             "the child to ignore SIGTERM")
+    t0 = time.monotonic()
+    sup.stop()
+    assert time.monotonic() - t0 < FAST.stop_timeout_s + 5
+    assert sup.status()[0].pid is None and sup.status()[0].last_exit_code == -9
