@@ -43,12 +43,13 @@ def test_ready_child_and_crashing_child_with_growing_backoff(tmp_path):
 
 def test_stop_kills_a_child_that_ignores_sigterm(tmp_path):
     code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('handler installed', flush=True); time.sleep(60)")
+            "print('handler', 'installed', flush=True); time.sleep(60)")
     sup = Supervisor(FAST, tmp_path)
     sup.add(Launch("stubborn", [sys.executable, "-c", code], "http://127.0.0.1:1/", 1))
     sup.start()
     wait_for(lambda: sup.status()[0].pid, 5, "the child to start")
-    wait_for(lambda: "handler installed" in (tmp_path / "stubborn.log").read_text(), 10,
+    log = tmp_path / "stubborn.log"  # holds the argv too, so match the printed form only
+    wait_for(lambda: "\nhandler installed" in log.read_text(), 10,
              "the child to ignore SIGTERM")
     t0 = time.monotonic()
     sup.stop()
