@@ -61,7 +61,7 @@ def test_start_status_stop_twice_leaves_nothing(cli):
         prom = f"http://127.0.0.1:{setting(cli, 'prometheus.port')}"
         assert requests.get(prom + "/-/ready", timeout=5).status_code == 200
         if _round == 0:
-            wait_for(lambda: prom_value(prom, 'up{job="rl_insight_server"}') == "1", 15,
+            wait_for(lambda p=prom: prom_value(p, 'up{job="rl_insight_server"}') == "1", 15,
                      "Prometheus to scrape the server's /metrics")
         assert cli.ours(), "the server and Prometheus carry our RL_INSIGHT_HOME"
 
