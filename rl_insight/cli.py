@@ -113,6 +113,90 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return lifecycle.stop(_settings(args))
 
 
+def _client(args: argparse.Namespace):
+    """The running server named by --server-url, RL_INSIGHT_SERVER_URL, or the run file."""
+    import os
+
+    from rl_insight import netaddr
+    from rl_insight.api_client import ServerClient
+    from rl_insight.server import lifecycle
+
+    settings = _settings(args)
+    url = getattr(args, "server_url", None) or os.environ.get("RL_INSIGHT_SERVER_URL")
+    if not url:
+        info = lifecycle.running_server(settings)
+        url = info["url"] if info else netaddr.http_url(
+            netaddr.local_host(settings.bind_host("server")), settings.server.port)
+    return ServerClient(url, settings.server.token)
+
+
+def _api(call) -> int:
+    from rl_insight.api_client import ApiError
+
+    try:
+        result = call()
+    except ApiError as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 1
+    if result is not None:
+        print(result if isinstance(result, str) else json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_targets_add(args: argparse.Namespace) -> int:
+    """Register the targets of a YAML file: one registration body, or a list of them."""
+    import yaml
+
+    from rl_insight.server.targets import TargetError, parse_many
+
+    try:
+        data = yaml.safe_load(Path(args.file).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        print(f"rl-insight: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    bodies = data if isinstance(data, list) else [data]
+    try:
+        parse_many(bodies)  # validate all before sending any
+    except TargetError as exc:
+        print(f"rl-insight: {args.file}: {exc}", file=sys.stderr)
+        return 2
+    client = _client(args)
+
+    def send() -> dict:
+        done = [client.post("/api/v1/prometheus/targets", b) for b in bodies]
+        return {"registered": sum(d["registered"] for d in done),
+                "changed": sum(d["changed"] for d in done)}
+    return _api(send)
+
+
+def cmd_targets_list(args: argparse.Namespace) -> int:
+    client = _client(args)
+    return _api(lambda: client.get("/api/v1/prometheus/targets", project=args.project,
+                                   experiment_name=args.experiment))
+
+
+def cmd_experiments(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.action_exp == "list":
+        def table() -> str:
+            rows = client.get("/api/v1/experiments")["experiments"]
+            lines = [f"{'PROJECT':<20} {'EXPERIMENT':<28} {'STATUS':<9} TARGETS GROUPS LANES"]
+            for e in rows:
+                lines.append(f"{e['project']:<20} {e['experiment_name']:<28} "
+                             f"{e['status']:<9} {e['targets']:>7} {e['push_groups']:>6} "
+                             f"{e['lanes']:>5}")
+            return "\n".join(lines) if rows else "no experiments yet"
+        return _api(table)
+    if not args.project or not args.experiment:
+        print("rl-insight: give --project and --experiment", file=sys.stderr)
+        return 2
+    if args.action_exp == "show":
+        return _api(lambda: client.get("/api/v1/experiments/targets", project=args.project,
+                                       experiment_name=args.experiment))
+    body = {"project": args.project, "experiment_name": args.experiment}
+    return _api(lambda: client.post(f"/api/v1/experiments/{args.action_exp}", body))
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -159,6 +243,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", parents=[common], help="print the effective settings")
     p.set_defaults(func=cmd_config)
+
+    remote = argparse.ArgumentParser(add_help=False, parents=[common])
+    remote.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL, else the "
+                                             "server running from $RL_INSIGHT_HOME")
+    targets = sub.add_parser("targets", help="registered scrape targets")
+    tsub = targets.add_subparsers(dest="action_targets", required=True)
+    p = tsub.add_parser("add", parents=[remote], help="register the targets in a YAML file")
+    p.add_argument("file", help="YAML: {job_name, targets, labels, project, "
+                                "experiment_name}, or a list of those")
+    p.set_defaults(func=cmd_targets_add)
+    p = tsub.add_parser("list", parents=[remote], help="list registered targets")
+    p.add_argument("--project")
+    p.add_argument("--experiment")
+    p.set_defaults(func=cmd_targets_list)
+
+    p = sub.add_parser("experiments", parents=[remote],
+                       help="list, show, archive, restore or finish experiments")
+    p.add_argument("action_exp", choices=["list", "show", "archive", "restore", "finish"])
+    p.add_argument("--project")
+    p.add_argument("--experiment", help="the experiment_name")
+    p.set_defaults(func=cmd_experiments)
     return parser
 
 

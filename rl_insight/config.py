@@ -88,6 +88,31 @@ class InstallSettings:
 
 
 @dataclass
+class PushSettings:
+    """The pushgateway-compatible intake on /metrics/job/..."""
+
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_series_per_group: int = 50_000
+    max_series_total: int = 2_000_000
+    finished_ttl_s: float = 3600.0  # groups of a finished run are dropped after this
+    idle_ttl_s: float = 0.0  # groups not pushed for this long are dropped; 0: never
+    persist_interval_s: float = 2.0
+
+
+@dataclass
+class TraceSettings:
+    """OTLP/HTTP intake on /v1/traces and its relay to Tempo through an on-disk spool."""
+
+    relay_url: str = ""  # empty: Tempo's OTLP/HTTP receiver on tempo.otlp_http_port
+    max_body_bytes: int = 64 * 1024 * 1024
+    spool_max_bytes: int = 1024 * 1024 * 1024
+    relay_timeout_s: float = 10.0
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 5.0
+    max_lanes: int = 100_000
+
+
+@dataclass
 class SupervisorSettings:
     ready_timeout_s: float = 90.0
     stop_timeout_s: float = 10.0
@@ -106,6 +131,8 @@ class Settings:
     tempo: TempoSettings = field(default_factory=TempoSettings)
     grafana: GrafanaSettings = field(default_factory=GrafanaSettings)
     install: InstallSettings = field(default_factory=InstallSettings)
+    push: PushSettings = field(default_factory=PushSettings)
+    traces: TraceSettings = field(default_factory=TraceSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
 
     # -- derived paths: one place decides the layout of RL_INSIGHT_HOME -------------
@@ -128,6 +155,11 @@ class Settings:
     @property
     def run_dir(self) -> Path:
         return self.home_path / "run"
+
+    @property
+    def state_dir(self) -> Path:
+        """What the server persists: targets, experiments, pushed groups, the spool."""
+        return self.home_path / "state"
 
     @property
     def generated_dir(self) -> Path:

@@ -21,9 +21,10 @@ import requests
 from rl_insight import netaddr
 from rl_insight.config import Settings, env_name
 from rl_insight.server import binaries, runfile
-from rl_insight.server.app import ServerState, ServiceInfo, create_app
+from rl_insight.server.app import create_app
 from rl_insight.server.services import SERVICES
 from rl_insight.server.services.base import Launch, PortUse
+from rl_insight.server.state import ServerState, ServiceInfo
 from rl_insight.server.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ def run(settings: Settings, say: Say = print) -> int:
     for launch in launches.values():
         supervisor.add(launch)
     state = ServerState(settings, supervisor, infos, advertise_host=advertise)
+    state.open()
     http = _HttpThread(create_app(state), sock, settings.server.log_level)
 
     stop = threading.Event()
@@ -173,8 +175,9 @@ def run(settings: Settings, say: Say = print) -> int:
         stop.wait()
         say("stopping: services first, then the server")
     finally:
-        supervisor.stop()
         http.stop()
+        state.close()
+        supervisor.stop()
         runfile.remove(settings)
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -1,20 +1,31 @@
-"""The server's own metrics, collected at scrape time from the supervisor's state."""
+"""The server's own metrics: request and push counters, and gauges read at scrape time
+from the supervisor and the stores."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+if TYPE_CHECKING:
+    from rl_insight.server.state import ServerState
 
-class ServicesCollector(Collector):
-    """`rl_insight_service_up`, `..._ready` and `..._restarts_total` per managed service."""
 
-    def __init__(self, report: Callable[[], dict]) -> None:
-        self.report = report
+class _StateCollector(Collector):
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
 
     def collect(self) -> Iterator:
+        st = self.state
         up = GaugeMetricFamily("rl_insight_service_up",
                                "1 when the managed service's process runs", labels=["service"])
         ready = GaugeMetricFamily("rl_insight_service_ready",
@@ -23,10 +34,50 @@ class ServicesCollector(Collector):
         restarts = CounterMetricFamily("rl_insight_service_restarts",
                                        "Times the supervisor restarted the service",
                                        labels=["service"])
-        for s in self.report()["services"]:
-            if s["state"] in ("disabled", "not installed"):
-                continue
-            up.add_metric([s["name"]], 1.0 if s.get("pid") else 0.0)
-            ready.add_metric([s["name"]], 1.0 if s.get("ready") else 0.0)
-            restarts.add_metric([s["name"]], float(s.get("restarts") or 0))
+        for s in st.supervisor.status():
+            up.add_metric([s.name], 1.0 if s.pid else 0.0)
+            ready.add_metric([s.name], 1.0 if s.ready else 0.0)
+            restarts.add_metric([s.name], float(s.restarts))
         yield from (up, ready, restarts)
+        yield GaugeMetricFamily("rl_insight_push_groups", "Pushed groups stored",
+                                value=len(st.pushes.groups))
+        yield GaugeMetricFamily("rl_insight_push_series", "Series in pushed groups",
+                                value=st.pushes.total_series())
+        yield GaugeMetricFamily("rl_insight_targets", "Registered scrape targets",
+                                value=len(st.targets.list()))
+        yield CounterMetricFamily("rl_insight_spans_received", "Spans accepted on /v1/traces",
+                                  value=st.spans_received)
+        yield CounterMetricFamily("rl_insight_spans_relayed", "Spans delivered to Tempo",
+                                  value=st.relay.relayed)
+        yield CounterMetricFamily("rl_insight_spans_replayed",
+                                  "Spans delivered from the spool after an outage",
+                                  value=st.relay.replayed)
+        dropped = CounterMetricFamily("rl_insight_spans_dropped", "Spans dropped, by reason",
+                                      labels=["reason"])
+        for reason, n in st.relay.dropped.items():
+            dropped.add_metric([reason], float(n))
+        yield dropped
+        yield GaugeMetricFamily("rl_insight_spool_spans", "Spans waiting in the spool",
+                                value=st.spool.spans)
+        yield GaugeMetricFamily("rl_insight_spool_bytes", "Bytes in the spool",
+                                value=st.spool.bytes)
+        yield GaugeMetricFamily("rl_insight_trace_relay_up",
+                                "1 when the last send to Tempo succeeded",
+                                value=1.0 if st.relay.up else 0.0)
+        yield GaugeMetricFamily("rl_insight_lanes", "Lanes with statistics",
+                                value=len(st.lanes))
+
+
+class ServerMetrics:
+    """One registry for everything the server says about itself."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        for collector in (ProcessCollector, PlatformCollector, GCCollector):
+            collector(registry=self.registry)
+        self.requests = Counter("rl_insight_http_requests", "HTTP requests by route and code",
+                                ["method", "route", "code"], registry=self.registry)
+        self.pushes = Counter("rl_insight_pushes", "Metric pushes by method and result",
+                              ["method", "result"], registry=self.registry)
+        self.registry.register(_StateCollector(state))
+        self.types = {m.name: m.type for m in self.registry.collect()}

@@ -1,0 +1,50 @@
+"""A small HTTP client for the server's API, used by the CLI and operator tools.
+
+Errors come back as :class:`ApiError` carrying the server's own message, so the CLI can
+print it unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerClient:
+    def __init__(self, url: str, token: str = "", timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = requests.request(method, self.url + path, headers=self.headers,
+                                 timeout=self.timeout, **kw)
+        except requests.RequestException as exc:
+            raise ApiError(None, f"cannot reach the server at {self.url} "
+                                 f"({exc.__class__.__name__}); is it running? "
+                                 "`rl-insight server status` tells") from None
+        if r.status_code >= 400:
+            try:
+                message = r.json().get("error") or r.text
+            except ValueError:
+                message = r.text
+            raise ApiError(r.status_code, f"{r.status_code}: {message}")
+        try:
+            return r.json()
+        except ValueError:
+            return r.text
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params={k: v for k, v in params.items()
+                                                 if v is not None})
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request("POST", path, json=body)

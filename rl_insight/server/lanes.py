@@ -1,0 +1,63 @@
+"""Per-lane statistics from the spans passing through: last span time, states seen,
+span count. Bounded: the least recently active lanes are forgotten first."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+MAX_STATES_PER_LANE = 64
+
+
+class LaneStats:
+    def __init__(self, max_lanes: int) -> None:
+        self.max_lanes = max_lanes
+        self._lanes: OrderedDict[tuple[str, str, str], dict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def observe(self, spans: Iterable[tuple[dict[str, Any], Any]]) -> set[tuple[str, str]]:
+        """Record spans; returns the (project, experiment_name) pairs seen."""
+        seen: set[tuple[str, str]] = set()
+        with self._lock:
+            for attrs, span in spans:
+                lane = attrs.get("state_lane_id")
+                if lane is None:
+                    continue
+                project = str(attrs.get("project") or "")
+                experiment = str(attrs.get("experiment_name") or "")
+                seen.add((project, experiment))
+                key = (project, experiment, str(lane))
+                entry = self._lanes.get(key)
+                if entry is None:
+                    entry = self._lanes[key] = {"spans": 0, "last_end_ns": 0, "states": {}}
+                    while len(self._lanes) > self.max_lanes:
+                        self._lanes.popitem(last=False)
+                else:
+                    self._lanes.move_to_end(key)
+                entry["spans"] += 1
+                entry["last_end_ns"] = max(entry["last_end_ns"], span.end_time_unix_nano)
+                state = str(attrs.get("state_name") or span.name)
+                states = entry["states"]
+                if state in states or len(states) < MAX_STATES_PER_LANE:
+                    states[state] = states.get(state, 0) + 1
+        return seen
+
+    def list(self, project: str | None = None, experiment_name: str | None = None
+             ) -> list[dict]:
+        with self._lock:
+            rows = []
+            for (p, e, lane), entry in self._lanes.items():
+                if project is not None and p != project:
+                    continue
+                if experiment_name is not None and e != experiment_name:
+                    continue
+                rows.append({"project": p, "experiment_name": e, "lane": lane,
+                             "spans": entry["spans"],
+                             "last_span_end": entry["last_end_ns"] / 1e9,
+                             "states": dict(entry["states"])})
+            return sorted(rows, key=lambda r: (r["project"], r["experiment_name"], r["lane"]))
+
+    def __len__(self) -> int:
+        return len(self._lanes)

@@ -1,0 +1,126 @@
+"""OTLP/HTTP trace payloads: decoding protobuf and JSON (as the OTLP spec encodes them),
+and reading span attributes. Relaying always re-encodes as protobuf."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+class OtlpError(ValueError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """Undo Content-Encoding gzip/deflate, refusing output larger than ``limit``."""
+    encoding = (encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise OtlpError(415, f"Content-Encoding {encoding!r} is not supported; use gzip")
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise OtlpError(400, f"the {encoding} body is corrupt: {exc}") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise OtlpError(413, f"the decompressed body is larger than {limit} bytes "
+                             "(traces.max_body_bytes); send smaller batches")
+    return out
+
+
+def _hex_ids_to_b64(node: Any) -> None:
+    """OTLP/JSON writes trace and span ids as hex; protobuf's JSON mapping wants base64."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in _ID_FIELDS and isinstance(v, str):
+                try:
+                    node[k] = base64.b64encode(bytes.fromhex(v)).decode()
+                except ValueError:
+                    raise OtlpError(400, f"{k} {v!r} is not hex") from None
+            else:
+                _hex_ids_to_b64(v)
+    elif isinstance(node, list):
+        for v in node:
+            _hex_ids_to_b64(v)
+
+
+def decode(body: bytes, content_type: str) -> ExportTraceServiceRequest:
+    ctype = (content_type or "").split(";")[0].strip().lower()
+    req = ExportTraceServiceRequest()
+    if ctype == PROTOBUF:
+        try:
+            req.ParseFromString(body)
+        except DecodeError as exc:
+            raise OtlpError(400, f"the body is not an OTLP ExportTraceServiceRequest "
+                                 f"protobuf: {exc}") from None
+        return req
+    if ctype == JSON:
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise OtlpError(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise OtlpError(400, "the JSON body must be an object with resourceSpans")
+        _hex_ids_to_b64(data)
+        try:
+            json_format.ParseDict(data, req, ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
+            raise OtlpError(400, f"the JSON is not an OTLP trace request: {exc}") from None
+        return req
+    raise OtlpError(415, f"Content-Type {content_type!r} is not supported; use "
+                         f"{PROTOBUF} or {JSON}")
+
+
+def response(content_type: str) -> tuple[bytes, str]:
+    """An empty ExportTraceServiceResponse in the request's encoding."""
+    if (content_type or "").split(";")[0].strip().lower() == JSON:
+        return b"{}", JSON
+    return ExportTraceServiceResponse().SerializeToString(), PROTOBUF
+
+
+def count_spans(req: ExportTraceServiceRequest) -> int:
+    return sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+
+
+def value_of(v: AnyValue) -> Any:
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind in ("array_value", "kvlist_value"):
+        return json_format.MessageToDict(getattr(v, kind))
+    return getattr(v, kind)
+
+
+def iter_spans(req: ExportTraceServiceRequest) -> Iterator[tuple[dict[str, Any], Any]]:
+    """(merged resource and span attributes, span) for every span."""
+    for rs in req.resource_spans:
+        resource = {kv.key: value_of(kv.value) for kv in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                attrs = dict(resource)
+                attrs.update({kv.key: value_of(kv.value) for kv in span.attributes})
+                yield attrs, span
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=1)

@@ -1,0 +1,350 @@
+"""Pushed metric groups, with the Prometheus Pushgateway's semantics.
+
+A group is named by its grouping key (``job`` plus the label pairs of the push URL).
+PUT replaces a group, POST replaces only the families it pushes, DELETE drops it. Every
+sample carries the grouping labels (they override the pushed ones) and ``instance=""``
+when it has none, exactly as the Pushgateway exposes them. A push that is invalid,
+inconsistent with what is stored, or over a limit changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from rl_insight.config import PushSettings
+from rl_insight.server.services.base import write_atomic
+
+log = logging.getLogger(__name__)
+
+METRIC_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+GroupKey = tuple[tuple[str, str], ...]
+
+
+class PushError(Exception):
+    """A refused push; ``status`` is the HTTP code, the message says what was wrong."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def valid_label_name(name: str) -> bool:
+    return bool(LABEL_NAME_RE.match(name)) and not name.startswith("__")
+
+
+def _b64(value: str) -> str:
+    if value == "=":
+        return ""
+    padded = value + "=" * (-len(value) % 4)
+    try:
+        return base64.urlsafe_b64decode(padded.replace("+", "-").replace("/", "_")).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise PushError(400, f"invalid base64 label value {value!r}") from None
+
+
+def parse_grouping_key(path: str) -> dict[str, str]:
+    """``job/<j>/<name>/<value>...`` (``@base64`` allowed on any name) into labels."""
+    parts = path.strip("/").split("/")
+    if len(parts) < 2 or parts[0] not in ("job", "job@base64"):
+        raise PushError(400, "the path must be /metrics/job/<job>{/<label>/<value>}")
+    if len(parts) % 2:
+        raise PushError(400, f"odd number of components in label path {path!r}; "
+                             "labels come in /<name>/<value> pairs")
+    labels: dict[str, str] = {}
+    for i in range(0, len(parts), 2):
+        name, value = parts[i], parts[i + 1]
+        if name.endswith("@base64"):
+            name, value = name[: -len("@base64")], _b64(value)
+        if i and name == "job":
+            raise PushError(400, "job is set by /job/<job>; it cannot repeat as a label")
+        if not valid_label_name(name):
+            raise PushError(400, f"improper label name {name!r}: use [a-zA-Z_][a-zA-Z0-9_]* "
+                                 "not starting with __")
+        if name in labels:
+            raise PushError(400, f"label {name!r} appears twice in the path")
+        labels[name] = value
+    if not labels["job"]:
+        raise PushError(400, "the job name must not be empty")
+    return labels
+
+
+def group_key(labels: Mapping[str, str]) -> GroupKey:
+    return tuple(sorted(labels.items()))
+
+
+@dataclass
+class Group:
+    labels: dict[str, str]
+    families: dict[str, Metric] = field(default_factory=dict)
+    push_time: float = 0.0
+
+    @property
+    def series(self) -> int:
+        return sum(len(f.samples) for f in self.families.values())
+
+
+def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
+    """Parse the text format and apply the grouping labels; raise PushError(400)."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, IndexError, KeyError) as exc:
+        raise PushError(400, f"text format parsing error: {exc}") from None
+    out: dict[str, Metric] = {}
+    seen: set[tuple] = set()
+    for fam in families:
+        if not fam.samples and fam.name in out:
+            continue
+        if fam.name in out:
+            raise PushError(400, f"metric family {fam.name!r} appears twice in the push")
+        if not METRIC_NAME_RE.match(fam.name):
+            raise PushError(400, f"invalid metric name {fam.name!r}")
+        metric = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+        for s in fam.samples:
+            if not METRIC_NAME_RE.match(s.name):
+                raise PushError(400, f"invalid metric name {s.name!r}")
+            if s.timestamp is not None:
+                raise PushError(400, f"sample {s.name} has a timestamp; pushed metrics must "
+                                     "not have timestamps")
+            for ln in s.labels:
+                if not valid_label_name(ln):
+                    raise PushError(400, f"invalid label name {ln!r} on {s.name}")
+            labels = {**s.labels, **grouping}
+            labels.setdefault("instance", "")
+            ident = (s.name, tuple(sorted(labels.items())))
+            if ident in seen:
+                raise PushError(400, f"sample {s.name}{dict(ident[1])} appears twice")
+            seen.add(ident)
+            metric.samples.append(Sample(s.name, labels, s.value, None, None))
+        if metric.samples or fam.name not in out:
+            out[fam.name] = metric
+    return {k: v for k, v in out.items() if v.samples}
+
+
+class PushStore:
+    """All groups, thread-safe; persisted to ``state_dir/groups`` in the background."""
+
+    def __init__(self, settings: PushSettings, state_dir: Path,
+                 refuse: Callable[[Mapping[str, str]], str | None] = lambda labels: None,
+                 reserved: Callable[[], Mapping[str, str]] = dict) -> None:
+        self.settings = settings
+        self.dir = state_dir / "groups"
+        self.refuse = refuse  # grouping labels -> reason to refuse (archived experiment)
+        self.reserved = reserved  # family name -> type of the server's own metrics
+        self.groups: dict[GroupKey, Group] = {}
+        self._types: dict[str, dict[str, int]] = {}  # family -> type -> groups using it
+        self._lock = threading.RLock()
+        self._dirty: set[GroupKey] = set()
+        self.pushes = 0
+        self.version = 0  # bumped on every change (for caching the exposition)
+
+    # -- writes ------------------------------------------------------------------
+    def push(self, grouping: Mapping[str, str], body: str, replace: bool) -> None:
+        """PUT (replace=True) or POST semantics; raises PushError and changes nothing."""
+        why = self.refuse(grouping)
+        if why:
+            raise PushError(409, why)
+        families = parse_body(body, grouping)
+        key = group_key(grouping)
+        with self._lock:
+            old = self.groups.get(key)
+            merged = dict(families) if replace or old is None else {**old.families,
+                                                                    **families}
+            self._check_types(families, key)
+            new_series = sum(len(f.samples) for f in merged.values())
+            if new_series > self.settings.max_series_per_group:
+                raise PushError(400, f"the group would hold {new_series} series; the limit "
+                                     f"is {self.settings.max_series_per_group} "
+                                     "(push.max_series_per_group)")
+            total = self.total_series() - (old.series if old else 0) + new_series
+            if total > self.settings.max_series_total:
+                raise PushError(429, f"the server would hold {total} series; the limit is "
+                                     f"{self.settings.max_series_total} "
+                                     "(push.max_series_total); delete finished groups")
+            group = Group(dict(grouping), merged, time.time())
+            self._replace(key, old, group)
+            self.pushes += 1
+
+    def delete(self, grouping: Mapping[str, str]) -> bool:
+        key = group_key(grouping)
+        with self._lock:
+            old = self.groups.get(key)
+            if old is None:
+                return False
+            self._replace(key, old, None)
+            return True
+
+    def delete_where(self, match: Callable[[Mapping[str, str]], bool]) -> int:
+        with self._lock:
+            keys = [k for k, g in self.groups.items() if match(g.labels)]
+            for k in keys:
+                self._replace(k, self.groups[k], None)
+            return len(keys)
+
+    def _check_types(self, families: Mapping[str, Metric], key: GroupKey) -> None:
+        reserved = self.reserved()
+        own = self.groups.get(key)
+        for name, fam in families.items():
+            if name in reserved and reserved[name] != fam.type:
+                raise PushError(400, f"metric {name!r} is pushed as {fam.type} but the server "
+                                     f"exposes it as {reserved[name]}")
+            types = dict(self._types.get(name, {}))
+            if own is not None and name in own.families:
+                t = own.families[name].type
+                types[t] -= 1
+                if not types[t]:
+                    del types[t]
+            other = [t for t in types if t != fam.type]
+            if other:
+                raise PushError(400, f"metric {name!r} is pushed as {fam.type} but another "
+                                     f"group holds it as {other[0]}; one name, one type")
+
+    def _replace(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
+        for group, step in ((old, -1), (new, 1)):
+            if group is None:
+                continue
+            for name, fam in group.families.items():
+                counts = self._types.setdefault(name, {})
+                counts[fam.type] = counts.get(fam.type, 0) + step
+                if counts[fam.type] <= 0:
+                    del counts[fam.type]
+                if not counts:
+                    del self._types[name]
+        if new is None:
+            self.groups.pop(key, None)
+        else:
+            self.groups[key] = new
+        self._dirty.add(key)
+        self.version += 1
+
+    # -- reads -------------------------------------------------------------------
+    def total_series(self) -> int:
+        with self._lock:
+            return sum(g.series for g in self.groups.values())
+
+    def families(self, visible: Callable[[Mapping[str, str]], bool] = lambda labels: True
+                 ) -> list[Metric]:
+        """Every family merged across groups, plus push_time_seconds and
+        push_failure_time_seconds per group, as the Pushgateway exposes them."""
+        merged: dict[str, Metric] = {}
+        push_time = Metric("push_time_seconds",
+                           "Last Unix time when changing this group in the Pushgateway "
+                           "succeeded.", "gauge")
+        failure = Metric("push_failure_time_seconds",
+                         "Last Unix time when changing this group in the Pushgateway failed.",
+                         "gauge")
+        with self._lock:
+            for group in self.groups.values():
+                if not visible(group.labels):
+                    continue
+                for name, fam in group.families.items():
+                    into = merged.get(name)
+                    if into is None:
+                        into = merged[name] = Metric(name, fam.documentation, fam.type,
+                                                     fam.unit)
+                    into.samples.extend(fam.samples)
+                base = dict(group.labels)
+                base.setdefault("instance", "")
+                push_time.samples.append(Sample("push_time_seconds", base, group.push_time))
+                failure.samples.append(Sample("push_failure_time_seconds", base, 0.0))
+        if push_time.samples:
+            merged.setdefault("push_time_seconds", push_time)
+            merged.setdefault("push_failure_time_seconds", failure)
+        return list(merged.values())
+
+    def groups_of(self, match: Callable[[Mapping[str, str]], bool]) -> list[dict]:
+        with self._lock:
+            return [{"labels": g.labels, "series": g.series, "push_time": g.push_time}
+                    for g in self.groups.values() if match(g.labels)]
+
+    # -- expiry and persistence ---------------------------------------------------
+    def expire(self, now: float, finished_at: Callable[[Mapping[str, str]], float | None]
+               ) -> int:
+        """Drop groups of runs finished more than finished_ttl_s ago, and idle groups."""
+        s = self.settings
+
+        def stale(labels: Mapping[str, str], push_time: float) -> bool:
+            done = finished_at(labels)
+            if done is not None and now - done > s.finished_ttl_s:
+                return True
+            return bool(s.idle_ttl_s) and now - push_time > s.idle_ttl_s
+
+        with self._lock:
+            keys = [k for k, g in self.groups.items() if stale(g.labels, g.push_time)]
+            for k in keys:
+                self._replace(k, self.groups[k], None)
+        if keys:
+            log.info("expired %d pushed groups", len(keys))
+        return len(keys)
+
+    @staticmethod
+    def _file(dir_: Path, key: GroupKey) -> Path:
+        return dir_ / (hashlib.sha1(json.dumps(key).encode()).hexdigest() + ".json")
+
+    def persist(self) -> None:
+        """Write the groups changed since the last call (atomically, one file each)."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            snapshot = {k: self.groups.get(k) for k in dirty}
+            rendered = {k: (g.labels, g.push_time, generate_latest(_Families(g.families))
+                            .decode()) for k, g in snapshot.items() if g is not None}
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for key, group in snapshot.items():
+            path = self._file(self.dir, key)
+            if group is None:
+                path.unlink(missing_ok=True)
+                continue
+            labels, push_time, text = rendered[key]
+            write_atomic(path, json.dumps({"labels": labels, "push_time": push_time,
+                                           "text": text}))
+
+    def load(self) -> int:
+        """Read persisted groups back (at start); unreadable files are logged, skipped."""
+        if not self.dir.is_dir():
+            return 0
+        n = 0
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                data = json.loads(path.read_text())
+                families = parse_body(data["text"], data["labels"])
+            except (ValueError, KeyError, PushError) as exc:
+                log.warning("skipping unreadable pushed group %s: %s", path, exc)
+                continue
+            group = Group(data["labels"], families, data["push_time"])
+            with self._lock:
+                self._replace(group_key(group.labels), None, group)
+            n += 1
+        self._dirty.clear()
+        return n
+
+
+class _Families:
+    """Adapts a list of families to what generate_latest expects of a registry."""
+
+    def __init__(self, families: Mapping[str, Metric] | Iterable[Metric]) -> None:
+        self._families = list(families.values()) if isinstance(families, Mapping) \
+            else list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def render(families: Iterable[Metric]) -> bytes:
+    """The text exposition of families (the Prometheus text format 0.0.4)."""
+    return generate_latest(_Families(list(families)))

@@ -1,0 +1,113 @@
+"""Relays accepted OTLP requests to Tempo, in order, through the spool.
+
+Every request is spooled first and one worker sends from the head, so order holds
+across a Tempo outage and a server restart. Connection errors, 5xx and 429 are retried
+with backoff; other 4xx answers mean Tempo will never take the record: it is dropped
+and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import requests
+
+from rl_insight.config import TraceSettings
+from rl_insight.server.otlp import PROTOBUF
+from rl_insight.server.spool import Spool
+
+log = logging.getLogger(__name__)
+
+
+class Relay:
+    def __init__(self, settings: TraceSettings, spool: Spool, url: str) -> None:
+        self.settings = settings
+        self.spool = spool
+        self.url = url
+        self.relayed = 0
+        self.replayed = 0
+        self.dropped: dict[str, int] = {"spool_full": 0, "rejected": 0}
+        self.last_error = ""
+        self.up = False
+        self._outage = len(spool) > 0  # a backlog from before a restart counts as replay
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._session = requests.Session()
+        self._thread = threading.Thread(target=self._run, name="rl-insight-relay",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, payload: bytes, spans: int) -> None:
+        dropped = self.spool.append(payload, spans)
+        if dropped:
+            self.dropped["spool_full"] += dropped
+            log.warning("trace spool full (traces.spool_max_bytes); dropped %d oldest spans",
+                        dropped)
+        self._wake.set()
+
+    def _run(self) -> None:
+        delay = self.settings.retry_initial_s
+        while not self._stop.is_set():
+            rec = self.spool.peek()
+            if rec is None:
+                self._outage = False
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            seq, spans, payload = rec
+            outcome = self._send(payload)
+            if outcome == "ok":
+                self.spool.pop(seq)
+                self.relayed += spans
+                if self._outage:
+                    self.replayed += spans
+                delay = self.settings.retry_initial_s
+            elif outcome == "rejected":
+                self.spool.pop(seq)
+                self.dropped["rejected"] += spans
+            else:
+                self._outage = True
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.settings.retry_max_s)
+
+    def _send(self, payload: bytes) -> str:
+        try:
+            r = self._session.post(self.url, data=payload,
+                                   headers={"Content-Type": PROTOBUF},
+                                   timeout=self.settings.relay_timeout_s)
+        except requests.RequestException as exc:
+            self._note_down(f"cannot reach {self.url}: {exc.__class__.__name__}")
+            return "retry"
+        if r.status_code < 300:
+            if not self.up:
+                log.info("trace relay to %s is up", self.url)
+            self.up, self.last_error = True, ""
+            return "ok"
+        if r.status_code == 429 or r.status_code >= 500:
+            self._note_down(f"{self.url} answered {r.status_code}")
+            return "retry"
+        self.last_error = f"{self.url} rejected a batch: {r.status_code} {r.text[:200]}"
+        log.error("%s; dropping it", self.last_error)
+        return "rejected"
+
+    def _note_down(self, why: str) -> None:
+        if self.up or not self.last_error:
+            log.warning("trace relay down (%s); spooling to %s", why, self.spool.dir)
+        self.up, self.last_error = False, why
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until the spool is empty or the deadline passes."""
+        end = time.monotonic() + timeout
+        while len(self.spool) and time.monotonic() < end:
+            self._wake.set()
+            time.sleep(0.05)
+        return not len(self.spool)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=self.settings.relay_timeout_s + 1)

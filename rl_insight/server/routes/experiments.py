@@ -1,0 +1,81 @@
+"""Experiments: list, their targets with Prometheus' view of them, archive, restore,
+finish."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+
+from rl_insight.server import promapi
+from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, read_body
+from rl_insight.server.state import ServerState, prometheus_url
+
+
+async def identity(request: Request) -> tuple[str, str]:
+    raw = await read_body(request, 64 * 1024, "64 KiB")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise HttpError(400, "the body must be {\"project\": ..., \"experiment_name\": ...}")
+    p, e = body.get("project"), body.get("experiment_name")
+    if not isinstance(p, str) or not isinstance(e, str) or not p or not e:
+        raise HttpError(400, "give project and experiment_name as non-empty strings")
+    return p, e
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    def summary(exp: dict) -> dict:
+        p, e = exp["project"], exp["experiment_name"]
+        match = lambda labels: (labels.get("project") == p  # noqa: E731
+                                and labels.get("experiment_name") == e)
+        return {**exp, "targets": len(state.targets.list(p, e)),
+                "push_groups": len(state.pushes.groups_of(match)),
+                "lanes": len(state.lanes.list(p, e))}
+
+    @r.get("/api/v1/experiments", summary="Every experiment and its status")
+    def list_experiments() -> dict:
+        return {"experiments": [summary(x) for x in state.experiments.list()]}
+
+    @r.get("/api/v1/experiments/targets",
+           summary="An experiment's targets, with Prometheus' health and last error")
+    def experiment_targets(project: str, experiment_name: str) -> dict:
+        exp = state.experiments.get(project, experiment_name)
+        if exp is None:
+            raise HttpError(404, f"no experiment {project}/{experiment_name}; "
+                                 "GET /api/v1/experiments lists them")
+        health = promapi.target_health(prometheus_url(state.settings))
+        rows = []
+        for t in state.targets.list(project, experiment_name):
+            h = (health or {}).get((t["job_name"], t["target"]))
+            if health is None:
+                h = {"health": "unknown", "last_error": "Prometheus does not answer"}
+            elif h is None:
+                h = {"health": "not scraped" if exp.status == "archived" else "pending",
+                     "last_error": ""}
+            rows.append({**t, **h})
+        return {"project": project, "experiment_name": experiment_name,
+                "status": exp.status, "targets": rows}
+
+    def _set(status: str):
+        async def handler(request: Request) -> dict:
+            p, e = await identity(request)
+            try:
+                exp = state.set_experiment_status(p, e, status)
+            except KeyError:
+                raise HttpError(404, f"no experiment {p}/{e}; GET /api/v1/experiments "
+                                     "lists them") from None
+            return {"project": exp.project, "experiment_name": exp.experiment_name,
+                    "status": exp.status}
+        return handler
+
+    for action, status in (("archive", "archived"), ("restore", "active"),
+                           ("finish", "finished")):
+        r.add_api_route(f"/api/v1/experiments/{action}", _set(status), methods=["POST"],
+                        summary=f"{action.capitalize()} an experiment",
+                        openapi_extra=RAW_JSON_BODY)
+    return r

@@ -1,0 +1,56 @@
+"""Scrape-target registration: POST (add), DELETE (remove) and GET (list)."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+
+from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, read_body
+from rl_insight.server.state import ServerState
+from rl_insight.server.targets import TargetError, parse_registration
+
+MAX_BODY = 4 * 1024 * 1024
+
+
+async def parse(request: Request) -> list:
+    raw = await read_body(request, MAX_BODY, "4 MiB for registrations")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    try:
+        return parse_registration(body)
+    except TargetError as exc:
+        raise HttpError(400, str(exc)) from None
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
+            summary="Register scrape targets (idempotent)")
+    async def register(request: Request) -> dict:
+        targets = await parse(request)
+        t = targets[0]
+        if t.project:
+            why = state.experiments.archived_reason(
+                {"project": t.project, "experiment_name": t.experiment_name})
+            if why:
+                raise HttpError(409, why)
+            state.experiments.touch(t.project, t.experiment_name)
+        changed = state.targets.register(targets)
+        return {"registered": len(targets), "changed": changed,
+                "targets": [x.as_dict() for x in targets]}
+
+    @r.delete("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
+              summary="Remove scrape targets (same body as registration)")
+    async def remove(request: Request) -> dict:
+        targets = await parse(request)
+        return {"removed": state.targets.remove(targets)}
+
+    @r.get("/api/v1/prometheus/targets", summary="Registered scrape targets")
+    def list_targets(project: str | None = None, experiment_name: str | None = None) -> dict:
+        return {"targets": state.targets.list(project, experiment_name)}
+
+    return r

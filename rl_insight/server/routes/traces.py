@@ -1,0 +1,51 @@
+"""OTLP/HTTP trace intake (/v1/traces), relayed to Tempo through the spool, and the
+per-lane statistics gathered on the way."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from rl_insight.server import otlp
+from rl_insight.server.routes.common import HttpError, read_body
+from rl_insight.server.state import ServerState
+
+OTLP_BODY = {"requestBody": {"content": {
+    "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+    "application/json": {"schema": {"type": "object"}}}, "required": True}}
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+    limit = state.settings.traces.max_body_bytes
+
+    def accept(body: bytes, ctype: str, encoding: str) -> None:
+        raw = otlp.decompress(body, encoding, limit)
+        req = otlp.decode(raw, ctype)
+        n = otlp.count_spans(req)
+        for project, experiment in state.lanes.observe(otlp.iter_spans(req)):
+            state.experiments.touch(project, experiment)
+        payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
+            else req.SerializeToString()
+        if n:
+            state.relay.submit(payload, n)
+            state.spans_received += n
+
+    @r.post("/v1/traces", summary="OTLP/HTTP trace export (protobuf or JSON, gzip)",
+            openapi_extra=OTLP_BODY)
+    async def traces(request: Request) -> Response:
+        ctype = request.headers.get("content-type", "")
+        body = await read_body(request, limit, "traces.max_body_bytes")
+        try:
+            await run_in_threadpool(accept, body, ctype,
+                                    request.headers.get("content-encoding", ""))
+        except otlp.OtlpError as exc:
+            raise HttpError(exc.status, str(exc)) from None
+        content, media = otlp.response(ctype)
+        return Response(content, media_type=media)
+
+    @r.get("/api/v1/lanes", summary="Per-lane statistics: last span, states, span count")
+    def lanes(project: str | None = None, experiment_name: str | None = None) -> dict:
+        return {"lanes": state.lanes.list(project, experiment_name)}
+
+    return r

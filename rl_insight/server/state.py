@@ -1,0 +1,159 @@
+"""Everything the running server holds, wired together: the supervised services, the
+target, experiment and push stores, and the trace relay. Routes only read and call it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from rl_insight import netaddr
+from rl_insight.config import Settings
+from rl_insight.server.experiments import ExperimentStore
+from rl_insight.server.lanes import LaneStats
+from rl_insight.server.pushstore import PushStore
+from rl_insight.server.relay import Relay
+from rl_insight.server.services.prometheus import Prometheus
+from rl_insight.server.spool import Spool
+from rl_insight.server.supervisor import Supervisor
+from rl_insight.server.targets import TargetStore
+from rl_insight.version import __version__
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceInfo:
+    """What the server knows about a service before and beside supervision."""
+
+    name: str
+    enabled: bool
+    installed: bool
+    version: str = ""
+    binary: str = ""
+    source: str = ""
+    url: str = ""
+    message: str = ""
+
+
+def relay_url(settings: Settings) -> str:
+    if settings.traces.relay_url:
+        return settings.traces.relay_url
+    host = netaddr.local_host(settings.bind_host("tempo"))
+    return netaddr.http_url(host, settings.tempo.otlp_http_port, "/v1/traces")
+
+
+def prometheus_url(settings: Settings) -> str:
+    return netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
+                            settings.prometheus.port)
+
+
+class ServerState:
+    def __init__(self, settings: Settings, supervisor: Supervisor,
+                 services: dict[str, ServiceInfo] | None = None,
+                 advertise_host: str = "") -> None:
+        self.settings = settings
+        self.supervisor = supervisor
+        self.services = services or {}
+        self.advertise_host = advertise_host or "127.0.0.1"
+        self.started_at = time.time()
+        state = settings.state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        self.experiments = ExperimentStore(state / "experiments.json")
+        self.targets = TargetStore(state / "targets.json",
+                                   Prometheus().targets_dir(settings),
+                                   hidden=self.experiments.is_archived)
+        self.pushes = PushStore(settings.push, state,
+                                refuse=self.experiments.archived_reason)
+        self.spool = Spool(state / "spool", settings.traces.spool_max_bytes)
+        self.relay = Relay(settings.traces, self.spool, relay_url(settings))
+        self.lanes = LaneStats(settings.traces.max_lanes)
+        self.spans_received = 0
+        from rl_insight.server.selfmetrics import ServerMetrics
+
+        self.metrics = ServerMetrics(self)
+        self.pushes.reserved = lambda: self.metrics.types
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._maintain, name="rl-insight-maintain",
+                                        daemon=True)
+
+    def open(self) -> None:
+        """Recover what was persisted, then start the relay and housekeeping."""
+        n_exp = self.experiments.load()
+        n_targets = self.targets.load()
+        n_groups = self.pushes.load()
+        log.info("recovered %d experiments, %d targets, %d pushed groups, %d spooled spans",
+                 n_exp, n_targets, n_groups, self.spool.spans)
+        self.relay.start()
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.relay.stop()
+        self.persist()
+
+    def persist(self) -> None:
+        self.pushes.persist()
+        self.experiments.persist()
+
+    def _maintain(self) -> None:
+        while not self._stop.wait(self.settings.push.persist_interval_s):
+            try:
+                self.pushes.expire(time.time(), self.experiments.finished_at)
+                self.persist()
+            except Exception:  # housekeeping must never stop the server
+                log.exception("periodic persistence failed")
+
+    def set_experiment_status(self, project: str, experiment_name: str, status: str):
+        e = self.experiments.set_status(project, experiment_name, status)
+        self.targets.write_sd()  # archived targets leave (or restored ones rejoin) discovery
+        return e
+
+    # -- reports ---------------------------------------------------------------------
+    def client_urls(self) -> dict[str, str]:
+        base = netaddr.http_url(self.advertise_host, self.settings.server.port)
+        t = self.settings.tempo
+        return {
+            "server_url": base,
+            "metrics_push": base + "/metrics/job/",
+            "otlp_traces": base + "/v1/traces",
+            "tempo_otlp_http": netaddr.http_url(self.advertise_host, t.otlp_http_port),
+            "tempo_otlp_grpc": netaddr.join_host_port(self.advertise_host, t.otlp_grpc_port),
+        }
+
+    def services_report(self) -> dict:
+        """Plain data for `status`: one entry per service, and whether all are ready."""
+        from dataclasses import asdict
+
+        running = {c.name: c for c in self.supervisor.status()}
+        out = []
+        for info in self.services.values():
+            entry = asdict(info)
+            child = running.get(info.name)
+            if child is not None:
+                entry.update(asdict(child))
+            else:
+                entry.update(state="disabled" if not info.enabled else "not installed",
+                             pid=None, ready=False, restarts=0, last_exit_code=None,
+                             port=None, log="")
+            out.append(entry)
+        needed = [e for e in out if e["state"] not in ("disabled", "not installed")]
+        return {
+            "server": {
+                "version": __version__,
+                "pid": os.getpid(),
+                "port": self.settings.server.port,
+                "ready": True,
+                "uptime_s": round(time.time() - self.started_at, 1),
+                "auth": bool(self.settings.server.token),
+            },
+            "services": out,
+            "clients": self.client_urls(),
+            "traces": {"relay_url": self.relay.url, "relay_up": self.relay.up,
+                       "spooled_spans": self.spool.spans,
+                       "last_error": self.relay.last_error},
+            "all_ready": all(e["ready"] for e in needed),
+        }

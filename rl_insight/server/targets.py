@@ -1,0 +1,260 @@
+"""Registered scrape targets: validated, persisted with atomic writes, and written out as
+Prometheus file-based service discovery (one file per job), so they survive restarts
+of the server and of Prometheus alike."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rl_insight.server.pushstore import valid_label_name
+from rl_insight.server.services.base import write_atomic
+
+RESERVED_LABELS = ("project", "experiment_name", "job")
+JOB_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.:-]{0,127}$")
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+                         r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$")
+
+
+class TargetError(ValueError):
+    """Invalid registration; the message names the offending field."""
+
+
+@dataclass(frozen=True)
+class Target:
+    job_name: str
+    target: str
+    labels: tuple[tuple[str, str], ...]
+    project: str = ""
+    experiment_name: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.job_name, self.target, self.project, self.experiment_name)
+
+    def sd_labels(self) -> dict[str, str]:
+        """The labels Prometheus attaches: job, identity, then the target's own."""
+        out = {"job": self.job_name}
+        if self.project:
+            out["project"] = self.project
+        if self.experiment_name:
+            out["experiment_name"] = self.experiment_name
+        out.update(dict(self.labels))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["labels"] = dict(self.labels)
+        return d
+
+
+def validate_hostport(text: str) -> str:
+    """``host:port`` (IPv6 in brackets); nothing else: no scheme, path or credentials."""
+    if not isinstance(text, str) or not text:
+        raise TargetError(f"target {text!r}: expected 'host:port'")
+    if "://" in text or "/" in text or "@" in text or "?" in text or "#" in text:
+        raise TargetError(f"target {text!r}: only host:port is allowed (no scheme, path, "
+                          "query or credentials)")
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        if not sep:
+            raise TargetError(f"target {text!r}: expected '[ipv6]:port'")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise TargetError(f"target {text!r}: {host!r} is not an IPv6 address") from None
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host:
+            raise TargetError(f"target {text!r}: expected 'host:port'")
+        if ":" in host:
+            raise TargetError(f"target {text!r}: put an IPv6 address in brackets, "
+                              "'[addr]:port'")
+        if not HOSTNAME_RE.match(host):
+            raise TargetError(f"target {text!r}: {host!r} is not a valid host name or address")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise TargetError(f"target {text!r}: the port must be a number 1..65535")
+    return text
+
+
+def validate_labels(labels: Mapping[str, Any] | None, where: str) -> tuple[tuple[str, str], ...]:
+    if labels is None:
+        return ()
+    if not isinstance(labels, Mapping):
+        raise TargetError(f"{where}: labels must be a mapping of name to value")
+    out = []
+    for name, value in labels.items():
+        if not isinstance(name, str) or not valid_label_name(name):
+            raise TargetError(f"{where}: invalid label name {name!r} (use "
+                              "[a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
+        if name in RESERVED_LABELS:
+            raise TargetError(f"{where}: label {name!r} is reserved; set project and "
+                              "experiment_name as fields of the request, job as job_name")
+        if isinstance(value, (dict, list)) or value is None:
+            raise TargetError(f"{where}: label {name!r} needs a plain value, got {value!r}")
+        out.append((name, str(value).lower() if isinstance(value, bool) else str(value)))
+    return tuple(sorted(out))
+
+
+def parse_registration(body: Mapping[str, Any]) -> list[Target]:
+    """The body existing clients send: ``{job_name, targets, labels, project?,
+    experiment_name?}`` with ``labels`` a mapping for all or a list, one per target."""
+    if not isinstance(body, Mapping):
+        raise TargetError("the body must be a JSON object")
+    job = body.get("job_name")
+    if not isinstance(job, str) or not JOB_RE.match(job):
+        raise TargetError(f"job_name {job!r}: expected a name like 'vllm' or "
+                          "'node-exporter' ([a-zA-Z_][a-zA-Z0-9_.:-]*)")
+    project = body.get("project") or ""
+    experiment = body.get("experiment_name") or ""
+    for field_name, value in (("project", project), ("experiment_name", experiment)):
+        if not isinstance(value, str) or len(value) > 256:
+            raise TargetError(f"{field_name} must be a string of at most 256 characters")
+    if bool(project) != bool(experiment):
+        raise TargetError("give both project and experiment_name, or neither")
+    targets = body.get("targets")
+    if isinstance(targets, str):
+        targets = [targets]
+    if not isinstance(targets, list) or not targets:
+        raise TargetError("targets must be a non-empty list of 'host:port' or "
+                          "{target, labels}")
+    common = body.get("labels")
+    if isinstance(common, list):
+        if len(common) != len(targets):
+            raise TargetError(f"labels is a list of {len(common)} but there are "
+                              f"{len(targets)} targets; give one entry (or null) per target")
+        per_target = common
+        common = None
+    else:
+        per_target = [None] * len(targets)
+    shared = dict(validate_labels(common, "labels"))
+    out = []
+    for i, (item, own) in enumerate(zip(targets, per_target, strict=True)):
+        if isinstance(item, Mapping):
+            address, item_labels = item.get("target"), item.get("labels")
+        else:
+            address, item_labels = item, None
+        where = f"targets[{i}]"
+        validate_hostport(address)
+        labels = {**shared, **dict(validate_labels(own, f"labels[{i}]")),
+                  **dict(validate_labels(item_labels, where))}
+        out.append(Target(job, address, tuple(sorted(labels.items())), project, experiment))
+    return out
+
+
+class TargetStore:
+    """Targets keyed by (job, target, project, experiment); thread-safe."""
+
+    def __init__(self, state_file: Path, sd_dir: Path,
+                 hidden: Callable[[str, str], bool] = lambda p, e: False) -> None:
+        self.state_file = state_file
+        self.sd_dir = sd_dir
+        self.hidden = hidden  # (project, experiment) -> not to be scraped (archived)
+        self._targets: dict[tuple, Target] = {}
+        self._registered_at: dict[tuple, float] = {}
+        self._lock = threading.RLock()
+
+    def load(self) -> int:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            data = []
+        for d in data:
+            t = Target(d["job_name"], d["target"], tuple(sorted(d["labels"].items())),
+                       d.get("project", ""), d.get("experiment_name", ""))
+            self._targets[t.key] = t
+            self._registered_at[t.key] = d.get("registered_at", 0.0)
+        self.write_sd()
+        return len(self._targets)
+
+    def register(self, targets: Sequence[Target]) -> int:
+        """Add or update; returns how many changed. Idempotent for the same input."""
+        with self._lock:
+            changed = 0
+            for t in targets:
+                if self._targets.get(t.key) != t:
+                    self._targets[t.key] = t
+                    self._registered_at.setdefault(t.key, time.time())
+                    changed += 1
+            if changed:
+                self._save()
+            return changed
+
+    def remove(self, targets: Sequence[Target]) -> int:
+        with self._lock:
+            gone = [t.key for t in targets if t.key in self._targets]
+            for k in gone:
+                del self._targets[k]
+                self._registered_at.pop(k, None)
+            if gone:
+                self._save()
+            return len(gone)
+
+    def list(self, project: str | None = None, experiment_name: str | None = None
+             ) -> list[dict]:
+        with self._lock:
+            rows = []
+            for k, t in sorted(self._targets.items()):
+                if project is not None and t.project != project:
+                    continue
+                if experiment_name is not None and t.experiment_name != experiment_name:
+                    continue
+                rows.append({**t.as_dict(), "registered_at": self._registered_at.get(k)})
+            return rows
+
+    def identities(self) -> set[tuple[str, str]]:
+        with self._lock:
+            return {(t.project, t.experiment_name) for t in self._targets.values()
+                    if t.project}
+
+    def _save(self) -> None:
+        rows = [{**t.as_dict(), "registered_at": self._registered_at.get(k)}
+                for k, t in sorted(self._targets.items())]
+        write_atomic(self.state_file, json.dumps(rows, indent=1))
+        self.write_sd()
+
+    def write_sd(self) -> None:
+        """One file_sd JSON per job; files of jobs with no visible target are removed."""
+        with self._lock:
+            by_job: dict[str, list[dict]] = {}
+            for t in self._targets.values():
+                if t.project and self.hidden(t.project, t.experiment_name):
+                    continue
+                by_job.setdefault(t.job_name, []).append(
+                    {"targets": [t.target], "labels": t.sd_labels()})
+            self.sd_dir.mkdir(parents=True, exist_ok=True)
+            wanted = {sd_file_name(job): groups for job, groups in by_job.items()}
+            for name, groups in wanted.items():
+                path = self.sd_dir / name
+                text = json.dumps(sorted(groups, key=lambda g: json.dumps(g, sort_keys=True)),
+                                  indent=1)
+                if not path.exists() or path.read_text() != text:
+                    write_atomic(path, text)
+            for path in self.sd_dir.glob("*.json"):
+                if path.name not in wanted:
+                    path.unlink(missing_ok=True)
+
+
+def sd_file_name(job: str) -> str:
+    """A file name per job that is safe and unique even for similar job names."""
+    safe = re.sub(r"[^a-zA-Z0-9_-]", "_", job)
+    return f"{safe}-{hashlib.sha1(job.encode()).hexdigest()[:8]}.json"
+
+
+def parse_many(bodies: Iterable[Mapping[str, Any]]) -> list[list[Target]]:
+    """Validate several registrations (a YAML file's list) before applying any."""
+    out = []
+    for i, body in enumerate(bodies):
+        try:
+            out.append(parse_registration(body))
+        except TargetError as exc:
+            raise TargetError(f"entry {i}: {exc}") from None
+    return out
