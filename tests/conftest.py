@@ -68,6 +68,26 @@ class Cli:
         return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, cwd=REPO)
 
+    def start(self, *overrides: str) -> str:
+        """`server start --detach` with extra settings; returns the server's URL."""
+        args = ["server", "start", "--detach"]
+        for o in overrides:
+            args += ["--set", o]
+        r = self.run(*args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return f"http://127.0.0.1:{self.setting('server.port')}"
+
+    def stop(self) -> None:
+        r = self.run("server", "stop")
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    def setting(self, key: str) -> int:
+        return int(next(o for o in self.overrides if o.startswith(key + "=")).split("=")[1])
+
+    @property
+    def prometheus(self) -> str:
+        return f"http://127.0.0.1:{self.setting('prometheus.port')}"
+
     def ours(self) -> list[int]:
         return processes_with_env("RL_INSIGHT_HOME", str(self.home))
 
@@ -81,6 +101,17 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             monkeypatch.delenv(k)
     monkeypatch.setenv("RL_INSIGHT_HOME", str(h))
     return h
+
+
+def prom_query(prom: str, query: str) -> list[dict]:
+    """An instant query through Prometheus' HTTP API; [] when it cannot answer."""
+    import requests
+
+    try:
+        return requests.get(prom + "/api/v1/query", params={"query": query},
+                            timeout=5).json()["data"]["result"]
+    except (requests.RequestException, ValueError, KeyError):
+        return []
 
 
 def free_port_overrides() -> list[str]:

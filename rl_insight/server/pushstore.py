@@ -54,7 +54,8 @@ def _b64(value: str) -> str:
         return ""
     padded = value + "=" * (-len(value) % 4)
     try:
-        return base64.urlsafe_b64decode(padded.replace("+", "-").replace("/", "_")).decode()
+        std = padded.replace("-", "+").replace("_", "/")  # URL-safe or standard alphabet
+        return base64.b64decode(std, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         raise PushError(400, f"invalid base64 label value {value!r}") from None
 
