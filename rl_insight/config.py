@@ -113,6 +113,24 @@ class TraceSettings:
 
 
 @dataclass
+class ClientSettings:
+    """Every training process (the client), and the hub and lane actors it starts."""
+
+    buffer_max_events: int = 200_000  # full: the oldest are dropped and counted
+    batch_size: int = 4096  # a full batch wakes the sender early
+    flush_interval_s: float = 0.5
+    exit_flush_timeout_s: float = 3.0
+    hub_push_interval_s: float = 2.0
+    max_series_per_run: int = 20_000
+    histogram_buckets: str = ""  # comma-separated upper bounds; empty: the defaults
+    lane_pool_size: int = 4  # actors shared by all lanes that are not replica_/rank_
+    lane_flush_interval_s: float = 1.0
+    lane_batch_size: int = 512
+    lane_max_pending_spans: int = 100_000
+    ray_namespace: str = "rl_insight"
+
+
+@dataclass
 class SupervisorSettings:
     ready_timeout_s: float = 90.0
     stop_timeout_s: float = 10.0
@@ -133,6 +151,7 @@ class Settings:
     install: InstallSettings = field(default_factory=InstallSettings)
     push: PushSettings = field(default_factory=PushSettings)
     traces: TraceSettings = field(default_factory=TraceSettings)
+    client: ClientSettings = field(default_factory=ClientSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
 
     # -- derived paths: one place decides the layout of RL_INSIGHT_HOME -------------

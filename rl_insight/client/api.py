@@ -1,0 +1,313 @@
+"""The client API (the names and signatures existing training code calls).
+
+Off unless a server URL or OTLP endpoint is configured: then every call is a global
+lookup and a return. On: a call builds a plain event and appends it to the buffer.
+No call raises into the caller; failures are counted and logged once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rl_insight import naming
+from rl_insight.client.core import Client, endpoints, load_settings
+from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
+
+log = logging.getLogger("rl_insight")
+
+_client: Client | None = None
+_env_checked = False
+_errors = 0
+_rand = random.Random()
+# (trace_id, span_id) of the span the current code runs in, for nesting
+_current: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "rl_insight_span", default=None)
+
+
+def _failed(what: str) -> None:
+    global _errors
+    _errors += 1
+    if _errors == 1 or _errors % 10_000 == 0:
+        log.warning("rl-insight: %s failed (%d failures so far); training continues",
+                    what, _errors, exc_info=_errors == 1)
+
+
+def _enable() -> Client | None:
+    """Create the client if the environment configures an endpoint."""
+    global _client, _env_checked
+    _env_checked = True
+    if _client is not None:
+        return _client
+    server, otlp = endpoints()
+    if not server and not otlp:
+        return None
+    settings = load_settings()
+    token = os.environ.get("RL_INSIGHT_TOKEN", "") or settings.server.token
+    _client = Client(server, otlp, token, settings.client)
+    return _client
+
+
+def _get() -> Client | None:
+    c = _client
+    if c is None and not _env_checked:
+        try:
+            c = _enable()
+        except Exception:
+            _failed("enabling monitoring")
+            return None
+    return c
+
+
+def enabled() -> bool:
+    return _get() is not None
+
+
+def init(project: str | None = None, experiment_name: str | None = None,
+         config: Mapping[str, Any] | None = None) -> None:
+    """Start monitoring in this process. Idempotent. Give both identity names or
+    neither: without them, a worker inherits its run from the environment or the hub."""
+    try:
+        global _env_checked
+        _env_checked = False
+        c = _get()
+        if (project is None) != (experiment_name is None):
+            log.warning("rl-insight: init() needs both project and experiment_name, or "
+                        "neither; ignoring the identity given")
+            return
+        if config:
+            from rl_insight.client.options import apply_init_config
+            apply_init_config(c, config)
+        if c is None:
+            return
+        if project is not None:
+            c.set_identity(Identity(str(project), str(experiment_name)))
+    except Exception:
+        _failed("init")
+
+
+def finish() -> None:
+    """Hand over everything buffered; in the process that named the run, mark it
+    finished so the server can expire its pushed groups later."""
+    c = _client
+    if c is None:
+        return
+    try:
+        c.finish(c.settings.exit_flush_timeout_s)
+    except Exception:
+        _failed("finish")
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Hand over everything buffered within ``timeout``; True when all was taken."""
+    c = _client
+    if c is None:
+        return True
+    try:
+        return c.flush(timeout)
+    except Exception:
+        _failed("flush")
+        return False
+
+
+def _labels(labels: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    if not labels:
+        return ()
+    return tuple(sorted((naming.label_name(k), str(v)) for k, v in labels.items()))
+
+
+def _metric(kind: str, name: str, value: Any, documentation: str,
+            labels: Mapping[str, Any]) -> None:
+    c = _client
+    if c is None:
+        c = _get()
+        if c is None:
+            return
+    try:
+        exported, changed = naming.metric_name(name, kind)
+        lab = _labels(labels)
+        if changed:
+            lab = tuple(sorted(lab + ((naming.KEY_LABEL, str(name)),)))
+        c.add(Metric(kind, exported, float(value), lab, documentation))
+    except Exception:
+        _failed(f"recording metric {name!r}")
+
+
+def metric_count(name: str, amount: float = 1.0, documentation: str = "", **labels: Any) -> None:
+    """Add ``amount`` to a counter (exported as ``rl_insight_monitor_<name>_total``)."""
+    _metric(COUNTER, name, amount, documentation, labels)
+
+
+def metric_gauge(name: str, value: float, documentation: str = "", **labels: Any) -> None:
+    """Set a gauge (exported as ``rl_insight_monitor_<name>``)."""
+    _metric(GAUGE, name, value, documentation, labels)
+
+
+def metric_histogram(name: str, value: float, documentation: str = "", **labels: Any) -> None:
+    """Observe one value into a histogram (``_bucket``, ``_sum``, ``_count``)."""
+    _metric(HISTOGRAM, name, value, documentation, labels)
+
+
+def _attrs(labels: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    out = []
+    for k, v in labels.items():
+        if not isinstance(v, (str, bool, int, float)):
+            v = str(v)
+        out.append((str(k), v))
+    return tuple(out)
+
+
+def default_lane() -> str:
+    return f"process_{os.getpid()}"
+
+
+class trace_state:  # noqa: N801 - the public name is a function-like context manager
+    """``with trace_state("vllm_generate", state_lane_id="replica_0"):`` marks the lane
+    as being in that state for the block's duration."""
+
+    __slots__ = ("state", "lane", "labels", "start", "token", "ids", "client")
+
+    def __init__(self, state_name: str, *, state_lane_id: str | None = None,
+                 **labels: Any) -> None:
+        self.state = str(state_name)
+        self.lane = str(state_lane_id) if state_lane_id is not None else None
+        self.labels = labels
+        self.client = None
+
+    def __enter__(self) -> trace_state:
+        c = _client or _get()
+        if c is None:
+            return self
+        try:
+            self.client = c
+            if self.lane is None:
+                self.lane = default_lane()
+            parent = _current.get()
+            trace_id = parent[0] if parent else _rand.getrandbits(128)
+            self.ids = (trace_id, _rand.getrandbits(64), parent[1] if parent else 0)
+            self.token = _current.set((trace_id, self.ids[1]))
+            self.start = time.time_ns()
+            c.add(StateChange(self.lane, self.state, self.start, True))
+        except Exception:
+            self.client = None
+            _failed("trace_state")
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        c = self.client
+        if c is None:
+            return
+        try:
+            end = time.time_ns()
+            _current.reset(self.token)
+            attrs = _attrs(self.labels)
+            if exc_type is not None:
+                attrs += (("error", exc_type.__name__),)
+            c.add(Span(self.state, self.start, end, self.lane, attrs, *self.ids))
+            c.add(StateChange(self.lane, self.state, end, False))
+        except Exception:
+            _failed("trace_state")
+
+
+def trace_span(*, name: str, start_time_ns: int, end_time_ns: int,
+               attributes: Mapping[str, Any] | None = None) -> None:
+    """Record a span that already happened (e.g. measured by another component)."""
+    c = _client or _get()
+    if c is None:
+        return
+    try:
+        attributes = dict(attributes or {})
+        lane = attributes.pop("state_lane_id", None)
+        attributes.pop("state_name", None)
+        c.add(Span(str(name), int(start_time_ns), int(end_time_ns),
+                   str(lane) if lane is not None else None, _attrs(attributes)))
+    except Exception:
+        _failed("trace_span")
+
+
+def trace_op(name: str | Callable | None = None, *,
+             extra_labels: Callable[..., Mapping[str, Any]] | None = None,
+             **static_labels: Any):
+    """Decorator: a span per call of a sync or async function. ``extra_labels`` gets
+    the call's arguments and returns more labels."""
+    if callable(name):  # used bare: @trace_op
+        return trace_op()(name)
+
+    def decorate(fn: Callable) -> Callable:
+        span_name = name or getattr(fn, "__qualname__", getattr(fn, "__name__", "op"))
+
+        def labels_for(args, kwargs) -> dict:
+            out = dict(static_labels)
+            if extra_labels is not None:
+                try:
+                    out.update(extra_labels(*args, **kwargs) or {})
+                except Exception:
+                    _failed(f"extra_labels of {span_name}")
+            return out
+
+        def begin():
+            c = _client or _get()
+            if c is None:
+                return None
+            parent = _current.get()
+            trace_id = parent[0] if parent else _rand.getrandbits(128)
+            span_id = _rand.getrandbits(64)
+            token = _current.set((trace_id, span_id))
+            return c, token, trace_id, span_id, parent[1] if parent else 0, time.time_ns()
+
+        def end(state, args, kwargs, error: BaseException | None) -> None:
+            if state is None:
+                return
+            c, token, trace_id, span_id, parent_id, start = state
+            try:
+                _current.reset(token)
+                labels = labels_for(args, kwargs)
+                lane = labels.pop("state_lane_id", None)
+                attrs = _attrs(labels)
+                if error is not None:
+                    attrs += (("error", type(error).__name__),)
+                c.add(Span(span_name, start, time.time_ns(),
+                           str(lane) if lane is not None else None, attrs,
+                           trace_id, span_id, parent_id))
+            except Exception:
+                _failed(f"trace_op {span_name}")
+
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kwargs):
+                try:
+                    state = begin()
+                except Exception:
+                    state = None
+                try:
+                    result = await fn(*args, **kwargs)
+                except BaseException as e:
+                    end(state, args, kwargs, e)
+                    raise
+                end(state, args, kwargs, None)
+                return result
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                state = begin()
+            except Exception:
+                state = None
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as e:
+                end(state, args, kwargs, e)
+                raise
+            end(state, args, kwargs, None)
+            return result
+        return wrapper
+
+    return decorate

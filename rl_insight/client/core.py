@@ -1,0 +1,151 @@
+"""The per-process client: identity, the event buffer, and the transport it feeds.
+
+Every public call builds a plain event and appends it to the buffer; the buffer's
+thread hands batches to the transport. Nothing here waits on Ray or the network in the
+caller's thread, and nothing raises into it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from rl_insight import config as config_mod
+from rl_insight.client.buffer import EventBuffer
+from rl_insight.client.transports import (
+    DirectTransport,
+    RayTransport,
+    actor_config,
+    ray_ready,
+)
+from rl_insight.events import Identity
+
+log = logging.getLogger("rl_insight")
+
+SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
+OTLP_ENV = "RL_INSIGHT_OTLP_ENDPOINT"
+ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
+PROJECT_ENV = "RL_INSIGHT_PROJECT"
+EXPERIMENT_ENV = "RL_INSIGHT_EXPERIMENT_NAME"
+
+
+def endpoints(environ=os.environ) -> tuple[str, str]:
+    """(server_url, otlp_url) from the environment; the server wins, with a warning."""
+    server = environ.get(SERVER_URL_ENV, "").strip()
+    otlp = environ.get(OTLP_ENV, "").strip()
+    if environ.get(ENABLE_ENV, "").strip() == "0":
+        return "", ""
+    if server and otlp:
+        log.warning("rl-insight: both %s and %s are set; using the server (%s)",
+                    SERVER_URL_ENV, OTLP_ENV, server)
+        otlp = ""
+    if otlp and not otlp.rstrip("/").endswith("/v1/traces"):
+        otlp = otlp.rstrip("/") + "/v1/traces"
+    return server, otlp
+
+
+def env_identity(environ=os.environ) -> Identity | None:
+    p, e = environ.get(PROJECT_ENV, ""), environ.get(EXPERIMENT_ENV, "")
+    return Identity(p, e) if p and e else None
+
+
+class Client:
+    def __init__(self, server_url: str, otlp_url: str, token: str,
+                 settings: config_mod.ClientSettings) -> None:
+        self.server_url = server_url
+        self.otlp_url = otlp_url
+        self.token = token
+        self.settings = settings
+        self.identity: Identity | None = env_identity()
+        self.owner = False  # this process called init() with the identity: it finishes
+        self.process = f"{socket.gethostname()}:{os.getpid()}"
+        self.errors = 0
+        self._transport: RayTransport | DirectTransport | None = None
+        self._transport_lock = threading.Lock()
+        self.buffer = EventBuffer(self._export, settings.buffer_max_events,
+                                  settings.batch_size, settings.flush_interval_s)
+        self._atexit = False
+        self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self.process = f"{socket.gethostname()}:{os.getpid()}"
+        self._transport = None
+
+    # -- transport ------------------------------------------------------------------
+    def transport(self) -> RayTransport | DirectTransport:
+        with self._transport_lock:
+            want_ray = ray_ready()
+            t = self._transport
+            if t is None or isinstance(t, RayTransport) != want_ray:
+                if t is not None:
+                    t.close(1.0)
+                cfg = actor_config(self.settings, self.server_url, self.token, self.otlp_url)
+                t = self._transport = (RayTransport if want_ray else DirectTransport)(
+                    cfg, self.process)
+                if self.owner and self.identity is not None:
+                    t.register_run(self.identity)
+            return t
+
+    def _export(self, items: list, dropped: int) -> None:
+        self._recent_refs.extend(self.transport().export(self.identity, items, dropped))
+
+    # -- what the API calls ----------------------------------------------------------
+    def add(self, event: Any) -> None:
+        self.buffer.add(event)
+        if not self._atexit:
+            self._atexit = True
+            atexit.register(self.at_exit)
+
+    def set_identity(self, identity: Identity) -> None:
+        self.identity = identity
+        self.owner = True
+        os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = identity
+        if self._transport is not None:
+            self._transport.register_run(identity)
+
+    def flush(self, timeout: float) -> bool:
+        """Hand everything buffered to the hub and lanes within ``timeout``; inside Ray,
+        also wait (within the same deadline) until they acknowledged it."""
+        end = time.monotonic() + timeout
+        ok = self.buffer.flush(timeout)
+        refs = list(self._recent_refs)
+        if ok and refs:
+            import ray
+
+            left = max(0.0, end - time.monotonic())
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
+            ok = len(ready) == len(refs)
+        return ok
+
+    def finish(self, timeout: float) -> None:
+        self.flush(timeout)
+        if self.owner and self.identity is not None:
+            try:
+                self.transport().finish(self.identity, timeout)
+            except Exception as exc:
+                log.warning("rl-insight: finishing the run failed: %s", exc)
+
+    def at_exit(self) -> None:
+        try:
+            if not self.buffer.flush(self.settings.exit_flush_timeout_s):
+                log.warning("rl-insight: not every event was handed over before exit")
+            if isinstance(self._transport, DirectTransport):
+                self._transport.close(self.settings.exit_flush_timeout_s)
+        except Exception:
+            pass
+
+
+def load_settings() -> config_mod.Settings:
+    """Settings for a training process; a broken config file must not stop training."""
+    try:
+        return config_mod.load()
+    except config_mod.ConfigError as exc:
+        log.warning("rl-insight: %s; using defaults", exc)
+        return config_mod.Settings()

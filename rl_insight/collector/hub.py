@@ -1,0 +1,113 @@
+"""What the hub does: take batches from every process, aggregate metrics per run, and
+push each changed run to the server. Runs never mix: the group of a run is named by its
+project and experiment_name."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from rl_insight.collector.push import Sender
+from rl_insight.collector.runs import Runs
+from rl_insight.events import Batch, Identity, Metric
+
+log = logging.getLogger(__name__)
+
+RUN_JOB = "rl_insight"
+HUB_JOB = "rl_insight_hub"
+
+
+class HubCore:
+    def __init__(self, sender: Sender, max_series: int = 20_000,
+                 buckets: dict[str, Sequence[float]] | None = None, name: str = "hub") -> None:
+        self.sender = sender
+        self.name = name
+        self.runs = Runs(max_series, buckets)
+        self.jobs: dict[str, Identity] = {}
+        self.received = 0
+        self.dropped_by_clients = 0
+        self.pushes = 0
+        self.push_failures = 0
+        self.batches = 0
+        self.lanes: set[str] = set()
+        self._lock = threading.Lock()
+
+    def register_run(self, job_id: str, identity: Identity) -> None:
+        with self._lock:
+            self.jobs[job_id] = identity
+
+    def identity_for(self, batch: Batch) -> Identity:
+        if batch.identity is not None:
+            return batch.identity
+        with self._lock:
+            found = self.jobs.get(batch.job_id)
+        return found or Identity("default", batch.job_id or "unknown")
+
+    def ingest(self, batch: Batch) -> None:
+        metrics = [m for m in batch.items if type(m) is Metric]
+        with self._lock:
+            self.batches += 1
+            self.received += len(metrics)
+            self.dropped_by_clients += batch.dropped
+        if metrics:
+            self.runs.apply(self.identity_for(batch), metrics)
+
+    def note_lanes(self, names: Sequence[str]) -> None:
+        with self._lock:
+            self.lanes.update(names)
+
+    def tick(self) -> None:
+        """Push every run that changed; a failed push leaves the run dirty."""
+        for ident, text in self.runs.take_dirty():
+            ok = self.sender.push(RUN_JOB, {"project": ident.project,
+                                            "experiment_name": ident.experiment_name}, text)
+            with self._lock:
+                self.pushes += ok
+                self.push_failures += not ok
+            if not ok:
+                self.runs.mark_dirty(ident)
+        self.sender.push(HUB_JOB, {"hub": self.name}, self.own_metrics(), replace=True)
+
+    def finish(self, identity: Identity) -> bool:
+        """Push the run now and tell the server it finished (its groups then expire)."""
+        self.tick()
+        return self.sender.post_json("/api/v1/experiments/finish",
+                                     {"project": identity.project,
+                                      "experiment_name": identity.experiment_name})
+
+    def stats(self) -> dict:
+        runs = self.runs.stats()
+        with self._lock:
+            return {
+                "events_received": self.received,
+                "events_applied": self.runs.applied,
+                "events_dropped": self.runs.dropped + self.dropped_by_clients,
+                "events_dropped_by_clients": self.dropped_by_clients,
+                "events_dropped_series_limit": runs["dropped_series_limit"],
+                "batches": self.batches,
+                "pushes": self.pushes,
+                "push_failures": self.push_failures,
+                "runs": runs["runs"],
+                "series": runs["series"],
+                "lanes": len(self.lanes),
+                "jobs": len(self.jobs),
+                "server_ok": self.sender.ok,
+                "last_error": self.sender.last_error,
+            }
+
+    def own_metrics(self) -> str:
+        s = self.stats()
+        lines = []
+        for key, kind, doc in (
+                ("events_received", "counter", "Metric events received from processes"),
+                ("events_applied", "counter", "Metric events applied to a run"),
+                ("events_dropped", "counter", "Events dropped (full buffers, limits)"),
+                ("pushes", "counter", "Successful pushes to the server"),
+                ("push_failures", "counter", "Failed pushes to the server"),
+                ("runs", "gauge", "Runs the hub aggregates"),
+                ("series", "gauge", "Series the hub holds"),
+                ("lanes", "gauge", "Lane actors the hub has seen")):
+            name = f"rl_insight_hub_{key}" + ("_total" if kind == "counter" else "")
+            lines += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name} {s[key]}"]
+        return "\n".join(lines) + "\n"

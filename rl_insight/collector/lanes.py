@@ -1,0 +1,144 @@
+"""What a lane actor does: keep each lane's current state, turn finished states into
+spans for Tempo, and into metrics (the current state as a gauge, durations as
+histograms) so a state timeline can be drawn from Prometheus alone.
+
+Dedicated lanes (``replica_<r>``, ``rank_<r>``) get per-lane series. Pooled lanes
+(per-request, per-trajectory: thousands of ids) are summarised per state, so their
+number never multiplies series either.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import deque
+
+from rl_insight.collector.otlp_encode import encode
+from rl_insight.collector.push import Sender
+from rl_insight.collector.runs import Runs
+from rl_insight.events import GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
+
+log = logging.getLogger(__name__)
+
+DEDICATED = re.compile(r"^(replica|rank)_\d+$")
+LANE_JOB = "rl_insight_lanes"
+STATE_GAUGE = "rl_insight_monitor_lane_state"
+IN_STATE = "rl_insight_monitor_lanes_in_state"
+DURATION = "rl_insight_monitor_state_duration_seconds"
+POOLED_LANE = "other"
+
+
+def is_dedicated(lane: str) -> bool:
+    return bool(DEDICATED.match(lane))
+
+
+class LaneCore:
+    def __init__(self, sender: Sender, name: str, max_pending: int = 100_000,
+                 batch_size: int = 512) -> None:
+        self.sender = sender
+        self.name = name
+        self.batch_size = batch_size
+        self.runs = Runs(max_series=50_000)
+        self.pending: deque[tuple[Identity, str, Span]] = deque(maxlen=max_pending)
+        self.current: dict[tuple[Identity, str], str] = {}
+        self.in_state: dict[tuple[Identity, str], int] = {}
+        self.lanes: set[tuple[Identity, str]] = set()
+        self.spans_received = 0
+        self.spans_sent = 0
+        self.spans_dropped = 0
+        self._lock = threading.Lock()
+
+    def ingest(self, identity: Identity, process: str, items: list) -> bool:
+        """Apply state changes and spans; returns True when a batch is ready to send."""
+        metrics = []
+        with self._lock:
+            for item in items:
+                if type(item) is StateChange:
+                    metrics += self._state(identity, item)
+                elif type(item) is Span:
+                    self.spans_received += 1
+                    if len(self.pending) == self.pending.maxlen:
+                        self.spans_dropped += 1
+                    self.pending.append((identity, process, item))
+                    if item.lane is not None:
+                        self.lanes.add((identity, item.lane))
+                        lane = item.lane if is_dedicated(item.lane) else POOLED_LANE
+                        metrics.append(_metric(HISTOGRAM, DURATION,
+                                               (item.end_ns - item.start_ns) / 1e9,
+                                               lane, item.name,
+                                               "Time spent in each state, per lane"))
+            ready = len(self.pending) >= self.batch_size
+        if metrics:
+            self.runs.apply(identity, metrics)
+        return ready
+
+    def _state(self, identity: Identity, ch: StateChange) -> list:
+        key = (identity, ch.lane)
+        self.lanes.add(key)
+        out = []
+        if not is_dedicated(ch.lane):
+            sk = (identity, ch.state)
+            n = self.in_state.get(sk, 0) + (1 if ch.entering else -1)
+            self.in_state[sk] = max(n, 0)
+            out.append(_metric(GAUGE, IN_STATE, float(max(n, 0)), None, ch.state,
+                               "Pooled lanes (per request or trajectory) in each state"))
+            return out
+        previous = self.current.get(key)
+        if ch.entering:
+            if previous and previous != ch.state:  # one state at a time
+                out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, previous, ""))
+            self.current[key] = ch.state
+            out.append(_metric(GAUGE, STATE_GAUGE, 1.0, ch.lane, ch.state,
+                               "1 while the lane is in the state, else 0"))
+        elif previous == ch.state:
+            self.current.pop(key, None)
+            out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, ch.state, ""))
+        return out
+
+    def send_spans(self) -> None:
+        """Send what is pending, in batches; keep it on failure (bounded, oldest first
+        dropped and counted)."""
+        while True:
+            with self._lock:
+                batch = [self.pending.popleft()
+                         for _ in range(min(self.batch_size * 4, len(self.pending)))]
+            if not batch:
+                return
+            if self.sender.spans(encode(batch)):
+                with self._lock:
+                    self.spans_sent += len(batch)
+                continue
+            with self._lock:  # put them back in front, in order
+                room = self.pending.maxlen - len(self.pending)
+                keep = batch[-room:] if room < len(batch) else batch
+                self.spans_dropped += len(batch) - len(keep)
+                self.pending.extendleft(reversed(keep))
+            return
+
+    def push_metrics(self) -> None:
+        for ident, text in self.runs.take_dirty():
+            ok = self.sender.push(LANE_JOB, {"project": ident.project,
+                                             "experiment_name": ident.experiment_name,
+                                             "lane_actor": self.name}, text)
+            if not ok:
+                self.runs.mark_dirty(ident)
+
+    def tick(self) -> None:
+        self.send_spans()
+        self.push_metrics()
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"name": self.name, "lanes": len(self.lanes),
+                    "spans_received": self.spans_received, "spans_sent": self.spans_sent,
+                    "spans_dropped": self.spans_dropped, "spans_pending": len(self.pending),
+                    "current": {f"{i.project}/{i.experiment_name}/{lane}": s
+                                for (i, lane), s in self.current.items()}}
+
+
+def _metric(kind: str, name: str, value: float, lane: str | None, state: str,
+            doc: str) -> Metric:
+    labels = (("state_lane_id", lane), ("state_name", state)) if lane is not None \
+        else (("state_name", state),)
+    return Metric(kind, name, value, labels, doc)

@@ -1,0 +1,58 @@
+"""A background thread that runs a function every interval, sooner when woken, and
+once more at shutdown. Errors are logged, never raised: collection must not stop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class Periodic:
+    def __init__(self, interval: float, fn: Callable[[], None], name: str) -> None:
+        self.interval = interval
+        self.fn = fn
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._done = threading.Condition()
+        self._runs = 0
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> Periodic:
+        self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run_once(self) -> None:
+        try:
+            self.fn()
+        except Exception:
+            log.exception("rl-insight: %s failed; continuing", self._thread.name)
+        with self._done:
+            self._runs += 1
+            self._done.notify_all()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            self._run_once()
+
+    def run_now(self, timeout: float) -> bool:
+        """Wake the thread and wait until it has completed one full run after this call."""
+        with self._done:
+            target = self._runs + 2  # a run in progress may have started before the call
+            self._wake.set()
+            return self._done.wait_for(lambda: self._runs >= target, timeout)
+
+    def stop(self, timeout: float) -> None:
+        """Stop the loop, then run once more so nothing is left behind."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._run_once()

@@ -1,0 +1,55 @@
+"""Spans to an OTLP ExportTraceServiceRequest (protobuf), as the lane actors send them."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from rl_insight.events import Identity, Span
+
+SERVICE_NAME = "rl_insight_monitor"
+_rand = random.Random(int.from_bytes(os.urandom(8), "little"))
+
+
+def any_value(v: Any) -> AnyValue:
+    if isinstance(v, bool):
+        return AnyValue(bool_value=v)
+    if isinstance(v, int):
+        return AnyValue(int_value=v)
+    if isinstance(v, float):
+        return AnyValue(double_value=v)
+    return AnyValue(string_value=str(v))
+
+
+def encode(spans: Iterable[tuple[Identity, str, Span]]) -> bytes:
+    """(identity, process id, span) triples as one request with one resource."""
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    rs.resource.attributes.append(KeyValue(key="service.name",
+                                           value=AnyValue(string_value=SERVICE_NAME)))
+    scope = rs.scope_spans.add()
+    scope.scope.name = "rl_insight"
+    for ident, process, s in spans:
+        span = scope.spans.add()
+        span.name = s.name
+        span.trace_id = (s.trace_id or _rand.getrandbits(128) or 1).to_bytes(16, "big")
+        span.span_id = (s.span_id or _rand.getrandbits(64) or 1).to_bytes(8, "big")
+        if s.parent_id:
+            span.parent_span_id = s.parent_id.to_bytes(8, "big")
+        span.start_time_unix_nano = s.start_ns
+        span.end_time_unix_nano = max(s.end_ns, s.start_ns)
+        span.kind = 1  # SPAN_KIND_INTERNAL
+        attrs = dict(s.attributes)  # the fixed attributes below win over labels
+        attrs.update(project=ident.project, experiment_name=ident.experiment_name,
+                     process_id=process)
+        if s.lane is not None:
+            attrs["state_lane_id"] = s.lane
+            attrs["state_name"] = s.name
+        for k, v in attrs.items():
+            span.attributes.append(KeyValue(key=k, value=any_value(v)))
+    return req.SerializeToString()

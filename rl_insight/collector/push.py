@@ -1,0 +1,106 @@
+"""The collector's network edge: pushing a run's metrics to the server's
+Pushgateway-style endpoint and its spans to an OTLP/HTTP endpoint. Failures are logged
+and reported as False, never raised: the caller keeps the data and tries again."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+
+import requests
+
+log = logging.getLogger(__name__)
+
+
+def group_path(job: str, labels: dict[str, str]) -> str:
+    """``/metrics/job@base64/<job>/<name>@base64/<value>...``: base64 keeps any value,
+    slashes included, intact."""
+    def b64(v: str) -> str:
+        return base64.urlsafe_b64encode(v.encode()).decode() or "="
+
+    parts = [f"/metrics/job@base64/{b64(job)}"]
+    for k, v in labels.items():
+        parts.append(f"{k}@base64/{b64(v)}")
+    return "/".join(parts)
+
+
+class Sender:
+    """One HTTP session to the server (or an OTLP endpoint), with a short timeout and a
+    log line per state change rather than per failure."""
+
+    def __init__(self, server_url: str, token: str = "", timeout: float = 5.0,
+                 otlp_url: str = "") -> None:
+        self.server_url = server_url.rstrip("/") if server_url else ""
+        self.otlp_url = otlp_url or (self.server_url + "/v1/traces" if server_url else "")
+        self.timeout = timeout
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self.ok = True
+        self.last_error = ""
+        self.failures = 0
+        self._last_log = 0.0
+
+    def _note(self, ok: bool, what: str) -> bool:
+        if ok:
+            if not self.ok:
+                log.info("rl-insight: %s works again", what)
+            self.ok, self.last_error = True, ""
+            return True
+        self.failures += 1
+        now = time.monotonic()
+        if self.ok or now - self._last_log > 60:
+            self._last_log = now
+            log.warning("rl-insight: %s failed (%s); keeping the data and retrying",
+                        what, self.last_error)
+        self.ok = False
+        return False
+
+    def _request(self, method: str, url: str, what: str, **kw) -> bool:
+        try:
+            r = self.session.request(method, url, timeout=self.timeout, **kw)
+        except requests.RequestException as exc:
+            self.last_error = f"{exc.__class__.__name__} talking to {url}"
+            return self._note(False, what)
+        if r.status_code >= 400:
+            try:
+                msg = r.json().get("error", r.text)
+            except ValueError:
+                msg = r.text
+            self.last_error = f"{r.status_code}: {msg[:300]}"
+            if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
+                # the server will never take this body; say so loudly, do not retry
+                log.error("rl-insight: %s refused: %s", what, self.last_error)
+                self._note(False, what)
+                return True
+            return self._note(False, what)
+        return self._note(True, what)
+
+    def push(self, job: str, grouping: dict[str, str], text: str,
+             replace: bool = False) -> bool:
+        """POST (merge families) or PUT (replace the group) a text exposition."""
+        if not self.server_url:
+            return True
+        return self._request("PUT" if replace else "POST",
+                             self.server_url + group_path(job, grouping), f"push to {job}",
+                             data=text.encode(),
+                             headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    def delete(self, job: str, grouping: dict[str, str]) -> bool:
+        if not self.server_url:
+            return True
+        return self._request("DELETE", self.server_url + group_path(job, grouping),
+                             f"delete of {job}")
+
+    def spans(self, payload: bytes) -> bool:
+        """POST an encoded ExportTraceServiceRequest."""
+        if not self.otlp_url:
+            return True
+        return self._request("POST", self.otlp_url, "span export", data=payload,
+                             headers={"Content-Type": "application/x-protobuf"})
+
+    def post_json(self, path: str, body: dict) -> bool:
+        if not self.server_url:
+            return True
+        return self._request("POST", self.server_url + path, path, json=body)

@@ -1,0 +1,173 @@
+"""Metric aggregation per run (project, experiment_name): counters add up, gauges keep
+the last value, histograms count into buckets. A per-run series limit drops new series
+beyond it and counts them; a name observed as two kinds keeps its first kind.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rl_insight.collector.exposition import escape_help, fmt_value, labels_text
+from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Labels, Metric
+
+log = logging.getLogger(__name__)
+
+_INF = 'le="+Inf"'
+DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                                      5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+@dataclass
+class _Hist:
+    counts: list[int]
+    total: float = 0.0
+    n: int = 0
+
+
+@dataclass
+class Family:
+    kind: str
+    doc: str
+    series: dict[Labels, float | _Hist] = field(default_factory=dict)
+    buckets: tuple[float, ...] = DEFAULT_BUCKETS
+
+
+class RunMetrics:
+    """The families of one run. Not thread-safe by itself; :class:`Runs` locks."""
+
+    def __init__(self, max_series: int, buckets: dict[str, Sequence[float]] | None = None
+                 ) -> None:
+        self.max_series = max_series
+        self.buckets = dict(buckets or {})
+        self.families: dict[str, Family] = {}
+        self.series = 0
+        self.dropped_series_limit = 0
+        self.dropped_kind_conflict = 0
+        self.dirty = False
+        self._warned: set[str] = set()
+
+    def bucket_bounds(self, name: str) -> tuple[float, ...]:
+        b = self.buckets.get(name) or self.buckets.get("default")
+        return tuple(sorted(float(x) for x in b)) if b else DEFAULT_BUCKETS
+
+    def apply(self, m: Metric) -> bool:
+        fam = self.families.get(m.name)
+        if fam is None:
+            fam = self.families[m.name] = Family(m.kind, m.doc, buckets=(
+                self.bucket_bounds(m.name) if m.kind == HISTOGRAM else ()))
+        elif fam.kind != m.kind:
+            self.dropped_kind_conflict += 1
+            if m.name not in self._warned:
+                self._warned.add(m.name)
+                log.warning("metric %s was first reported as a %s; %s observations of it "
+                            "are dropped", m.name, fam.kind, m.kind)
+            return False
+        if not fam.doc and m.doc:
+            fam.doc = m.doc
+        cur = fam.series.get(m.labels)
+        if cur is None:
+            if self.series >= self.max_series:
+                self.dropped_series_limit += 1
+                if "__limit__" not in self._warned:
+                    self._warned.add("__limit__")
+                    log.warning("run reached its limit of %d series; new series are "
+                                "dropped and counted", self.max_series)
+                return False
+            self.series += 1
+            if m.kind == HISTOGRAM:
+                cur = fam.series[m.labels] = _Hist([0] * (len(fam.buckets) + 1))
+        if m.kind == COUNTER:
+            fam.series[m.labels] = (cur or 0.0) + m.value
+        elif m.kind == GAUGE:
+            fam.series[m.labels] = m.value
+        else:
+            cur.counts[bisect.bisect_left(fam.buckets, m.value)] += 1
+            cur.total += m.value
+            cur.n += 1
+        self.dirty = True
+        return True
+
+    def render(self) -> str:
+        out: list[str] = []
+        for name, fam in self.families.items():
+            if not fam.series:
+                continue
+            out.append(f"# HELP {name} {escape_help(fam.doc or name)}")
+            out.append(f"# TYPE {name} {fam.kind}")
+            if fam.kind != HISTOGRAM:
+                for labels, v in fam.series.items():
+                    out.append(f"{name}{labels_text(labels)} {fmt_value(v)}")
+                continue
+            for labels, h in fam.series.items():
+                acc = 0
+                for bound, c in zip(fam.buckets, h.counts, strict=False):
+                    acc += c
+                    le = f'le="{fmt_value(bound)}"'
+                    out.append(f"{name}_bucket{labels_text(labels, le)} {acc}")
+                out.append(f"{name}_bucket{labels_text(labels, _INF)} {h.n}")
+                out.append(f"{name}_sum{labels_text(labels)} {fmt_value(h.total)}")
+                out.append(f"{name}_count{labels_text(labels)} {h.n}")
+        return "\n".join(out) + "\n" if out else ""
+
+
+class Runs:
+    """RunMetrics per identity, thread-safe: one thread applies, another renders."""
+
+    def __init__(self, max_series: int = 10_000,
+                 buckets: dict[str, Sequence[float]] | None = None) -> None:
+        self.max_series = max_series
+        self.buckets = buckets
+        self._runs: dict[Identity, RunMetrics] = {}
+        self._lock = threading.Lock()
+        self.applied = 0
+        self.dropped = 0
+
+    def apply(self, identity: Identity, metrics: Iterable[Metric]) -> None:
+        with self._lock:
+            run = self._runs.get(identity)
+            if run is None:
+                run = self._runs[identity] = RunMetrics(self.max_series, self.buckets)
+            for m in metrics:
+                if run.apply(m):
+                    self.applied += 1
+                else:
+                    self.dropped += 1
+
+    def take_dirty(self) -> list[tuple[Identity, str]]:
+        """Render every run changed since the last call; marks them clean. A failed push
+        calls :meth:`mark_dirty` so the run is sent again."""
+        with self._lock:
+            out = []
+            for ident, run in self._runs.items():
+                if run.dirty:
+                    run.dirty = False
+                    out.append((ident, run.render()))
+            return out
+
+    def mark_dirty(self, identity: Identity) -> None:
+        with self._lock:
+            run = self._runs.get(identity)
+            if run is not None:
+                run.dirty = True
+
+    def identities(self) -> list[Identity]:
+        with self._lock:
+            return list(self._runs)
+
+    def drop_run(self, identity: Identity) -> None:
+        with self._lock:
+            self._runs.pop(identity, None)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {
+                "runs": len(self._runs),
+                "series": sum(r.series for r in self._runs.values()),
+                "dropped_series_limit": sum(r.dropped_series_limit for r in self._runs.values()),
+                "dropped_kind_conflict": sum(r.dropped_kind_conflict
+                                             for r in self._runs.values()),
+            }

@@ -1,0 +1,60 @@
+"""The records that cross process boundaries: from the client to the hub and the lane
+actors, and from the lanes to the server. Plain tuples, cheap to build and to pickle,
+imported by both sides so neither imports the other."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+Labels = tuple[tuple[str, str], ...]
+
+COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
+
+
+class Identity(NamedTuple):
+    project: str
+    experiment_name: str
+
+
+class Metric(NamedTuple):
+    """One observation. ``name`` is the exported family name (already prefixed and
+    sanitised); counters carry the increment, gauges the value, histograms one sample."""
+
+    kind: str
+    name: str
+    value: float
+    labels: Labels
+    doc: str = ""
+
+
+class Span(NamedTuple):
+    """A finished span. ``lane`` is None for spans that belong to no state lane."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    lane: str | None
+    attributes: tuple[tuple[str, Any], ...]
+    trace_id: int = 0  # 0: the lane picks one
+    span_id: int = 0
+    parent_id: int = 0
+
+
+class StateChange(NamedTuple):
+    """A lane entering (``entering``) or leaving a state, so the lane knows its current
+    state while a span is still open."""
+
+    lane: str
+    state: str
+    time_ns: int
+    entering: bool
+
+
+class Batch(NamedTuple):
+    """What one process hands over in one call. ``identity`` None: resolve by job."""
+
+    identity: Identity | None
+    job_id: str
+    process: str
+    items: list
+    dropped: int = 0

@@ -1,0 +1,131 @@
+"""The hub and lane actors: thin Ray wrappers around the collector cores.
+
+The hub is one detached actor per cluster, ``rl_insight_hub`` in namespace
+``rl_insight``; lanes are ``rl_insight_lane_<lane>`` for replica and rank lanes and
+``rl_insight_lane_pool_<i>`` for all others. All are detached (they outlive a crashing
+driver), restarted by Ray, reserve no CPU, and are created race-free with
+``get_if_exists``.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Any
+
+import ray
+
+from rl_insight.collector.hub import HubCore
+from rl_insight.collector.lanes import LaneCore, is_dedicated
+from rl_insight.collector.loop import Periodic
+from rl_insight.collector.push import Sender
+from rl_insight.events import Batch, Identity
+
+log = logging.getLogger(__name__)
+
+HUB_NAME = "rl_insight_hub"
+NAMESPACE = "rl_insight"
+LANE_PREFIX = "rl_insight_lane_"
+
+
+def _sender(config: dict[str, Any]) -> Sender:
+    return Sender(config.get("server_url", ""), config.get("token", ""),
+                  otlp_url=config.get("otlp_url", ""))
+
+
+class HubActor:
+    def __init__(self, config: dict[str, Any]) -> None:
+        logging.basicConfig(level=logging.INFO)
+        self.config = dict(config)
+        buckets = config.get("buckets") or None
+        self.core = HubCore(_sender(config), config.get("max_series_per_run", 20_000),
+                            {"default": buckets} if buckets else None)
+        self.loop = Periodic(config.get("push_interval_s", 2.0), self.core.tick,
+                             "rl-insight-hub-push").start()
+        log.info("rl-insight hub up; pushing to %s every %.1fs", config.get("server_url"),
+                 self.loop.interval)
+
+    def ingest(self, batch: Batch) -> None:
+        self.core.ingest(batch)
+
+    def configure(self, config: dict[str, Any]) -> None:
+        """Point the hub at another server (a later attach with a different URL)."""
+        if config.get("server_url") != self.config.get("server_url") or \
+                config.get("token") != self.config.get("token"):
+            log.warning("rl-insight hub: server changes from %s to %s",
+                        self.config.get("server_url"), config.get("server_url"))
+            self.config.update(config)
+            self.core.sender = _sender(self.config)
+
+    def register_run(self, job_id: str, project: str, experiment_name: str) -> None:
+        self.core.register_run(job_id, Identity(project, experiment_name))
+
+    def identity_for_job(self, job_id: str) -> tuple[str, str] | None:
+        ident = self.core.jobs.get(job_id)
+        return tuple(ident) if ident else None
+
+    def note_lanes(self, names: list[str]) -> None:
+        self.core.note_lanes(names)
+
+    def flush(self, timeout: float = 10.0) -> dict:
+        """Push everything now (the end of a run, tests)."""
+        self.loop.run_now(timeout)
+        return self.core.stats()
+
+    def finish_run(self, project: str, experiment_name: str) -> bool:
+        self.loop.run_now(10.0)
+        return self.core.finish(Identity(project, experiment_name))
+
+    def stats(self) -> dict:
+        return self.core.stats()
+
+
+class LaneActor:
+    def __init__(self, name: str, config: dict[str, Any]) -> None:
+        logging.basicConfig(level=logging.INFO)
+        self.core = LaneCore(_sender(config), name,
+                             config.get("lane_max_pending_spans", 100_000),
+                             config.get("lane_batch_size", 512))
+        self.loop = Periodic(config.get("lane_flush_interval_s", 1.0), self.core.tick,
+                             f"rl-insight-{name}").start()
+
+    def ingest(self, identity: Identity, process: str, items: list) -> None:
+        if self.core.ingest(identity, process, items):
+            self.loop.wake()
+
+    def flush(self, timeout: float = 10.0) -> dict:
+        self.loop.run_now(timeout)
+        return self.core.stats()
+
+    def stats(self) -> dict:
+        return self.core.stats()
+
+
+def lane_actor_name(lane: str, pool_size: int) -> str:
+    if is_dedicated(lane):
+        return LANE_PREFIX + lane
+    return f"{LANE_PREFIX}pool_{zlib.crc32(lane.encode()) % max(1, pool_size)}"
+
+
+def _options(name: str, namespace: str) -> dict[str, Any]:
+    return dict(name=name, namespace=namespace, lifetime="detached", get_if_exists=True,
+                max_restarts=-1, max_task_retries=-1, num_cpus=0, max_concurrency=1)
+
+
+def get_hub(config: dict[str, Any]):
+    """The cluster's hub, created by whichever process asks first."""
+    namespace = config.get("namespace", NAMESPACE)
+    return ray.remote(HubActor).options(**_options(HUB_NAME, namespace)).remote(config)
+
+
+def get_lane(name: str, config: dict[str, Any]):
+    namespace = config.get("namespace", NAMESPACE)
+    return ray.remote(LaneActor).options(**_options(name, namespace)).remote(name, config)
+
+
+def find_hub(namespace: str = NAMESPACE):
+    """The hub if it exists, else None (no creation)."""
+    try:
+        return ray.get_actor(HUB_NAME, namespace=namespace)
+    except ValueError:
+        return None

@@ -1,0 +1,147 @@
+"""`rl_insight.ray.attach()`: the one call in a Ray entrypoint. It makes every worker
+get the monitoring variables, starts or finds the hub, and says what it attached to."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl_insight.client import api
+from rl_insight.client.core import (
+    ENABLE_ENV,
+    EXPERIMENT_ENV,
+    OTLP_ENV,
+    PROJECT_ENV,
+    SERVER_URL_ENV,
+    endpoints,
+    load_settings,
+)
+from rl_insight.client.transports import actor_config
+
+log = logging.getLogger("rl_insight")
+
+TOKEN_ENV = "RL_INSIGHT_TOKEN"
+WORKER_SETUP_HOOK = "rl_insight.ray.hooks.worker_setup"
+
+
+@dataclass
+class Attachment:
+    """What attach() found and did; ``ok`` is False when workers miss variables."""
+
+    enabled: bool
+    server_url: str = ""
+    otlp_url: str = ""
+    hub: Any = None
+    namespace: str = ""
+    env_vars: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.enabled and not self.missing
+
+
+def env_vars(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables every worker needs, taken from this process's environment."""
+    out = {}
+    for name in (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV, PROJECT_ENV, EXPERIMENT_ENV):
+        if environ.get(name):
+            out[name] = environ[name]
+    if out.get(SERVER_URL_ENV) or out.get(OTLP_ENV):
+        out[ENABLE_ENV] = environ.get(ENABLE_ENV) or "1"
+    return out
+
+
+def runtime_env(base: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """``base`` (a Ray runtime_env) with the monitoring variables added; the job's own
+    values win where both set one."""
+    env = dict(base or {})
+    merged = env_vars(environ)
+    merged.update(env.get("env_vars") or {})
+    if merged:
+        env["env_vars"] = merged
+    return env
+
+
+def _missing(job_env: Mapping[str, Any], wanted: Mapping[str, str]) -> list[str]:
+    have = (job_env or {}).get("env_vars") or {}
+    return [k for k, v in wanted.items() if have.get(k) != v]
+
+
+def attach(server_url: str | None = None, *, token: str | None = None,
+           project: str | None = None, experiment_name: str | None = None,
+           runtime_env_base: Mapping[str, Any] | None = None,
+           hardware: bool = False, **ray_init_kwargs: Any) -> Attachment:
+    """Call in the Ray entrypoint, before or after ``ray.init``. Never raises."""
+    try:
+        return _attach(server_url, token, project, experiment_name, runtime_env_base,
+                       hardware, ray_init_kwargs)
+    except Exception as exc:  # monitoring never stops training
+        log.warning("rl-insight: attach failed (%s); training continues unmonitored", exc,
+                    exc_info=True)
+        return Attachment(False, message=f"attach failed: {exc}")
+
+
+def _attach(server_url, token, project, experiment_name, base, hardware, init_kwargs):
+    import ray
+
+    if server_url:
+        os.environ[SERVER_URL_ENV] = server_url
+    if token:
+        os.environ[TOKEN_ENV] = token
+    if project and experiment_name:
+        os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = project, experiment_name
+    server, otlp = endpoints()
+    if not server and not otlp:
+        msg = (f"monitoring is off: set {SERVER_URL_ENV}=http://<server-ip>:18080 (or pass "
+               f"server_url=), as `rl-insight server start` prints")
+        log.warning("rl-insight: %s", msg)
+        return Attachment(False, message=msg)
+    os.environ.setdefault(ENABLE_ENV, "1")
+    wanted = env_vars()
+    missing: list[str] = []
+    if not ray.is_initialized():
+        ray.init(runtime_env=runtime_env(base), **init_kwargs)
+    else:
+        job_env = ray.get_runtime_context().runtime_env or {}
+        missing = _missing(job_env, wanted)
+        if missing:
+            log.warning(
+                "rl-insight: this Ray job's workers will not get %s. Fix one of: pass "
+                "runtime_env=rl_insight.ray.runtime_env() to ray.init (or call attach() "
+                "before ray.init); submit with `ray job submit --runtime-env "
+                "ray_integration/rl_insight.yaml`; or set RAY_RUNTIME_ENV_HOOK=%s on the "
+                "cluster. Values: %s", ", ".join(missing), "rl_insight.ray.hooks."
+                "runtime_env_hook", {k: ("***" if k == TOKEN_ENV else wanted[k])
+                                     for k in missing})
+    api.init(project, experiment_name) if project and experiment_name else api.init()
+    settings = load_settings()
+    cfg = actor_config(settings.client, server, os.environ.get(TOKEN_ENV, ""), otlp)
+    from rl_insight.ray import actors
+
+    hub = actors.get_hub(cfg)
+    hub.configure.remote(cfg)
+    if project and experiment_name:
+        job_id = ray.get_runtime_context().get_job_id()
+        ray.get(hub.register_run.remote(job_id, project, experiment_name), timeout=30)
+    if hardware:
+        log.warning("rl-insight: hardware collection is not part of this version")
+    log.info("rl-insight: attached to %s (hub %s/%s)", server or otlp,
+             cfg["namespace"], actors.HUB_NAME)
+    return Attachment(True, server, otlp, hub, cfg["namespace"], wanted, missing,
+                      "ok" if not missing else "workers miss " + ", ".join(missing))
+
+
+def hub_stats(timeout: float = 10.0) -> dict | None:
+    """The hub's counters (events received, applied, pushed, dropped; lanes; runs)."""
+    import ray
+
+    from rl_insight.ray import actors
+
+    hub = actors.find_hub()
+    return ray.get(hub.stats.remote(), timeout=timeout) if hub else None

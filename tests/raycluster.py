@@ -1,0 +1,92 @@
+"""A private local Ray cluster for tests: `ray start --head` on free loopback ports with
+token auth off for head and drivers alike, stopped by killing exactly its processes
+(found by a marker in their environment), never with `ray stop`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from rl_insight import netaddr
+from tests.conftest import processes_with_env, wait_for
+
+MARK = "RL_INSIGHT_TEST_RAY_CLUSTER"
+
+
+class RayCluster:
+    def __init__(self, workdir: Path, num_cpus: int = 4) -> None:
+        self.workdir = workdir
+        self.num_cpus = num_cpus
+        self.mark = uuid.uuid4().hex
+        self.port = netaddr.free_port()
+        self.dashboard_port = netaddr.free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        self.temp_dir = Path(f"/tmp/rlt-{self.mark[:8]}")  # short: socket paths are limited
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment for the head and every driver of this cluster."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RAY_", "RL_INSIGHT_", "VERL_"))}
+        env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+                    "RAY_ADDRESS": self.address, MARK: self.mark,
+                    "RAY_DEDUP_LOGS": "0", "PYTHONPATH": str(Path(__file__).parents[1])})
+        env.update(extra)
+        return env
+
+    def start(self) -> RayCluster:
+        bin_ray = str(Path(sys.executable).parent / "ray")
+        cmd = [bin_ray, "start", "--head", f"--port={self.port}",
+               f"--dashboard-port={self.dashboard_port}", "--include-dashboard=true",
+               "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
+               f"--num-cpus={self.num_cpus}", f"--temp-dir={self.temp_dir}",
+               "--disable-usage-stats",
+               f"--ray-client-server-port={netaddr.free_port()}",
+               f"--dashboard-agent-listen-port={netaddr.free_port()}",
+               f"--metrics-export-port={netaddr.free_port()}",
+               f"--runtime-env-agent-port={netaddr.free_port()}"]
+        env = self.env()
+        env.pop("RAY_ADDRESS")
+        r = subprocess.run(cmd, env=env, cwd=self.workdir, capture_output=True, text=True,
+                           timeout=120)
+        if r.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"ray start failed: {r.stdout}\n{r.stderr}")
+        wait_for(self._dashboard_up, 60, "the Ray dashboard (job and state API)")
+        return self
+
+    def _dashboard_up(self) -> bool:
+        import requests
+
+        try:
+            return requests.get(self.dashboard + "/api/version", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def run_driver(self, script: str, *args: str, timeout: float = 180,
+                   **env: str) -> subprocess.CompletedProcess:
+        path = self.workdir / f"driver_{uuid.uuid4().hex[:6]}.py"
+        path.write_text(script)
+        return subprocess.run([sys.executable, str(path), *args], env=self.env(**env),
+                              cwd=self.workdir, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def pids(self) -> list[int]:
+        return processes_with_env(MARK, self.mark)
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in self.pids():
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 10
+            while self.pids() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        subprocess.run(["rm", "-rf", str(self.temp_dir)], check=False)
