@@ -197,6 +197,31 @@ def cmd_experiments(args: argparse.Namespace) -> int:
     return _api(lambda: client.post(f"/api/v1/experiments/{args.action_exp}", body))
 
 
+def cmd_ray_env(args: argparse.Namespace) -> int:
+    """A runtime-env YAML with the monitoring variables written in."""
+    import os
+
+    import yaml
+
+    from rl_insight.ray.attach import WORKER_SETUP_HOOK, env_vars
+
+    environ = dict(os.environ)
+    if args.server_url:
+        environ["RL_INSIGHT_SERVER_URL"] = args.server_url
+    if args.project and args.experiment:
+        environ["RL_INSIGHT_PROJECT"] = args.project
+        environ["RL_INSIGHT_EXPERIMENT_NAME"] = args.experiment
+    wanted = env_vars(environ)
+    if not wanted:
+        print("rl-insight: no server URL: pass --server-url http://<server-ip>:18080 or set "
+              "RL_INSIGHT_SERVER_URL", file=sys.stderr)
+        return 2
+    doc = {"env_vars": wanted, "worker_process_setup_hook": WORKER_SETUP_HOOK}
+    print("# ray job submit --runtime-env THIS_FILE -- python train.py")
+    print(yaml.safe_dump(doc, sort_keys=False), end="")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -240,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stop", parents=[common], help="stop the server and its services")
     p.set_defaults(func=cmd_stop)
+
+    p = top.add_parser("ray-env", help="print a runtime-env YAML for `ray job submit`")
+    p.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL")
+    p.add_argument("--project")
+    p.add_argument("--experiment")
+    p.set_defaults(func=cmd_ray_env)
 
     p = sub.add_parser("config", parents=[common], help="print the effective settings")
     p.set_defaults(func=cmd_config)

@@ -19,8 +19,10 @@ MARK = "RL_INSIGHT_TEST_RAY_CLUSTER"
 
 
 class RayCluster:
-    def __init__(self, workdir: Path, num_cpus: int = 4) -> None:
+    def __init__(self, workdir: Path, num_cpus: int = 4,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.extra_env = dict(extra_env or {})
         self.num_cpus = num_cpus
         self.mark = uuid.uuid4().hex
         self.port = netaddr.free_port()
@@ -36,6 +38,7 @@ class RayCluster:
         env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                     "RAY_ADDRESS": self.address, MARK: self.mark,
                     "RAY_DEDUP_LOGS": "0", "PYTHONPATH": str(Path(__file__).parents[1])})
+        env.update(self.extra_env)
         env.update(extra)
         return env
 

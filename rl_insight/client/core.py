@@ -107,8 +107,8 @@ class Client:
         self.identity = identity
         self.owner = True
         os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = identity
-        if self._transport is not None:
-            self._transport.register_run(identity)
+        if self._transport is not None or ray_ready():
+            self.transport().register_run(identity)  # an actor call; it does not wait
 
     def flush(self, timeout: float) -> bool:
         """Hand everything buffered to the hub and lanes within ``timeout``; inside Ray,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from rl_insight.collector.push import Sender
@@ -31,27 +32,49 @@ class HubCore:
         self.push_failures = 0
         self.batches = 0
         self.lanes: set[str] = set()
+        # metrics of jobs whose run is not known yet, held until the driver names it
+        self.parked: dict[str, tuple[float, list[Metric]]] = {}
+        self.park_seconds = 30.0
+        self.park_limit = 50_000
         self._lock = threading.Lock()
 
     def register_run(self, job_id: str, identity: Identity) -> None:
         with self._lock:
             self.jobs[job_id] = identity
-
-    def identity_for(self, batch: Batch) -> Identity:
-        if batch.identity is not None:
-            return batch.identity
-        with self._lock:
-            found = self.jobs.get(batch.job_id)
-        return found or Identity("default", batch.job_id or "unknown")
+            parked = self.parked.pop(job_id, None)
+        if parked:
+            self.runs.apply(identity, parked[1])
 
     def ingest(self, batch: Batch) -> None:
         metrics = [m for m in batch.items if type(m) is Metric]
+        ident = batch.identity
         with self._lock:
             self.batches += 1
             self.received += len(metrics)
             self.dropped_by_clients += batch.dropped
+            if ident is not None and batch.job_id and batch.job_id not in self.jobs:
+                self.jobs[batch.job_id] = ident  # learnt again after a hub restart
+            if ident is None:
+                ident = self.jobs.get(batch.job_id)
+            if ident is None and metrics:  # hold them until the driver names the run
+                since, held = self.parked.setdefault(batch.job_id, (time.time(), []))
+                room = self.park_limit - len(held)
+                held.extend(metrics[:max(room, 0)])
+                self.dropped_by_clients += max(0, len(metrics) - max(room, 0))
+                return
         if metrics:
-            self.runs.apply(self.identity_for(batch), metrics)
+            self.runs.apply(ident, metrics)
+
+    def release_parked(self, now: float) -> None:
+        """Metrics of jobs that never named their run go to ("default", <job id>)."""
+        with self._lock:
+            old = [j for j, (since, _) in self.parked.items()
+                   if now - since > self.park_seconds]
+            released = [(j, self.parked.pop(j)[1]) for j in old]
+        for job, metrics in released:
+            log.warning("rl-insight hub: job %s never named its run; its metrics go to "
+                        "project 'default', experiment '%s'", job, job)
+            self.runs.apply(Identity("default", job or "unknown"), metrics)
 
     def note_lanes(self, names: Sequence[str]) -> None:
         with self._lock:
@@ -59,6 +82,7 @@ class HubCore:
 
     def tick(self) -> None:
         """Push every run that changed; a failed push leaves the run dirty."""
+        self.release_parked(time.time())
         for ident, text in self.runs.take_dirty():
             ok = self.sender.push(RUN_JOB, {"project": ident.project,
                                             "experiment_name": ident.experiment_name}, text)

@@ -61,7 +61,8 @@ class HubActor:
         self.core.register_run(job_id, Identity(project, experiment_name))
 
     def identity_for_job(self, job_id: str) -> tuple[str, str] | None:
-        ident = self.core.jobs.get(job_id)
+        with self.core._lock:
+            ident = self.core.jobs.get(job_id)
         return tuple(ident) if ident else None
 
     def note_lanes(self, names: list[str]) -> None:

@@ -68,6 +68,19 @@ def runtime_env(base: Mapping[str, Any] | None = None,
     return env
 
 
+def _submitted_job_env_vars() -> dict[str, str]:
+    """The env_vars of `ray job submit --runtime-env`, seen from the entrypoint."""
+    import json
+
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return {}
+    try:
+        return dict((json.loads(raw).get("runtime_env") or {}).get("env_vars") or {})
+    except (ValueError, AttributeError):
+        return {}
+
+
 def _missing(job_env: Mapping[str, Any], wanted: Mapping[str, str]) -> list[str]:
     have = (job_env or {}).get("env_vars") or {}
     return [k for k, v in wanted.items() if have.get(k) != v]
@@ -106,7 +119,14 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
     wanted = env_vars()
     missing: list[str] = []
     if not ray.is_initialized():
-        ray.init(runtime_env=runtime_env(base), **init_kwargs)
+        env = runtime_env(base)
+        job = _submitted_job_env_vars()
+        if job:  # a submitted job: Ray merges envs and fails on a conflicting key
+            mine = env.get("env_vars", {})
+            env["env_vars"] = {k: v for k, v in mine.items() if k not in job}
+            if not env["env_vars"]:
+                env.pop("env_vars")
+        ray.init(runtime_env=env, **init_kwargs)
     else:
         job_env = ray.get_runtime_context().runtime_env or {}
         missing = _missing(job_env, wanted)

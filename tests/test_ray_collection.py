@@ -1,0 +1,264 @@
+"""Ray-native collection on a real local Ray cluster, with the server and a real
+Prometheus: job submission with the runtime-env files, the hub's life, a driver that
+exits hard, lanes and the pool, and two jobs side by side."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import REPO, Cli, free_port_overrides, prom_query, wait_for
+from tests.raycluster import RayCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    cli = Cli(home, free_port_overrides())
+    cli.env["RL_INSIGHT_HOME"] = str(home)
+    url = cli.start("prometheus.scrape_interval=1s")
+    yield cli, url
+    cli.run("server", "stop")
+
+
+@pytest.fixture(scope="module")
+def cluster(stack, tmp_path_factory):
+    _, url = stack
+    work = tmp_path_factory.mktemp("ray")
+    # the operator's way: the nodes themselves carry the server's address
+    c = RayCluster(work, extra_env={"RL_INSIGHT_SERVER_URL": url})
+    c.start()
+    yield c
+    c.stop()
+
+
+def prom_values(cli, query: str) -> dict[str, float]:
+    """label 'task' (or '') -> value for every series of an instant query."""
+    return {r["metric"].get("task", ""): float(r["value"][1])
+            for r in prom_query(cli.prometheus, query)}
+
+
+def last_json(out: str) -> dict:
+    for line in reversed(out.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError(f"no RESULT line in:\n{out}")
+
+
+JOB_SCRIPT = '''
+import json, os, ray, rl_insight
+ray.init()
+rl_insight.init("proj", "job-submit")
+VARS = ("RL_INSIGHT_SERVER_URL", "VERL_RL_INSIGHT_ENABLE")
+
+@ray.remote
+def task(i):
+    rl_insight.metric_gauge("job_task_value", 10 + i, task=str(i))
+    rl_insight.flush(10)
+    return {v: os.environ.get(v) for v in VARS}
+
+@ray.remote
+class Trainer:
+    def step(self):
+        with rl_insight.trace_state("update_weights", state_lane_id="rank_0"):
+            rl_insight.metric_gauge("job_actor_value", 2.0, task="actor")
+        rl_insight.flush(10)
+        return {v: os.environ.get(v) for v in VARS}
+
+envs = ray.get([task.remote(i) for i in range(3)])
+actor_env = ray.get(Trainer.remote().step.remote())
+rl_insight.finish()
+print("RESULT " + json.dumps({"tasks": envs, "actor": actor_env}))
+'''
+
+
+def test_job_submit_with_runtime_env_file(stack, cluster, tmp_path):
+    cli, url = stack
+    script = tmp_path / "job.py"
+    script.write_text(JOB_SCRIPT)
+    r = subprocess.run([str(Path(sys.executable).parent / "ray"), "job", "submit",
+                        "--address", cluster.dashboard, "--runtime-env",
+                        str(REPO / "ray_integration" / "rl_insight.yaml"), "--",
+                        sys.executable, str(script)],
+                       env=cluster.env(), cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = last_json(r.stdout)
+    for env in result["tasks"] + [result["actor"]]:
+        assert env == {"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1"}
+    q = 'rl_insight_monitor_job_task_value{project="proj",experiment_name="job-submit"}'
+    got = wait_for(lambda: len(prom_values(cli, q)) == 3 and prom_values(cli, q), 20,
+                   "the tasks' metrics in Prometheus")
+    assert got == {"0": 10.0, "1": 11.0, "2": 12.0}
+    assert wait_for(lambda: prom_values(cli, 'rl_insight_monitor_job_actor_value'
+                                             '{experiment_name="job-submit"}'), 20,
+                    "the actor's metric in Prometheus") == {"actor": 2.0}
+    lanes = requests.get(url + "/api/v1/lanes", params={"experiment_name": "job-submit"},
+                         timeout=5).json()["lanes"]
+    assert [(ln["lane"], ln["states"]) for ln in lanes] == [("rank_0", {"update_weights": 1})]
+
+
+HUB_SCRIPT = '''
+import json, os, sys, time, ray, rl_insight
+from ray.util.state import list_actors
+att = rl_insight.ray.attach(project="proj", experiment_name="hub-kill")
+assert att.ok, att.message
+
+def hub_rows():
+    return [a for a in list_actors(filters=[("name", "=", "rl_insight_hub"),
+                                            ("ray_namespace", "=", "rl_insight")],
+                                   detail=True)]
+
+rl_insight.metric_gauge("hub_phase", 1.0, task="before")
+assert rl_insight.flush(10)
+before = [(a.state, a.is_detached, a.pid) for a in hub_rows() if a.state == "ALIVE"]
+ray.kill(rl_insight.ray.find_hub(), no_restart=False)
+deadline = time.time() + 60
+after = []
+while time.time() < deadline:
+    after = [(a.state, a.is_detached, a.pid) for a in hub_rows() if a.state == "ALIVE"]
+    if after and after[0][2] != before[0][2]:
+        break
+    time.sleep(0.5)
+rl_insight.metric_gauge("hub_phase", 2.0, task="after")
+assert rl_insight.flush(20)
+stats = rl_insight.ray.hub_stats()
+print("RESULT " + json.dumps({"before": before, "after": after, "stats": stats}))
+'''
+
+
+def test_hub_is_detached_alive_and_comes_back_after_a_kill(stack, cluster):
+    cli, url = stack
+    r = cluster.run_driver(HUB_SCRIPT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = last_json(r.stdout)
+    (state, detached, pid), = res["before"]
+    assert state == "ALIVE" and detached is True
+    assert res["after"] and res["after"][0][2] != pid, "the hub was restarted (new pid)"
+    assert res["stats"]["events_received"] >= 1  # the new hub got the later metric
+    q = 'rl_insight_monitor_hub_phase{experiment_name="hub-kill"}'
+    wait_for(lambda: prom_values(cli, q).get("after") == 2.0, 20,
+             "the metric sent after the hub's restart in Prometheus")
+
+
+EXIT_SCRIPT = '''
+import os, rl_insight
+rl_insight.ray.attach(project="proj", experiment_name="os-exit")
+for i in range(100):
+    rl_insight.metric_gauge("last_words", float(i))
+rl_insight.flush(5)      # handed over: the hub has acknowledged it
+os._exit(0)              # no atexit, no finish()
+'''
+
+
+def test_driver_killed_with_os_exit_keeps_what_it_handed_over(stack, cluster):
+    cli, _ = stack
+    r = cluster.run_driver(EXIT_SCRIPT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    wait_for(lambda: prom_values(cli, 'rl_insight_monitor_last_words'
+                                      '{experiment_name="os-exit"}') == {"": 99.0},
+             20, "the last metric of a driver that called os._exit")
+
+
+LANES_SCRIPT = '''
+import json, time, ray, rl_insight
+from ray.util.state import list_actors
+rl_insight.ray.attach(project="proj", experiment_name="lanes")
+STATES = ["vllm_generate", "vllm_sleep", "vllm_wake_up", "vllm_release_kv_cache",
+          "vllm_resume_kv_cache"]
+for step in range(2):
+    for r in range(8):
+        for s in STATES:
+            with rl_insight.trace_state(s, state_lane_id=f"replica_{r}", step=step):
+                pass
+    for r in range(4):
+        for s in ("update_weights", "actor_update"):
+            with rl_insight.trace_state(s, state_lane_id=f"rank_{r}", step=step):
+                pass
+t0 = time.time_ns()
+for i in range(5000):
+    rl_insight.trace_span(name="agent_loop", start_time_ns=t0 + i, end_time_ns=t0 + i + 1000,
+                          attributes={"state_lane_id": f"traj_{i}"})
+assert rl_insight.flush(30)
+names = sorted(a.name for a in list_actors(filters=[("ray_namespace", "=", "lanes_ns")],
+                                            limit=10000) if a.state == "ALIVE")
+for n in names:
+    if n.startswith("rl_insight_lane_"):
+        ray.get(ray.get_actor(n, namespace="lanes_ns").flush.remote())
+print("RESULT " + json.dumps({"actors": names}))
+'''
+
+
+def test_replica_and_rank_lanes_and_a_bounded_pool(stack, cluster):
+    cli, url = stack
+    r = cluster.run_driver(LANES_SCRIPT, RL_INSIGHT_CLIENT_RAY_NAMESPACE="lanes_ns",
+                           RL_INSIGHT_CLIENT_LANE_POOL_SIZE="2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    actors = last_json(r.stdout)["actors"]
+    dedicated = [f"rl_insight_lane_replica_{i}" for i in range(8)] + \
+                [f"rl_insight_lane_rank_{i}" for i in range(4)]
+    assert set(dedicated) <= set(actors)
+    pool = [a for a in actors if a.startswith("rl_insight_lane_pool_")]
+    assert 1 <= len(pool) <= 2, actors
+    assert len(actors) == 1 + 12 + len(pool), actors  # the hub, dedicated lanes, pool
+
+    def lanes():
+        return requests.get(url + "/api/v1/lanes", params={"experiment_name": "lanes"},
+                            timeout=10).json()["lanes"]
+
+    rows = wait_for(lambda: (ls := lanes()) and len(ls) == 12 + 5000 and ls, 30,
+                    "every lane's spans at the server")
+    by_lane = {ln["lane"]: ln for ln in rows}
+    for i in range(8):
+        assert by_lane[f"replica_{i}"]["states"] == {
+            s: 2 for s in ("vllm_generate", "vllm_sleep", "vllm_wake_up",
+                           "vllm_release_kv_cache", "vllm_resume_kv_cache")}
+    for i in range(4):
+        assert by_lane[f"rank_{i}"]["states"] == {"update_weights": 2, "actor_update": 2}
+    assert sum(1 for name in by_lane if name.startswith("traj_")) == 5000
+    q = 'rl_insight_monitor_state_duration_seconds_count{experiment_name="lanes"}'
+    got = wait_for(lambda: prom_query(cli.prometheus, q), 20, "lane histograms")
+    lanes_in_prom = {r["metric"]["state_lane_id"] for r in got}
+    assert lanes_in_prom == {f"replica_{i}" for i in range(8)} | \
+        {f"rank_{i}" for i in range(4)} | {"other"}  # 5,000 ids, one series
+
+
+PAIR_SCRIPT = '''
+import sys, ray, rl_insight
+exp, value = sys.argv[1], float(sys.argv[2])
+rl_insight.ray.attach(project="proj", experiment_name=exp)
+
+@ray.remote
+def work(i):   # workers have no identity of their own: they take their job's
+    rl_insight.metric_gauge("shared_name", value, task=str(i))
+    rl_insight.flush(10)
+
+ray.get([work.remote(i) for i in range(4)])
+rl_insight.finish()
+'''
+
+
+def test_two_concurrent_jobs_never_mix(stack, cluster):
+    cli, _ = stack
+    path = cluster.workdir / "pair.py"
+    path.write_text(PAIR_SCRIPT)
+    procs = [subprocess.Popen([sys.executable, str(path), exp, val], env=cluster.env(),
+                              cwd=cluster.workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for exp, val in (("pair-a", "1"), ("pair-b", "2"))]
+    for p in procs:
+        out, _ = p.communicate(timeout=240)
+        assert p.returncode == 0, out[-3000:]
+    for exp, val in (("pair-a", 1.0), ("pair-b", 2.0)):
+        q = f'rl_insight_monitor_shared_name{{experiment_name="{exp}"}}'
+        got = wait_for(lambda q=q: len(prom_values(cli, q)) == 4 and prom_values(cli, q),
+                       20, f"{exp}'s four series")
+        assert got == {str(i): val for i in range(4)}
+    assert not prom_query(cli.prometheus, 'rl_insight_monitor_shared_name{project="default"}')
