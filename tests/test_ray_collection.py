@@ -262,3 +262,48 @@ def test_two_concurrent_jobs_never_mix(stack, cluster):
                        20, f"{exp}'s four series")
         assert got == {str(i): val for i in range(4)}
     assert not prom_query(cli.prometheus, 'rl_insight_monitor_shared_name{project="default"}')
+
+
+LATE_SCRIPT = '''
+import json, logging, ray, rl_insight
+logging.basicConfig(level=logging.WARNING)
+ray.init()   # no runtime_env: the job's workers get nothing from the job
+att = rl_insight.ray.attach(project="proj", experiment_name="late")
+print("RESULT " + json.dumps({"ok": att.ok, "missing": att.missing}))
+'''
+
+
+def test_attach_after_ray_init_names_what_workers_miss(stack, cluster):
+    _, url = stack
+    r = cluster.run_driver(LATE_SCRIPT, RL_INSIGHT_SERVER_URL=url)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = last_json(r.stdout)
+    assert res["ok"] is False
+    assert set(res["missing"]) >= {"RL_INSIGHT_SERVER_URL", "VERL_RL_INSIGHT_ENABLE"}
+    assert "ray_integration/rl_insight.yaml" in r.stderr
+    assert "runtime_env=rl_insight.ray.runtime_env()" in r.stderr
+
+
+HOOK_SCRIPT = '''
+import json, os, ray
+ray.init()
+
+@ray.remote
+def probe():
+    from rl_insight.client import api
+    return {"project": os.environ.get("RL_INSIGHT_PROJECT"),
+            "enabled_at_start": api._client is not None}
+
+print("RESULT " + json.dumps(ray.get(probe.remote())))
+'''
+
+
+def test_operator_runtime_env_hook(stack, cluster):
+    r = cluster.run_driver(HOOK_SCRIPT,
+                           RAY_RUNTIME_ENV_HOOK="rl_insight.ray.hooks.runtime_env_hook",
+                           RL_INSIGHT_PROJECT="from-driver-env",
+                           RL_INSIGHT_EXPERIMENT_NAME="hooked")
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the variable came from the driver's environment through the hook, and the worker
+    # setup hook enabled monitoring before the task ran
+    assert last_json(r.stdout) == {"project": "from-driver-env", "enabled_at_start": True}

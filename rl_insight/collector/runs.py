@@ -106,7 +106,7 @@ class RunMetrics:
                 acc = 0
                 for bound, c in zip(fam.buckets, h.counts, strict=False):
                     acc += c
-                    le = f'le="{fmt_value(bound)}"'
+                    le = f'le="{float(bound)!r}"'  # as prometheus_client writes it
                     out.append(f"{name}_bucket{labels_text(labels, le)} {acc}")
                 out.append(f"{name}_bucket{labels_text(labels, _INF)} {h.n}")
                 out.append(f"{name}_sum{labels_text(labels)} {fmt_value(h.total)}")

@@ -1,0 +1,186 @@
+"""The collector cores as plain Python: run aggregation and its text exposition, lanes,
+the hub's handling of runs and jobs, and the client's bounded buffer."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from rl_insight.client.buffer import EventBuffer
+from rl_insight.collector.hub import HubCore
+from rl_insight.collector.lanes import LaneCore
+from rl_insight.collector.push import group_path
+from rl_insight.collector.runs import RunMetrics, Runs
+from rl_insight.events import Batch, Identity, Metric, Span, StateChange
+from rl_insight.ray.hooks import runtime_env_hook
+
+
+class RecordingSender:
+    """Stands in for the HTTP edge; records what would be sent."""
+
+    def __init__(self, ok: bool = True) -> None:
+        self.ok = ok
+        self.pushes: list[tuple[str, dict, str]] = []
+        self.span_payloads: list[bytes] = []
+        self.last_error = ""
+
+    def push(self, job, grouping, text, replace=False):
+        if self.ok:
+            self.pushes.append((job, dict(grouping), text))
+        return self.ok
+
+    def spans(self, payload):
+        if self.ok:
+            self.span_payloads.append(payload)
+        return self.ok
+
+    def post_json(self, path, body):
+        return self.ok
+
+
+def samples(text: str) -> dict:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_run_exposition_is_valid_and_aggregates():
+    run = RunMetrics(max_series=100)
+    run.apply(Metric("counter", "rl_insight_monitor_tokens_total", 2, (("r", "0"),)))
+    run.apply(Metric("counter", "rl_insight_monitor_tokens_total", 3, (("r", "0"),)))
+    run.apply(Metric("gauge", "rl_insight_monitor_loss", 1.5, (), 'a "doc"\nline'))
+    run.apply(Metric("gauge", "rl_insight_monitor_loss", 0.5, ()))
+    for v in (0.003, 0.2, 700):
+        run.apply(Metric("histogram", "rl_insight_monitor_t", v, (("k", 'q"\\'),)))
+    run.apply(Metric("gauge", "rl_insight_monitor_t", 1, ()))  # another kind: dropped
+    got = samples(run.render())
+    assert got[("rl_insight_monitor_tokens_total", (("r", "0"),))] == 5
+    assert got[("rl_insight_monitor_loss", ())] == 0.5
+    k = (("k", 'q"\\'),)
+    assert got[("rl_insight_monitor_t_count", k)] == 3
+    assert got[("rl_insight_monitor_t_bucket", (("k", 'q"\\'), ("le", "0.005")))] == 1
+    assert got[("rl_insight_monitor_t_bucket", (("k", 'q"\\'), ("le", "600.0")))] == 2
+    assert got[("rl_insight_monitor_t_bucket", (("k", 'q"\\'), ("le", "+Inf")))] == 3
+    assert abs(got[("rl_insight_monitor_t_sum", k)] - 700.203) < 1e-9
+    assert run.dropped_kind_conflict == 1
+
+
+def test_series_limit_drops_and_counts():
+    runs = Runs(max_series=3)
+    ident = Identity("p", "e")
+    runs.apply(ident, [Metric("gauge", "g", i, (("i", str(i)),)) for i in range(5)])
+    runs.apply(ident, [Metric("gauge", "g", 9, (("i", "0"),))])  # existing series: kept
+    assert runs.stats()["series"] == 3 and runs.dropped == 2 and runs.applied == 4
+    (_, text), = runs.take_dirty()
+    assert samples(text)[("g", (("i", "0"),))] == 9
+    assert runs.take_dirty() == []  # clean until something changes
+
+
+def test_hub_groups_by_run_parks_unknown_jobs_and_retries_failed_pushes():
+    sender = RecordingSender()
+    hub = HubCore(sender)
+    a, b = Identity("p", "a"), Identity("p", "b")
+    hub.ingest(Batch(a, "job1", "h:1", [Metric("gauge", "x", 1, ())]))
+    hub.ingest(Batch(b, "job2", "h:2", [Metric("gauge", "x", 2, ())]))
+    hub.ingest(Batch(None, "job3", "h:3", [Metric("gauge", "x", 3, ())]))  # unknown job
+    hub.ingest(Batch(None, "job1", "h:4", [Metric("gauge", "y", 4, ())]))  # learnt: a
+    hub.tick()
+    runs = {(p[1]["project"], p[1]["experiment_name"]): samples(p[2])
+            for p in sender.pushes if p[0] == "rl_insight"}
+    assert runs == {("p", "a"): {("x", ()): 1, ("y", ()): 4}, ("p", "b"): {("x", ()): 2}}
+    hub.register_run("job3", Identity("p", "c"))
+    sender.ok = False
+    hub.tick()  # fails: the run stays dirty
+    sender.ok = True
+    hub.tick()
+    assert any(p[1].get("experiment_name") == "c" for p in sender.pushes)
+    assert hub.stats()["push_failures"] >= 1
+    hub.ingest(Batch(None, "job9", "h:9", [Metric("gauge", "z", 1, ())]))
+    hub.release_parked(time.time() + 31)
+    assert ("default", "job9") in {tuple(i) for i in hub.runs.identities()}
+
+
+def test_lanes_keep_one_state_and_summarise_pooled_lanes():
+    sender = RecordingSender()
+    lanes = LaneCore(sender, "lane_x", batch_size=1000)
+    ident = Identity("p", "e")
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 1, True)])
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_sleep", 2, True)])
+    lanes.ingest(ident, "h:1", [StateChange("traj_1", "tool_call", 2, True),
+                                StateChange("traj_2", "tool_call", 2, True),
+                                Span("tool_call", 0, 2_000_000_000, "traj_1", ())])
+    lanes.push_metrics()
+    got = samples(sender.pushes[-1][2])
+    st = "rl_insight_monitor_lane_state"
+    assert got[(st, (("state_lane_id", "replica_0"), ("state_name", "vllm_generate")))] == 0
+    assert got[(st, (("state_lane_id", "replica_0"), ("state_name", "vllm_sleep")))] == 1
+    assert got[("rl_insight_monitor_lanes_in_state", (("state_name", "tool_call"),))] == 2
+    dur = "rl_insight_monitor_state_duration_seconds_sum"
+    assert got[(dur, (("state_lane_id", "other"), ("state_name", "tool_call")))] == 2.0
+    lanes.send_spans()
+    assert len(sender.span_payloads) == 1 and lanes.stats()["spans_sent"] == 1
+
+
+def test_lane_spans_wait_in_order_while_the_server_is_down():
+    sender = RecordingSender(ok=False)
+    lanes = LaneCore(sender, "lane_y", max_pending=5, batch_size=2)
+    ident = Identity("p", "e")
+    for i in range(7):
+        lanes.ingest(ident, "h", [Span("s", i, i + 1, "replica_0", (("seq", i),))])
+    lanes.send_spans()
+    assert lanes.stats()["spans_dropped"] == 2 and lanes.stats()["spans_pending"] == 5
+    assert [s.attributes[0][1] for _, _, s in lanes.pending] == [2, 3, 4, 5, 6]
+
+
+def test_buffer_drops_oldest_when_full_and_flushes_within_a_deadline():
+    got: list = []
+    gate = threading.Event()
+
+    def export(items, dropped):
+        gate.wait(5)
+        got.append((list(items), dropped))
+
+    buf = EventBuffer(export, max_events=5, batch_size=100, interval=60)
+    for i in range(8):
+        buf.add(i)
+    assert list(buf.queue) == [3, 4, 5, 6, 7] and buf.dropped == 3
+    t0 = time.monotonic()
+    assert buf.flush(0.2) is False  # the exporter is stuck: flush gives up in time
+    assert time.monotonic() - t0 < 1.0
+    gate.set()
+    wait_until = time.monotonic() + 5
+    while not got and time.monotonic() < wait_until:
+        time.sleep(0.01)
+    assert got == [([3, 4, 5, 6, 7], 3)]
+
+
+def test_buffer_exporter_errors_are_counted_not_raised():
+    def export(items, dropped):
+        raise RuntimeError("ray is gone")
+
+    buf = EventBuffer(export, max_events=10, batch_size=2, interval=60)
+    buf.add(1)
+    buf.add(2)
+    assert buf.flush(2.0) is True
+    assert buf.dropped == 2
+
+
+def test_group_path_keeps_any_value():
+    path = group_path("rl_insight", {"project": "a/b", "experiment_name": ""})
+    from rl_insight.server.pushstore import parse_grouping_key
+    assert parse_grouping_key(path[len("/metrics/"):]) == {
+        "job": "rl_insight", "project": "a/b", "experiment_name": ""}
+
+
+def test_runtime_env_hook_adds_variables_and_worker_hook(monkeypatch):
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", "http://10.0.0.5:18080")
+    monkeypatch.delenv("RL_INSIGHT_TOKEN", raising=False)
+    env = runtime_env_hook({"env_vars": {"A": "1", "VERL_RL_INSIGHT_ENABLE": "0"},
+                            "pip": ["x"]})
+    assert env["pip"] == ["x"]
+    assert env["env_vars"] == {"A": "1", "RL_INSIGHT_SERVER_URL": "http://10.0.0.5:18080",
+                               "VERL_RL_INSIGHT_ENABLE": "0"}  # the job's own value wins
+    assert env["worker_process_setup_hook"] == "rl_insight.ray.hooks.worker_setup"
+    monkeypatch.delenv("RL_INSIGHT_SERVER_URL")
+    assert runtime_env_hook(None) == {}
