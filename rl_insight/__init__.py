@@ -11,15 +11,22 @@ from rl_insight.client.api import (
     metric_count,
     metric_gauge,
     metric_histogram,
+    register_rollout_replicas,
+    register_transfer_queue,
     trace_op,
     trace_span,
     trace_state,
+    update_prometheus_config,
 )
+from rl_insight.client.registration import RolloutStatsDisabled, check_rollout_stats
+from rl_insight.client.tracking import Tracking
 from rl_insight.version import __version__
 
 __all__ = [
-    "__version__", "enabled", "finish", "flush", "init", "metric_count", "metric_gauge",
-    "metric_histogram", "trace_op", "trace_span", "trace_state",
+    "RolloutStatsDisabled", "Tracking", "__version__", "check_rollout_stats", "enabled",
+    "finish", "flush", "init", "metric_count", "metric_gauge", "metric_histogram",
+    "register_rollout_replicas", "register_transfer_queue", "trace_op", "trace_span",
+    "trace_state", "update_prometheus_config",
 ]
 
 

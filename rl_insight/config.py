@@ -128,6 +128,10 @@ class ClientSettings:
     lane_batch_size: int = 512
     lane_max_pending_spans: int = 100_000
     ray_namespace: str = "rl_insight"
+    # external OTLP mode (no server): metrics are served here for a Prometheus to scrape
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 0  # 0: a free port, logged
+    registration_retry_max_s: float = 30.0
 
 
 @dataclass

@@ -25,6 +25,7 @@ class Metric(NamedTuple):
     value: float
     labels: Labels
     doc: str = ""
+    buckets: tuple[float, ...] | None = None  # histograms: upper bounds; None: defaults
 
 
 class Span(NamedTuple):
@@ -48,6 +49,7 @@ class StateChange(NamedTuple):
     state: str
     time_ns: int
     entering: bool
+    token: int = 0  # pairs an exit with its enter (the span id)
 
 
 class Batch(NamedTuple):

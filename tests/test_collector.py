@@ -111,7 +111,9 @@ def test_lanes_keep_one_state_and_summarise_pooled_lanes():
                                 StateChange("traj_2", "tool_call", 2, True),
                                 Span("tool_call", 0, 2_000_000_000, "traj_1", ())])
     lanes.push_metrics()
-    got = samples(sender.pushes[-1][2])
+    got = samples(next(p[2] for p in sender.pushes if "project" in p[1]))
+    own = samples(next(p[2] for p in sender.pushes if "project" not in p[1]))
+    assert own[("rl_insight_lane_spans_received_total", ())] == 1
     st = "rl_insight_monitor_lane_state"
     assert got[(st, (("state_lane_id", "replica_0"), ("state_name", "vllm_generate")))] == 0
     assert got[(st, (("state_lane_id", "replica_0"), ("state_name", "vllm_sleep")))] == 1

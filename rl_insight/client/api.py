@@ -14,11 +14,16 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rl_insight import naming
 from rl_insight.client.core import Client, endpoints, load_settings
+from rl_insight.client.registration import (
+    ROLLOUT_JOBS,
+    check_rollout_stats,
+    registration_body,
+)
 from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
 
 log = logging.getLogger("rl_insight")
@@ -135,7 +140,8 @@ def _metric(kind: str, name: str, value: Any, documentation: str,
         lab = _labels(labels)
         if changed:
             lab = tuple(sorted(lab + ((naming.KEY_LABEL, str(name)),)))
-        c.add(Metric(kind, exported, float(value), lab, documentation))
+        buckets = c.buckets_for(str(name)) if kind == HISTOGRAM else None
+        c.add(Metric(kind, exported, float(value), lab, documentation, buckets))
     except Exception:
         _failed(f"recording metric {name!r}")
 
@@ -194,7 +200,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             self.ids = (trace_id, _rand.getrandbits(64), parent[1] if parent else 0)
             self.token = _current.set((trace_id, self.ids[1]))
             self.start = time.time_ns()
-            c.add(StateChange(self.lane, self.state, self.start, True))
+            c.add(StateChange(self.lane, self.state, self.start, True, self.ids[1]))
         except Exception:
             self.client = None
             _failed("trace_state")
@@ -211,7 +217,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             if exc_type is not None:
                 attrs += (("error", exc_type.__name__),)
             c.add(Span(self.state, self.start, end, self.lane, attrs, *self.ids))
-            c.add(StateChange(self.lane, self.state, end, False))
+            c.add(StateChange(self.lane, self.state, end, False, self.ids[1]))
         except Exception:
             _failed("trace_state")
 
@@ -241,7 +247,8 @@ def trace_op(name: str | Callable | None = None, *,
         return trace_op()(name)
 
     def decorate(fn: Callable) -> Callable:
-        span_name = name or getattr(fn, "__qualname__", getattr(fn, "__name__", "op"))
+        qual = getattr(fn, "__qualname__", getattr(fn, "__name__", "op"))
+        span_name = name or qual.rsplit("<locals>.", 1)[-1]  # Class.method or function
 
         def labels_for(args, kwargs) -> dict:
             out = dict(static_labels)
@@ -311,3 +318,50 @@ def trace_op(name: str | Callable | None = None, *,
         return wrapper
 
     return decorate
+
+
+def update_prometheus_config(server_addresses: Sequence[str] | str,
+                             job_name: str | None = None,
+                             labels: Mapping[str, Any] | Sequence[Mapping[str, Any] | None]
+                             | None = None,
+                             project: str | None = None,
+                             experiment_name: str | None = None) -> None:
+    """Register scrape targets with the server, for this run unless told otherwise.
+    ``labels``: one mapping for all addresses, or a list with one mapping (or None) per
+    address. Returns at once; a background thread deduplicates and retries."""
+    c = _client or _get()
+    if c is None:
+        return
+    try:
+        if not c.server_url:
+            if not getattr(c, "_warned_registration", False):
+                c._warned_registration = True
+                log.warning("rl-insight: no server (external OTLP mode): add %s to your "
+                            "own Prometheus", list(server_addresses))
+            return
+        if project is None and experiment_name is None and c.identity is not None:
+            project, experiment_name = c.identity
+        body = registration_body(server_addresses, job_name or "rollout", labels, project,
+                                 experiment_name)
+        c.registrar().submit(body)
+    except Exception:
+        _failed("update_prometheus_config")
+
+
+def register_rollout_replicas(server_addresses: Sequence[str], backend: str = "vllm", *,
+                              disable_log_stats: bool = False,
+                              replica_ids: Sequence[int] | None = None,
+                              **labels: Any) -> None:
+    """Register each rollout replica's engine /metrics (job ``vllm`` or ``sglang``,
+    label ``replica``). Raises RolloutStatsDisabled when the engine keeps no statistics:
+    a configuration error worth stopping for, unlike a monitoring failure."""
+    check_rollout_stats(disable_log_stats, backend)
+    ids = list(replica_ids) if replica_ids is not None else list(range(len(server_addresses)))
+    job = ROLLOUT_JOBS.get(backend, backend)
+    update_prometheus_config(list(server_addresses), job,
+                             [{"replica": str(i), **labels} for i in ids])
+
+
+def register_transfer_queue(address: str, **labels: Any) -> None:
+    """Register the TransferQueue controller's metrics endpoint (job ``transfer_queue``)."""
+    update_prometheus_config([address], "transfer_queue", labels or None)

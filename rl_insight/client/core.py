@@ -70,6 +70,9 @@ class Client:
         self._transport_lock = threading.Lock()
         self.buffer = EventBuffer(self._export, settings.buffer_max_events,
                                   settings.batch_size, settings.flush_interval_s)
+        self.default_buckets = parse_buckets(settings.histogram_buckets)
+        self.bucket_map: dict[str, tuple[float, ...]] = {}
+        self._registrar = None
         self._atexit = False
         self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
         os.register_at_fork(after_in_child=self._after_fork)
@@ -77,6 +80,17 @@ class Client:
     def _after_fork(self) -> None:
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self._transport = None
+
+    def buckets_for(self, name: str) -> tuple[float, ...] | None:
+        return self.bucket_map.get(name, self.default_buckets)
+
+    def registrar(self):
+        if self._registrar is None:
+            from rl_insight.client.registration import Registrar
+
+            self._registrar = Registrar(self.server_url, self.token,
+                                        self.settings.registration_retry_max_s)
+        return self._registrar
 
     # -- transport ------------------------------------------------------------------
     def transport(self) -> RayTransport | DirectTransport:
@@ -140,6 +154,15 @@ class Client:
                 self._transport.close(self.settings.exit_flush_timeout_s)
         except Exception:
             pass
+
+
+def parse_buckets(spec: Any) -> tuple[float, ...] | None:
+    """Histogram bounds from "0.1,1,10" or a list; None for the defaults."""
+    if not spec:
+        return None
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    bounds = sorted({float(x) for x in items if str(x).strip()})
+    return tuple(b for b in bounds if b != float("inf")) or None
 
 
 def load_settings() -> config_mod.Settings:

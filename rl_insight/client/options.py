@@ -13,6 +13,21 @@ from rl_insight import config as config_mod
 log = logging.getLogger("rl_insight")
 
 
+def apply_buckets(client, value: Any) -> None:
+    """A list: the default bounds; a mapping: bounds per metric name."""
+    from rl_insight.client.core import parse_buckets
+
+    try:
+        if isinstance(value, Mapping):
+            for name, bounds in value.items():
+                client.bucket_map[str(name)] = parse_buckets(bounds)
+        else:
+            client.default_buckets = parse_buckets(value)
+    except (TypeError, ValueError) as exc:
+        log.warning("rl-insight: init(config): histogram_buckets %r: %s; keeping the "
+                    "defaults", value, exc)
+
+
 def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
     """Apply known keys to ``client.settings`` (when there is a client); return the
     unknown ones."""
@@ -25,8 +40,9 @@ def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
         if client is None:
             continue
         target = client.settings
-        if isinstance(value, (list, tuple)) and key == "histogram_buckets":
-            value = ",".join(str(v) for v in value)
+        if key == "histogram_buckets":
+            apply_buckets(client, value)
+            continue
         try:
             setattr(target, key, config_mod._coerce(f"client.{key}",
                                                     getattr(target, key), value))

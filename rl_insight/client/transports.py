@@ -30,7 +30,8 @@ def actor_config(settings: ClientSettings, server_url: str, token: str,
             "lane_batch_size": settings.lane_batch_size,
             "lane_max_pending_spans": settings.lane_max_pending_spans,
             "lane_pool_size": settings.lane_pool_size,
-            "namespace": settings.ray_namespace}
+            "namespace": settings.ray_namespace,
+            "metrics_host": settings.metrics_host, "metrics_port": settings.metrics_port}
 
 
 def ray_ready() -> bool:
@@ -141,6 +142,15 @@ class DirectTransport:
                                  "rl-insight-push").start()
         self.lane_loop = Periodic(config["lane_flush_interval_s"], self.lanes.tick,
                                   "rl-insight-spans").start()
+        self.metrics_server = None
+        if not config["server_url"]:  # external OTLP mode: serve metrics ourselves
+            from rl_insight.collector.runs import merge_expositions
+            from rl_insight.collector.serve import MetricsServer
+
+            self.metrics_server = MetricsServer(
+                lambda: merge_expositions([self.hub.runs.render_all(),
+                                           self.lanes.runs.render_all()]),
+                config.get("metrics_host", "0.0.0.0"), config.get("metrics_port", 0))
 
     def register_run(self, identity: Identity) -> None:
         pass

@@ -41,7 +41,7 @@ class LaneCore:
         self.batch_size = batch_size
         self.runs = Runs(max_series=50_000)
         self.pending: deque[tuple[Identity, str, Span]] = deque(maxlen=max_pending)
-        self.current: dict[tuple[Identity, str], str] = {}
+        self.current: dict[tuple[Identity, str], list[tuple[int, str]]] = {}
         self.in_state: dict[tuple[Identity, str], int] = {}
         self.lanes: set[tuple[Identity, str]] = set()
         self.spans_received = 0
@@ -74,26 +74,37 @@ class LaneCore:
         return ready
 
     def _state(self, identity: Identity, ch: StateChange) -> list:
+        """A lane holds one state at a time. Nested or overlapping states on one lane
+        stack: the newest open state is the lane's state; when it ends, the lane
+        returns to the newest state still open."""
         key = (identity, ch.lane)
         self.lanes.add(key)
-        out = []
         if not is_dedicated(ch.lane):
             sk = (identity, ch.state)
-            n = self.in_state.get(sk, 0) + (1 if ch.entering else -1)
-            self.in_state[sk] = max(n, 0)
-            out.append(_metric(GAUGE, IN_STATE, float(max(n, 0)), None, ch.state,
-                               "Pooled lanes (per request or trajectory) in each state"))
-            return out
-        previous = self.current.get(key)
+            n = max(self.in_state.get(sk, 0) + (1 if ch.entering else -1), 0)
+            self.in_state[sk] = n
+            return [_metric(GAUGE, IN_STATE, float(n), None, ch.state,
+                            "Pooled lanes (per request or trajectory) in each state")]
+        stack = self.current.setdefault(key, [])
+        top = stack[-1][1] if stack else None
         if ch.entering:
-            if previous and previous != ch.state:  # one state at a time
-                out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, previous, ""))
-            self.current[key] = ch.state
-            out.append(_metric(GAUGE, STATE_GAUGE, 1.0, ch.lane, ch.state,
-                               "1 while the lane is in the state, else 0"))
-        elif previous == ch.state:
-            self.current.pop(key, None)
-            out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, ch.state, ""))
+            stack.append((ch.token, ch.state))
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i] == (ch.token, ch.state) or (not ch.token and
+                                                        stack[i][1] == ch.state):
+                    del stack[i]
+                    break
+            if not stack:
+                del self.current[key]
+        new_top = stack[-1][1] if stack else None
+        out = []
+        if top != new_top:
+            if top is not None:
+                out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, top, ""))
+            if new_top is not None:
+                out.append(_metric(GAUGE, STATE_GAUGE, 1.0, ch.lane, new_top,
+                                   "1 while the lane is in the state, else 0"))
         return out
 
     def send_spans(self) -> None:
@@ -111,7 +122,7 @@ class LaneCore:
                 continue
             with self._lock:  # put them back in front, in order
                 room = self.pending.maxlen - len(self.pending)
-                keep = batch[-room:] if room < len(batch) else batch
+                keep = batch[len(batch) - room:] if room < len(batch) else batch
                 self.spans_dropped += len(batch) - len(keep)
                 self.pending.extendleft(reversed(keep))
             return
@@ -123,6 +134,21 @@ class LaneCore:
                                              "lane_actor": self.name}, text)
             if not ok:
                 self.runs.mark_dirty(ident)
+        self.sender.push(LANE_JOB, {"lane_actor": self.name}, self.own_metrics(),
+                         replace=True)
+
+    def own_metrics(self) -> str:
+        s = self.stats()
+        lines = []
+        for key, doc in (("spans_received", "Spans this lane actor received"),
+                         ("spans_sent", "Spans delivered to the server or OTLP endpoint"),
+                         ("spans_dropped", "Spans dropped because the backlog was full")):
+            name = f"rl_insight_lane_{key}_total"
+            lines += [f"# HELP {name} {doc}", f"# TYPE {name} counter", f"{name} {s[key]}"]
+        lines += ["# HELP rl_insight_lane_spans_pending Spans waiting to be sent",
+                  "# TYPE rl_insight_lane_spans_pending gauge",
+                  f"rl_insight_lane_spans_pending {s['spans_pending']}"]
+        return "\n".join(lines) + "\n"
 
     def tick(self) -> None:
         self.send_spans()
@@ -133,8 +159,8 @@ class LaneCore:
             return {"name": self.name, "lanes": len(self.lanes),
                     "spans_received": self.spans_received, "spans_sent": self.spans_sent,
                     "spans_dropped": self.spans_dropped, "spans_pending": len(self.pending),
-                    "current": {f"{i.project}/{i.experiment_name}/{lane}": s
-                                for (i, lane), s in self.current.items()}}
+                    "current": {f"{i.project}/{i.experiment_name}/{lane}": s[-1][1]
+                                for (i, lane), s in self.current.items() if s}}
 
 
 def _metric(kind: str, name: str, value: float, lane: str | None, state: str,

@@ -52,4 +52,7 @@ def encode(spans: Iterable[tuple[Identity, str, Span]]) -> bytes:
             attrs["state_name"] = s.name
         for k, v in attrs.items():
             span.attributes.append(KeyValue(key=k, value=any_value(v)))
+        if "error" in attrs:  # the block raised: OTLP's error status, with the type
+            span.status.code = 2  # STATUS_CODE_ERROR
+            span.status.message = str(attrs["error"])
     return req.SerializeToString()

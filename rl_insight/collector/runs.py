@@ -57,8 +57,10 @@ class RunMetrics:
     def apply(self, m: Metric) -> bool:
         fam = self.families.get(m.name)
         if fam is None:
-            fam = self.families[m.name] = Family(m.kind, m.doc, buckets=(
-                self.bucket_bounds(m.name) if m.kind == HISTOGRAM else ()))
+            bounds = ()
+            if m.kind == HISTOGRAM:
+                bounds = tuple(sorted(m.buckets)) if m.buckets else self.bucket_bounds(m.name)
+            fam = self.families[m.name] = Family(m.kind, m.doc, buckets=bounds)
         elif fam.kind != m.kind:
             self.dropped_kind_conflict += 1
             if m.name not in self._warned:
@@ -91,7 +93,8 @@ class RunMetrics:
         self.dirty = True
         return True
 
-    def render(self) -> str:
+    def render(self, extra: Labels = ()) -> str:
+        """The text format; ``extra`` labels (a run's identity) go on every series."""
         out: list[str] = []
         for name, fam in self.families.items():
             if not fam.series:
@@ -100,9 +103,10 @@ class RunMetrics:
             out.append(f"# TYPE {name} {fam.kind}")
             if fam.kind != HISTOGRAM:
                 for labels, v in fam.series.items():
-                    out.append(f"{name}{labels_text(labels)} {fmt_value(v)}")
+                    out.append(f"{name}{labels_text(extra + labels)} {fmt_value(v)}")
                 continue
             for labels, h in fam.series.items():
+                labels = extra + labels
                 acc = 0
                 for bound, c in zip(fam.buckets, h.counts, strict=False):
                     acc += c
@@ -154,6 +158,15 @@ class Runs:
             if run is not None:
                 run.dirty = True
 
+    def render_all(self) -> str:
+        """Every run in one exposition, each series labelled with its run (for serving
+        /metrics when there is no server to push to)."""
+        with self._lock:
+            texts = [run.render((("experiment_name", i.experiment_name),
+                                 ("project", i.project)))
+                     for i, run in self._runs.items()]
+        return merge_expositions(texts)
+
     def identities(self) -> list[Identity]:
         with self._lock:
             return list(self._runs)
@@ -171,3 +184,26 @@ class Runs:
                 "dropped_kind_conflict": sum(r.dropped_kind_conflict
                                              for r in self._runs.values()),
             }
+
+
+def merge_expositions(texts: list[str]) -> str:
+    """Join expositions so each family's HELP and TYPE appear once."""
+    seen: set[str] = set()
+    families: dict[str, list[str]] = {}
+    order: list[str] = []
+    for text in texts:
+        current = None
+        for line in text.splitlines():
+            if line.startswith("# HELP ") or line.startswith("# TYPE "):
+                current = line.split(" ", 3)[2]
+                if current not in families:
+                    families[current] = []
+                    order.append(current)
+                key = line[:7] + current
+                if key in seen:
+                    continue
+                seen.add(key)
+                families[current].append(line)
+            elif current is not None and line:
+                families[current].append(line)
+    return "".join("\n".join(families[n]) + "\n" for n in order)

@@ -42,6 +42,13 @@ class HubActor:
                             {"default": buckets} if buckets else None)
         self.loop = Periodic(config.get("push_interval_s", 2.0), self.core.tick,
                              "rl-insight-hub-push").start()
+        self.metrics_server = None
+        if not config.get("server_url"):  # external OTLP mode: serve metrics ourselves
+            from rl_insight.collector.serve import MetricsServer
+
+            self.metrics_server = MetricsServer(self.core.runs.render_all,
+                                                config.get("metrics_host", "0.0.0.0"),
+                                                config.get("metrics_port", 0))
         log.info("rl-insight hub up; pushing to %s every %.1fs", config.get("server_url"),
                  self.loop.interval)
 
@@ -78,7 +85,10 @@ class HubActor:
         return self.core.finish(Identity(project, experiment_name))
 
     def stats(self) -> dict:
-        return self.core.stats()
+        out = self.core.stats()
+        if self.metrics_server is not None:
+            out["metrics_address"] = self.metrics_server.address
+        return out
 
 
 class LaneActor:

@@ -1,0 +1,103 @@
+"""Registering scrape targets with the server from training code: rollout replicas'
+engine endpoints, the TransferQueue controller, anything else. Registration is handed to
+a background thread that deduplicates and retries while the server is unreachable."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rl_insight.collector.push import Sender
+
+log = logging.getLogger("rl_insight")
+
+ROLLOUT_JOBS = {"vllm": "vllm", "vllm_omni": "vllm", "vllm-omni": "vllm", "sglang": "sglang"}
+
+
+class RolloutStatsDisabled(ValueError):
+    """Rollout monitoring is on but the engine serves no statistics."""
+
+
+def check_rollout_stats(disable_log_stats: bool, backend: str = "vllm") -> None:
+    """Fail fast: with ``disable_log_stats=True`` the engine's /metrics has no engine
+    statistics, and every rollout panel would stay empty."""
+    if disable_log_stats:
+        raise RolloutStatsDisabled(
+            f"rollout monitoring is on but the {backend} engine runs with "
+            "disable_log_stats=True, so it exports no engine metrics. Set "
+            "actor_rollout_ref.rollout.disable_log_stats=False (verl), or turn rollout "
+            "monitoring off.")
+
+
+def normalise_address(address: str) -> str:
+    """Accept ``http://host:port/metrics`` from callers; the server takes host:port."""
+    a = str(address).strip()
+    if "://" in a:
+        a = a.split("://", 1)[1]
+    return a.split("/", 1)[0]
+
+
+def registration_body(server_addresses: Sequence[str] | str, job_name: str,
+                      labels: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
+                      project: str | None, experiment_name: str | None) -> dict:
+    addresses = [server_addresses] if isinstance(server_addresses, str) \
+        else list(server_addresses)
+    body: dict[str, Any] = {"job_name": job_name,
+                            "targets": [normalise_address(a) for a in addresses]}
+    if labels is not None:
+        body["labels"] = [dict(x) if x else None for x in labels] \
+            if isinstance(labels, (list, tuple)) else dict(labels)
+    if project and experiment_name:
+        body["project"], body["experiment_name"] = project, experiment_name
+    return body
+
+
+class Registrar:
+    """Sends registrations in order; keeps retrying one the server could not take."""
+
+    def __init__(self, server_url: str, token: str, retry_max_s: float = 30.0) -> None:
+        self.sender = Sender(server_url, token)
+        self.retry_max_s = retry_max_s
+        self.pending: deque[dict] = deque(maxlen=10_000)
+        self.done: set[str] = set()
+        self.queued: set[str] = set()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="rl-insight-register",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, body: dict) -> bool:
+        """Queue a registration; False when the same one is already done or queued."""
+        key = json.dumps(body, sort_keys=True)
+        with self._lock:
+            if key in self.done or key in self.queued:
+                return False
+            self.queued.add(key)
+            self.pending.append(body)
+        self._wake.set()
+        return True
+
+    def _run(self) -> None:
+        delay = 0.5
+        while True:
+            self._wake.wait(delay if self.pending else None)
+            self._wake.clear()
+            while self.pending:
+                body = self.pending[0]
+                if not self.sender.post_json("/api/v1/prometheus/targets", body):
+                    delay = min(delay * 2, self.retry_max_s)
+                    break
+                delay = 0.5
+                key = json.dumps(body, sort_keys=True)
+                with self._lock:
+                    self.pending.popleft()
+                    self.queued.discard(key)
+                    self.done.add(key)
+
+    def idle(self) -> bool:
+        return not self.pending
