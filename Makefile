@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rl-insight-installed
 
-.PHONY: setup system-deps test lint demo clean
+.PHONY: setup system-deps test lint demo bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -19,13 +19,19 @@ system-deps:
 	@./scripts/system-deps.sh
 
 lint: setup
-	$(BIN)/ruff check rl_insight tests examples scripts
+	$(BIN)/ruff check rl_insight tests examples scripts bench
 
 test: setup system-deps lint
 	./scripts/private-net.sh $(BIN)/python -m pytest -q -ra
 
 demo: setup system-deps
 	$(BIN)/python examples/demo.py
+
+bench: setup system-deps
+	./scripts/private-net.sh $(BIN)/python bench/caller_cost.py
+
+bench-quick: setup system-deps
+	./scripts/private-net.sh $(BIN)/python bench/caller_cost.py --quick
 
 clean:
 	rm -rf $(VENV) .demo-home .pytest_cache

@@ -39,11 +39,13 @@ class Span(NamedTuple):
     trace_id: int = 0  # 0: the lane picks one
     span_id: int = 0
     parent_id: int = 0
+    ends_state: bool = False  # a trace_state block: also the lane leaving the state
 
 
 class StateChange(NamedTuple):
     """A lane entering (``entering``) or leaving a state, so the lane knows its current
-    state while a span is still open."""
+    state while a span is still open. A trace_state block sends only the entering one;
+    its span (``ends_state``) marks the leaving."""
 
     lane: str
     state: str

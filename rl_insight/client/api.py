@@ -216,8 +216,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             attrs = _attrs(self.labels)
             if exc_type is not None:
                 attrs += (("error", exc_type.__name__),)
-            c.add(Span(self.state, self.start, end, self.lane, attrs, *self.ids))
-            c.add(StateChange(self.lane, self.state, end, False, self.ids[1]))
+            c.add(Span(self.state, self.start, end, self.lane, attrs, *self.ids, True))
         except Exception:
             _failed("trace_state")
 

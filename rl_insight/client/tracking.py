@@ -51,6 +51,8 @@ class Tracking:
         api.init(project_name, experiment_name, config)
 
     def log(self, data: Mapping[str, Any], step: int | float | None = None) -> None:
+        if api._client is None and not api.enabled():  # off: cost nothing per key
+            return
         try:
             if step is not None:
                 api.metric_gauge(self.STEP_METRIC, float(step), "The training step")

@@ -57,6 +57,9 @@ class LaneCore:
                 if type(item) is StateChange:
                     metrics += self._state(identity, item)
                 elif type(item) is Span:
+                    if item.ends_state and item.lane is not None:
+                        metrics += self._state(identity, StateChange(
+                            item.lane, item.name, item.end_ns, False, item.span_id))
                     self.spans_received += 1
                     if len(self.pending) == self.pending.maxlen:
                         self.spans_dropped += 1
