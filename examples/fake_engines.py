@@ -1,0 +1,295 @@
+"""FAKE rollout engines and a FAKE TransferQueue controller for the simulated RL run.
+
+vLLM, SGLang and TransferQueue cannot run on a laptop without GPUs, so these stand-ins
+serve real /metrics endpoints with the real metric names and labels (vLLM V1:
+``model_name``, ``engine``; SGLang: ``model_name``; TransferQueue: ``tq_``), whose values
+follow a simulated load: requests arrive, queue, run and finish, the KV cache fills, and
+the sleep state follows the RL step. Nothing here is the real engine.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import prometheus_client as pc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)
+TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+
+
+def serve(registry: CollectorRegistry) -> tuple[object, int]:
+    """Start a /metrics endpoint on a free port of every interface."""
+    pc.disable_created_metrics()
+    server, _thread = pc.start_http_server(0, addr="0.0.0.0", registry=registry)
+    return server, server.server_port
+
+
+@dataclass
+class Request:
+    prompt: int
+    target: int
+    arrived: float
+    scheduled: float = 0.0
+    first_token: float = 0.0
+    generated: int = 0
+
+
+@dataclass
+class EngineState:
+    waiting: list[Request] = field(default_factory=list)
+    running: list[Request] = field(default_factory=list)
+    kv_capacity_tokens: int = 40_000
+    max_running: int = 16
+    tokens_per_tick: int = 24  # per running request per 50 ms tick
+    sleep_level: int = 0
+
+
+class _Metrics:
+    """The engine's metric objects under one backend's names."""
+
+    def __init__(self, backend: str, registry: CollectorRegistry) -> None:
+        self.backend = backend
+        if backend == "sglang":
+            labels = {"model_name": MODEL}
+            names = list(labels)
+            self.running = Gauge("sglang:num_running_reqs", "Running requests", names,
+                                 registry=registry).labels(**labels)
+            self.waiting = Gauge("sglang:num_queue_reqs", "Queued requests", names,
+                                 registry=registry).labels(**labels)
+            self.kv = Gauge("sglang:token_usage", "Token (KV cache) usage", names,
+                            registry=registry).labels(**labels)
+            self.throughput = Gauge("sglang:gen_throughput", "Generation tokens/s", names,
+                                    registry=registry).labels(**labels)
+            self.cache_hit = Gauge("sglang:cache_hit_rate", "Prefix cache hit rate", names,
+                                   registry=registry).labels(**labels)
+            self.prompt_tokens = Counter("sglang:prompt_tokens", "Prompt tokens", names,
+                                         registry=registry).labels(**labels)
+            self.gen_tokens = Counter("sglang:generation_tokens", "Generation tokens", names,
+                                      registry=registry).labels(**labels)
+            self.ttft = Histogram("sglang:time_to_first_token_seconds", "TTFT", names,
+                                  buckets=LATENCY_BUCKETS, registry=registry).labels(**labels)
+            self.e2e = Histogram("sglang:e2e_request_latency_seconds", "E2E latency", names,
+                                 buckets=LATENCY_BUCKETS, registry=registry).labels(**labels)
+            return
+        labels = {"model_name": MODEL, "engine": "0"}
+        names = list(labels)
+
+        def g(name, doc, extra=()):
+            return Gauge(name, doc, names + list(extra), registry=registry)
+
+        def c(name, doc, extra=()):
+            return Counter(name, doc, names + list(extra), registry=registry)
+
+        def h(name, doc, buckets):
+            return Histogram(name, doc, names, buckets=buckets,
+                             registry=registry).labels(**labels)
+
+        self.running = g("vllm:num_requests_running", "Running requests").labels(**labels)
+        self.waiting = g("vllm:num_requests_waiting", "Waiting requests").labels(**labels)
+        self.kv = g("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full").labels(**labels)
+        self.sleep = g("vllm:engine_sleep_state", "Engine sleep state", ["sleep_state"])
+        self.prompt_tokens = c("vllm:prompt_tokens", "Prefill tokens").labels(**labels)
+        self.gen_tokens = c("vllm:generation_tokens", "Generation tokens").labels(**labels)
+        self.preemptions = c("vllm:num_preemptions", "Preemptions").labels(**labels)
+        self.success = c("vllm:request_success", "Finished requests", ["finished_reason"])
+        self.prefix_queries = c("vllm:prefix_cache_queries", "Prefix cache queries (tokens)"
+                                ).labels(**labels)
+        self.prefix_hits = c("vllm:prefix_cache_hits", "Prefix cache hits (tokens)"
+                             ).labels(**labels)
+        self.ttft = h("vllm:time_to_first_token_seconds", "TTFT", LATENCY_BUCKETS)
+        self.itl = h("vllm:inter_token_latency_seconds", "Inter-token latency",
+                     (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25))
+        self.e2e = h("vllm:e2e_request_latency_seconds", "E2E latency", LATENCY_BUCKETS)
+        self.queue_time = h("vllm:request_queue_time_seconds", "Queue time", LATENCY_BUCKETS)
+        self.prefill = h("vllm:request_prefill_time_seconds", "Prefill time", LATENCY_BUCKETS)
+        self.decode = h("vllm:request_decode_time_seconds", "Decode time", LATENCY_BUCKETS)
+        self.req_prompt = h("vllm:request_prompt_tokens", "Prompt tokens per request",
+                            TOKEN_BUCKETS)
+        self.req_gen = h("vllm:request_generation_tokens", "Generated tokens per request",
+                         TOKEN_BUCKETS)
+        self.iteration = h("vllm:iteration_tokens_total", "Tokens per engine step",
+                           TOKEN_BUCKETS)
+        self.labels = labels
+        for state in SLEEP_STATES:
+            self.sleep.labels(**labels, sleep_state=state).set(1 if state == "awake" else 0)
+        for reason in ("stop", "length"):
+            self.success.labels(**labels, finished_reason=reason)
+
+
+class FakeEngine:
+    """A simulated engine driven by a 50 ms tick; thread-safe."""
+
+    TICK = 0.05
+
+    def __init__(self, backend: str, seed: int = 0) -> None:
+        self.backend = backend
+        self.registry = CollectorRegistry()
+        self.m = _Metrics(backend, registry=self.registry)
+        self.s = EngineState()
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.finished = 0
+        self._recent_tokens: list[tuple[float, int]] = []
+        self.server, self.port = serve(self.registry)
+        threading.Thread(target=self._loop, daemon=True, name="fake-engine").start()
+
+    # -- driven by the RL step ----------------------------------------------------------
+    def submit(self, n: int) -> None:
+        now = time.time()
+        with self.lock:
+            for _ in range(n):
+                self.s.waiting.append(Request(self.rng.randint(64, 512),
+                                              self.rng.randint(32, 600), now))
+
+    def busy(self) -> bool:
+        with self.lock:
+            return bool(self.s.waiting or self.s.running)
+
+    def set_sleep(self, level: int) -> None:
+        """0 awake, 1 weights offloaded, 2 everything discarded."""
+        with self.lock:
+            self.s.sleep_level = level
+            if level:
+                self.m.kv.set(0)
+        if self.backend != "sglang":
+            for i, state in enumerate(SLEEP_STATES):
+                self.m.sleep.labels(**self.m.labels, sleep_state=state).set(
+                    1 if i == level else 0)
+
+    # -- the engine -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.TICK)
+            try:
+                self._tick(time.time())
+            except Exception:  # a fake must not die mid-run
+                pass
+
+    def _tick(self, now: float) -> None:
+        m, s = self.m, self.s
+        with self.lock:
+            if s.sleep_level:
+                return
+            used = sum(r.prompt + r.generated for r in s.running)
+            while s.waiting and len(s.running) < s.max_running and \
+                    used + s.waiting[0].prompt < s.kv_capacity_tokens * 0.9:
+                r = s.waiting.pop(0)
+                r.scheduled = now
+                used += r.prompt
+                s.running.append(r)
+                m.prompt_tokens.inc(r.prompt)
+                if self.backend != "sglang":
+                    m.queue_time.observe(now - r.arrived)
+                    m.prefill.observe(0.02 + r.prompt / 20_000)
+                    m.req_prompt.observe(r.prompt)
+                    m.prefix_queries.inc(r.prompt)
+                    m.prefix_hits.inc(int(r.prompt * 0.3))
+            step_tokens = 0
+            done = []
+            for r in s.running:
+                n = min(s.tokens_per_tick, r.target - r.generated)
+                if r.generated == 0 and n:
+                    r.first_token = now
+                    m.ttft.observe(now - r.arrived)
+                r.generated += n
+                step_tokens += n
+                if r.generated >= r.target:
+                    done.append(r)
+            for r in done:
+                s.running.remove(r)
+                self.finished += 1
+                m.e2e.observe(now - r.arrived)
+                if self.backend != "sglang":
+                    m.success.labels(**m.labels, finished_reason="length" if r.target > 500
+                                     else "stop").inc()
+                    m.decode.observe(now - r.first_token)
+                    m.req_gen.observe(r.generated)
+                    m.itl.observe(self.TICK / s.tokens_per_tick)
+            used = sum(r.prompt + r.generated for r in s.running)
+            if used > s.kv_capacity_tokens * 0.95 and s.running and self.backend != "sglang":
+                victim = s.running.pop()  # preempted: back to the queue, recomputed later
+                victim.generated = 0
+                s.waiting.insert(0, victim)
+                m.preemptions.inc()
+            m.gen_tokens.inc(step_tokens)
+            m.running.set(len(s.running))
+            m.waiting.set(len(s.waiting))
+            m.kv.set(min(used / s.kv_capacity_tokens, 1.0))
+            if self.backend != "sglang":
+                m.iteration.observe(step_tokens + sum(1 for _ in done))
+            else:
+                self._recent_tokens.append((now, step_tokens))
+                self._recent_tokens = [(t, k) for t, k in self._recent_tokens if now - t < 2]
+                m.throughput.set(sum(k for _, k in self._recent_tokens) / 2)
+                m.cache_hit.set(0.3 + 0.1 * self.rng.random())
+
+
+class FakeTransferQueue:
+    """A FAKE TransferQueue controller: partitions per step, producers and consumers
+    per task, storage units, and its request counters, under the tq_ names."""
+
+    TASKS = ("generate_sequences", "compute_log_prob", "update_actor")
+    OPS = ("put", "get", "clear")
+
+    def __init__(self, storage_units: int = 2) -> None:
+        self.registry = r = CollectorRegistry()
+        self.started = time.time()
+        self.uptime = Gauge("tq_controller_uptime_seconds", "Controller uptime", registry=r)
+        self.rss = Gauge("tq_controller_memory_rss_bytes", "Controller RSS", registry=r)
+        self.partitions = Gauge("tq_partitions_total", "Partitions", registry=r)
+        self.samples = Gauge("tq_partition_samples_total", "Samples per partition",
+                             ["partition_id"], registry=r)
+        self.produced = Gauge("tq_partition_production_progress",
+                              "Fraction of a partition's samples produced, per task",
+                              ["partition_id", "task_name"], registry=r)
+        self.consumed = Gauge("tq_partition_consumption_progress",
+                              "Fraction of a partition's samples consumed, per task",
+                              ["partition_id", "task_name"], registry=r)
+        self.requests = Counter("tq_controller_request", "Controller requests", ["op_type"],
+                                registry=r)
+        self.duration = Histogram("tq_controller_request_duration_seconds",
+                                  "Controller request duration", ["op_type"],
+                                  buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5),
+                                  registry=r)
+        self.util = Gauge("tq_storage_utilization_ratio", "Storage unit utilisation",
+                          ["storage_unit_id"], registry=r)
+        self.p99 = Gauge("tq_storage_request_latency_p99", "Storage request latency p99",
+                         ["storage_unit_id", "op_type"], registry=r)
+        self.units = [f"storage_{i}" for i in range(storage_units)]
+        self.rng = random.Random(7)
+        self.server, self.port = serve(r)
+        self.live: set[str] = set()
+
+    def step(self, step: int, batch: int, produced: float, consumed: float) -> None:
+        """Record one step's partition and traffic; ``produced`` and ``consumed`` are
+        fractions of the batch."""
+        pid = f"train_{step}"
+        self.live.add(pid)
+        self.partitions.set(len(self.live))
+        self.samples.labels(pid).set(batch)
+        for task in self.TASKS:
+            self.produced.labels(pid, task).set(produced)
+            self.consumed.labels(pid, task).set(consumed)
+        for op in self.OPS:
+            n = batch if op != "clear" else 1
+            self.requests.labels(op).inc(n)
+            for _ in range(min(n, 50)):
+                self.duration.labels(op).observe(self.rng.uniform(0.0003, 0.02))
+        for unit in self.units:
+            self.util.labels(unit).set(min(0.1 + 0.05 * len(self.live), 0.95))
+            for op in ("put", "get"):
+                self.p99.labels(unit, op).set(self.rng.uniform(0.002, 0.03))
+        self.uptime.set(time.time() - self.started)
+        import resource
+
+        self.rss.set(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+    def clear(self, step: int) -> None:
+        self.live.discard(f"train_{step}")
+        self.partitions.set(len(self.live))

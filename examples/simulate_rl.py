@@ -1,0 +1,302 @@
+"""A simulated verl-style RL run on Ray, monitored by RL-Insight, for a laptop without
+GPUs: rollout replicas (FAKE vLLM or SGLang engines serving real /metrics), a FAKE
+TransferQueue controller, trainer ranks, and a trainer loop that logs verl's keys.
+
+    python examples/simulate_rl.py --steps 5 --replicas 2 --ranks 2 --mode sync
+    python examples/simulate_rl.py --mode async --backend sglang --step-seconds 4
+
+Set RL_INSIGHT_SERVER_URL to the server (`rl-insight server start` prints it). Ray:
+a local cluster, or the one RAY_ADDRESS names. Everything is registered and reported
+through the client API, as a framework would do it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import ray
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fake_engines  # noqa: E402
+
+import rl_insight  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(fake_engines)  # workers need not import it
+
+
+@ray.remote(num_cpus=0)
+class RolloutReplica:
+    """One rollout replica: a FAKE engine and the replica's state lane."""
+
+    def __init__(self, index: int, backend: str) -> None:
+        self.index = index
+        self.lane = f"replica_{index}"
+        self.generate_state = "sglang_generate" if backend == "sglang" else "vllm_generate"
+        self.engine = fake_engines.FakeEngine(backend, seed=index)
+
+    def address(self) -> str:
+        return f"{ray.util.get_node_ip_address()}:{self.engine.port}"
+
+    def generate(self, n: int, timeout: float, step: int, phase: str = "train") -> float:
+        t0 = time.perf_counter()
+        with rl_insight.trace_state(self.generate_state, state_lane_id=self.lane, step=step,
+                                    phase=phase, requests=n):
+            self.engine.submit(n)
+            end = time.monotonic() + timeout
+            while self.engine.busy() and time.monotonic() < end:
+                time.sleep(0.02)
+        return time.perf_counter() - t0
+
+    def state(self, name: str, seconds: float, step: int, sleep_level: int | None = None
+              ) -> None:
+        """A short replica state: sleep, wake up, KV-cache release and resume, waits."""
+        with rl_insight.trace_state(name, state_lane_id=self.lane, step=step):
+            if sleep_level is not None:
+                self.engine.set_sleep(sleep_level)
+            time.sleep(seconds)
+
+
+@ray.remote(num_cpus=0)
+class TrainerRank:
+    def __init__(self, rank: int) -> None:
+        self.lane = f"rank_{rank}"
+
+    def phase(self, name: str, seconds: float, step: int) -> None:
+        with rl_insight.trace_state(name, state_lane_id=self.lane, step=step):
+            time.sleep(seconds)
+
+
+@ray.remote(num_cpus=0)
+class TransferQueueController:
+    def __init__(self) -> None:
+        self.tq = fake_engines.FakeTransferQueue()
+
+    def address(self) -> str:
+        return f"{ray.util.get_node_ip_address()}:{self.tq.port}"
+
+    def step(self, step: int, batch: int, produced: float, consumed: float) -> None:
+        self.tq.step(step, batch, produced, consumed)
+        if step > 2:
+            self.tq.clear(step - 2)
+
+
+class Simulation:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        s = args.step_seconds
+        # the share of a step each phase takes, as in a typical synchronous PPO step
+        self.t = {"sleep": 0.03 * s, "reward": 0.05 * s, "old_log_prob": 0.1 * s,
+                  "ref": 0.08 * s, "values": 0.03 * s, "adv": 0.02 * s,
+                  "update_actor": 0.18 * s, "update_weights": 0.06 * s, "switch": 0.02 * s}
+        self.gen_timeout = 0.6 * s
+        self.requests = max(8, int(16 * 0.4 * s / 0.7))
+        self.rng = random.Random(args.seed)
+        self.replicas = [RolloutReplica.remote(i, args.backend) for i in range(args.replicas)]
+        self.ranks = [TrainerRank.remote(r) for r in range(args.ranks)]
+        self.tq = TransferQueueController.remote() if args.transfer_queue else None
+        self.tracking = rl_insight.Tracking(args.project, args.experiment_name)
+        self.total_tokens = 0
+
+    def register(self) -> dict:
+        """Register the engines' and the controller's endpoints, as verl does."""
+        addresses = ray.get([r.address.remote() for r in self.replicas])
+        rl_insight.register_rollout_replicas(addresses, self.args.backend,
+                                             disable_log_stats=False)
+        out = {"replicas": addresses}
+        if self.tq is not None:
+            out["transfer_queue"] = ray.get(self.tq.address.remote())
+            rl_insight.register_transfer_queue(out["transfer_queue"])
+        return out
+
+    # -- phases ---------------------------------------------------------------------------
+    def ranks_phase(self, name: str, step: int, key: str) -> float:
+        t0 = time.perf_counter()
+        ray.get([r.phase.remote(name, self.t[key], step) for r in self.ranks])
+        return time.perf_counter() - t0
+
+    def replicas_state(self, name: str, seconds: float, step: int,
+                       sleep_level: int | None = None) -> None:
+        ray.get([r.state.remote(name, seconds, step, sleep_level) for r in self.replicas])
+
+    def generate(self, step: int, phase: str = "train"):
+        return [r.generate.remote(self.requests, self.gen_timeout, step, phase)
+                for r in self.replicas]
+
+    def timed(self, key: str) -> float:
+        time.sleep(self.t[key])
+        return self.t[key]
+
+    # -- one step -----------------------------------------------------------------------------
+    def sync_step(self, step: int) -> dict:
+        timing = {}
+        t_step = time.perf_counter()
+        timing["gen"] = max(ray.get(self.generate(step)))
+        t0 = time.perf_counter()
+        self.replicas_state("vllm_release_kv_cache", self.t["sleep"] / 2, step)
+        self.replicas_state("vllm_sleep", self.t["sleep"] / 2, step, sleep_level=1)
+        timing["sleep"] = time.perf_counter() - t0
+        timing["reward"] = self.timed("reward")
+        timing["old_log_prob"] = self.ranks_phase("actor_compute_log_prob", step,
+                                                  "old_log_prob")
+        timing["ref"] = self.ranks_phase("ref_compute_log_prob", step, "ref")
+        timing["values"] = self.timed("values")
+        timing["adv"] = self.timed("adv")
+        timing["update_actor"] = self.ranks_phase("actor_update", step, "update_actor")
+        t0 = time.perf_counter()
+        weights = [r.phase.remote("update_weights", self.t["update_weights"], step)
+                   for r in self.ranks]
+        self.replicas_state("vllm_wake_up", self.t["update_weights"] / 3, step,
+                            sleep_level=0)
+        self.replicas_state("vllm_resume_kv_cache", self.t["update_weights"] / 3, step)
+        ray.get(weights)
+        timing["update_weights"] = time.perf_counter() - t0
+        if self.tq is not None:
+            ray.get(self.tq.step.remote(step, self.requests * len(self.replicas), 1.0, 1.0))
+        timing["step"] = time.perf_counter() - t_step
+        return timing
+
+    def async_step(self, step: int, pending: list) -> tuple[dict, list]:
+        """Separate-asynchronous: batch ``step`` was generated while the ranks trained on
+        the one before; the next batch starts before training on this one."""
+        timing = {}
+        t_step = time.perf_counter()
+        timing["gen"] = max(ray.get(pending))
+        if self.tq is not None:
+            ray.get(self.tq.step.remote(step, self.requests * len(self.replicas), 1.0, 0.0))
+        nxt = self.generate(step + 1) if step < self.args.steps else []
+        timing["switch_to_trainer"] = self.ranks_phase("switch_to_trainer", step, "switch")
+        timing["old_log_prob"] = self.ranks_phase("actor_compute_log_prob", step,
+                                                  "old_log_prob")
+        timing["ref"] = self.ranks_phase("ref_compute_log_prob", step, "ref")
+        timing["reward"] = self.timed("reward")
+        timing["adv"] = self.timed("adv")
+        timing["update_actor"] = self.ranks_phase("actor_update", step, "update_actor")
+        timing["switch_to_rollout"] = self.ranks_phase("switch_to_rollout", step, "switch")
+        t0 = time.perf_counter()
+        waits = [r.state.remote("switch_wait", self.t["update_weights"], step)
+                 for r in self.replicas]  # queued behind the replica's generation
+        ray.get([r.phase.remote("update_weights", self.t["update_weights"], step)
+                 for r in self.ranks])
+        ray.get(waits)
+        timing["update_weights"] = time.perf_counter() - t0
+        if self.tq is not None:
+            ray.get(self.tq.step.remote(step, self.requests * len(self.replicas), 1.0, 1.0))
+        timing["step"] = time.perf_counter() - t_step
+        return timing, nxt
+
+    def validate(self, step: int) -> dict:
+        ray.get(self.generate(step, phase="validation"))
+        score = self.score(step) + 0.05
+        return {"val-core/gsm8k/reward/mean@1": score,
+                "val-aux/gsm8k/reward/mean@1": score - 0.02,
+                "val-aux/gsm8k/acc/mean@1": score - 0.04}
+
+    def score(self, step: int) -> float:
+        return 0.25 + 0.5 * (1 - math.exp(-step / 6)) + self.rng.uniform(-0.02, 0.02)
+
+    def metrics(self, step: int, timing: dict) -> dict:
+        response = 380 + 60 * math.sin(step / 3) + self.rng.uniform(-10, 10)
+        tokens = self.requests * len(self.replicas) * (response + 280)
+        self.total_tokens += tokens
+        score = self.score(step)
+        data = {
+            "actor/pg_loss": -0.02 * math.exp(-step / 8) + self.rng.uniform(-0.005, 0.005),
+            "actor/entropy": 1.6 * math.exp(-step / 40),
+            "actor/pg_clipfrac": 0.002 + self.rng.uniform(0, 0.003),
+            "actor/ppo_kl": 0.0005 + self.rng.uniform(0, 0.0005),
+            "actor/grad_norm": 0.3 + self.rng.uniform(0, 0.2),
+            "actor/lr": 1e-6,
+            "critic/score/mean": score, "critic/rewards/mean": score - 0.01,
+            "critic/advantages/mean": self.rng.uniform(-0.01, 0.01),
+            "response_length/mean": response,
+            "response_length/clip_ratio": 0.01 + self.rng.uniform(0, 0.02),
+            "prompt_length/mean": 280.0,
+            "perf/throughput": tokens / max(timing["step"], 1e-6) / max(
+                len(self.ranks), 1),
+            "perf/total_num_tokens": tokens,
+            "perf/time_per_step": timing["step"],
+            "training/global_step": step, "training/epoch": step // 10,
+        }
+        data.update({f"timing_s/{k}": v for k, v in timing.items()})
+        return data
+
+    def run(self) -> None:
+        pending = self.generate(1) if self.args.mode == "async" else []
+        for step in range(1, self.args.steps + 1):
+            if self.args.mode == "sync":
+                timing = self.sync_step(step)
+            else:
+                timing, pending = self.async_step(step, pending)
+            data = self.metrics(step, timing)
+            if self.args.val_every and step % self.args.val_every == 0:
+                data.update(self.validate(step))
+            self.tracking.log(data, step=step)
+            print(f"step {step}/{self.args.steps}: {timing['step']:.1f}s, score "
+                  f"{data['critic/score/mean']:.3f}", flush=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--mode", choices=["sync", "async"], default="sync")
+    ap.add_argument("--backend", choices=["vllm", "sglang", "vllm_omni"], default="vllm")
+    ap.add_argument("--step-seconds", type=float, default=6.0)
+    ap.add_argument("--val-every", type=int, default=2)
+    ap.add_argument("--transfer-queue", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the FAKE TransferQueue controller (V1 trainer)")
+    ap.add_argument("--project", default="rl-insight-demo")
+    ap.add_argument("--experiment-name", default=None,
+                    help="default: sim-<mode>-<backend>-<time>")
+    ap.add_argument("--linger", type=float, default=0.0,
+                    help="keep the endpoints up this many seconds after the last step")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.experiment_name is None:
+        args.experiment_name = f"sim-{args.mode}-{args.backend}-{time.strftime('%H%M%S')}"
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not os.environ.get("RL_INSIGHT_SERVER_URL") and \
+            not os.environ.get("RL_INSIGHT_OTLP_ENDPOINT"):
+        print("simulate_rl: set RL_INSIGHT_SERVER_URL to the server's address "
+              "(`rl-insight server start` prints it)", file=sys.stderr)
+        return 2
+    att = rl_insight.ray.attach(project=args.project, experiment_name=args.experiment_name,
+                                log_to_driver=False)
+    if not att.enabled:
+        print(f"simulate_rl: {att.message}", file=sys.stderr)
+        return 2
+    t_start = time.time()
+    sim = Simulation(args)
+    endpoints = sim.register()
+    print(f"simulating {args.steps} {args.mode} steps: {args.replicas} {args.backend} "
+          f"replicas, {args.ranks} trainer ranks; run {args.project}/{args.experiment_name}",
+          flush=True)
+    sim.run()
+    t_end = time.time()
+    rl_insight.flush(10)
+    if args.linger:
+        print(f"keeping the endpoints up for {args.linger:.0f}s", flush=True)
+        time.sleep(args.linger)
+    sim.tracking.finish()
+    print("SIMULATION " + json.dumps({"project": args.project,
+                                      "experiment_name": args.experiment_name,
+                                      "mode": args.mode, "backend": args.backend,
+                                      "t_start": t_start, "t_end": t_end, **endpoints}),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
