@@ -24,10 +24,29 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 
 def serve(registry: CollectorRegistry) -> tuple[object, int]:
-    """Start a /metrics endpoint on a free port of every interface."""
+    """Start a /metrics endpoint on a free port of every interface. It always answers in
+    the text format 0.0.4, as vLLM does: prometheus_client 0.26's OpenMetrics output
+    would rewrite the colons of ``vllm:`` names into underscores."""
+    import http.server
+
     pc.disable_created_metrics()
-    server, _thread = pc.start_http_server(0, addr="0.0.0.0", registry=registry)
-    return server, server.server_port
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = pc.generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", pc.CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
 
 
 @dataclass

@@ -18,6 +18,7 @@ import math
 import os
 import random
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,10 +50,25 @@ class RolloutReplica:
         with rl_insight.trace_state(self.generate_state, state_lane_id=self.lane, step=step,
                                     phase=phase, requests=n):
             self.engine.submit(n)
+            agents = [threading.Thread(target=self.agent_loop, args=(step, i), daemon=True)
+                      for i in range(4)]
+            for a in agents:
+                a.start()
             end = time.monotonic() + timeout
             while self.engine.busy() and time.monotonic() < end:
                 time.sleep(0.02)
+            for a in agents:
+                a.join()
         return time.perf_counter() - t0
+
+    def agent_loop(self, step: int, i: int) -> None:
+        """A multi-turn trajectory on a lane of its own (thousands of these share the
+        lane pool): a model turn, a tool call, another turn."""
+        lane = f"traj_s{step}_r{self.index}_{i}"
+        for state, seconds in (("agent_generate", 0.15), ("agent_tool_call", 0.25),
+                               ("agent_generate", 0.1)):
+            with rl_insight.trace_state(state, state_lane_id=lane, step=step):
+                time.sleep(seconds)
 
     def state(self, name: str, seconds: float, step: int, sleep_level: int | None = None
               ) -> None:

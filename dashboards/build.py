@@ -1,0 +1,239 @@
+"""Generates the Grafana dashboards of dashboards/*.json from the panels of panels.py.
+
+    python -m dashboards.build          # rewrite the JSON files
+    python -m dashboards.build --check  # exit 1 if a checked-in file differs
+
+Component dashboards (training, rollout per backend, TransferQueue, timeline, hardware,
+RL-Insight itself) and one dashboard per backend and trainer mode, combining the panel
+groups that apply. Every panel is defined once; the JSON is an output, never edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    from dashboards import panels as P
+except ImportError:  # run as a script from this folder
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from dashboards import panels as P
+
+HERE = Path(__file__).resolve().parent
+SCHEMA_VERSION = 39
+DATASOURCES = {"prometheus": {"type": "prometheus", "uid": "prometheus"},
+               "tempo": {"type": "tempo", "uid": "tempo"}}
+RUN_SOURCE = 'push_time_seconds{job="rl_insight"}'
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    panels: Sequence[P.Panel]
+    collapsed: bool = False
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    uid: str
+    title: str
+    description: str
+    sections: Sequence[Section]
+    variables: Sequence[str] = ("project", "experiment_name")
+    replica_metric: str = ""
+
+
+def variable(name: str, replica_metric: str = "") -> dict:
+    """A query variable over Prometheus labels."""
+    run = 'project=~"$project"'
+    queries = {
+        "project": f"label_values({RUN_SOURCE}, project)",
+        "experiment_name": f'label_values(push_time_seconds{{job="rl_insight",{run}}}, '
+                           "experiment_name)",
+        "replica": f"label_values({replica_metric}{{{P.RUN}}}, replica)",
+        "node": 'label_values(up{job=~"node-exporter|dcgm-exporter|npu-exporter"}, node)',
+    }
+    many = name in ("replica", "node")
+    return {
+        "name": name, "label": name.replace("_", " "), "type": "query",
+        "datasource": DATASOURCES["prometheus"],
+        "definition": queries[name],
+        "query": {"query": queries[name], "refId": f"{name}-values"},
+        "refresh": 2, "sort": 1 if name != "experiment_name" else 2,
+        "includeAll": many, "multi": many, "allValue": ".*" if many else None,
+        "current": {}, "options": [], "hide": 0,
+    }
+
+
+def _mappings(spec: dict) -> list[dict]:
+    return [{"type": "value", "options": {value: {"text": text, "color": color,
+                                                  "index": i}}}
+            for i, (value, (text, color)) in enumerate(spec.items())]
+
+
+def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
+    ds_name = panel.queries[0].datasource
+    targets = []
+    for i, q in enumerate(panel.queries):
+        t = {"refId": chr(ord("A") + i), "datasource": DATASOURCES[q.datasource]}
+        if q.datasource == "tempo":
+            t.update(queryType="traceql", query=q.expr, limit=50, tableType="spans")
+        else:
+            t.update(expr=q.expr, legendFormat=q.legend or "__auto", range=True)
+        targets.append(t)
+    defaults: dict = {"unit": panel.unit}
+    custom: dict = {}
+    if panel.kind == "timeseries":
+        custom = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
+                  "showPoints": "never", "spanNulls": True}
+        if panel.stack:
+            custom["stacking"] = {"mode": "normal", "group": "A"}
+            custom["fillOpacity"] = 60
+    if panel.options.get("mappings"):
+        defaults["mappings"] = _mappings(panel.options["mappings"])
+    if custom:
+        defaults["custom"] = custom
+    options: dict = {"legend": {"displayMode": "list", "placement": "bottom",
+                                "showLegend": True},
+                     "tooltip": {"mode": "multi", "sort": "none"}}
+    if panel.kind == "state-timeline":
+        options.update(showValue="never", mergeValues=True, rowHeight=0.8)
+    elif panel.kind == "stat":
+        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                   "colorMode": "value", "graphMode": "area"}
+    elif panel.kind == "bargauge":
+        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                   "orientation": "horizontal", "displayMode": "gradient"}
+    elif panel.kind in ("traces", "table"):
+        options = {}
+    return {
+        "id": pid, "type": panel.kind, "title": panel.title,
+        "description": panel.description, "datasource": DATASOURCES[ds_name],
+        "gridPos": {"x": x, "y": y, "w": panel.width, "h": panel.height},
+        "targets": targets, "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+    }
+
+
+def layout(sections: Sequence[Section]) -> list[dict]:
+    """Rows of panels, left to right, wrapping at Grafana's 24 columns."""
+    out, pid, y = [], 1, 0
+    for section in sections:
+        out.append({"id": pid, "type": "row", "title": section.title,
+                    "collapsed": section.collapsed, "panels": [],
+                    "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}})
+        pid, y = pid + 1, y + 1
+        x, row_h = 0, 0
+        for panel in section.panels:
+            if x + panel.width > 24:
+                x, y, row_h = 0, y + row_h, 0
+            out.append(panel_json(panel, pid, x, y))
+            pid += 1
+            x += panel.width
+            row_h = max(row_h, panel.height)
+        y += row_h
+    return out
+
+
+def model(d: Dashboard) -> dict:
+    return {
+        "uid": d.uid, "title": d.title, "description": d.description,
+        "tags": ["rl-insight"], "timezone": "browser", "editable": True,
+        "schemaVersion": SCHEMA_VERSION, "version": 1, "graphTooltip": 1,
+        "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
+        "templating": {"list": [variable(v, d.replica_metric) for v in d.variables]},
+        "annotations": {"list": []},
+        "links": [{"title": "RL-Insight", "type": "dashboards", "tags": ["rl-insight"],
+                   "asDropdown": True, "includeVars": True, "keepTime": True}],
+        "panels": layout(d.sections),
+    }
+
+
+TRAINING = Section("Training", P.TRAINING)
+TIMELINE = Section("State timeline", P.TIMELINE_PROM)
+TEMPO = Section("State spans (Tempo)", P.TIMELINE_TEMPO, collapsed=False)
+TQ = Section("TransferQueue", P.TQ)
+HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
+            Section("GPUs (DCGM)", P.DCGM), Section("Ascend NPUs (npu-exporter)", P.NPU))
+RUN_VARS = ("project", "experiment_name")
+BACKENDS = {  # backend -> (title, rollout panels, the metric that lists its replicas)
+    "vllm": ("vLLM", P.VLLM, "vllm:num_requests_running"),
+    "vllm-omni": ("vLLM-Omni", P.VLLM, "vllm:num_requests_running"),
+    "sglang": ("SGLang", P.SGLANG, "sglang:num_running_reqs"),
+}
+
+
+def dashboards() -> list[Dashboard]:
+    out = [
+        Dashboard("rl-insight-training", "RL-Insight · Training overview",
+                  "Trainer scalars per step: rewards, losses, KL, timings, throughput.",
+                  [TRAINING]),
+        Dashboard("rl-insight-rollout-vllm", "RL-Insight · Rollout · vLLM",
+                  "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",
+                  [Section("Rollout (vLLM)", P.VLLM)], RUN_VARS + ("replica",),
+                  BACKENDS["vllm"][2]),
+        Dashboard("rl-insight-rollout-sglang", "RL-Insight · Rollout · SGLang",
+                  "Every SGLang replica: requests, token usage, throughput, latency.",
+                  [Section("Rollout (SGLang)", P.SGLANG)], RUN_VARS + ("replica",),
+                  BACKENDS["sglang"][2]),
+        Dashboard("rl-insight-transfer-queue", "RL-Insight · TransferQueue",
+                  "The data queue between rollout and training: partitions, progress, "
+                  "requests, storage.", [TQ]),
+        Dashboard("rl-insight-timeline", "RL-Insight · State timeline",
+                  "Which replica was generating, sleeping or waking, and which trainer "
+                  "rank was updating, when: from Prometheus and from Tempo.",
+                  [TIMELINE, TEMPO]),
+        Dashboard("rl-insight-hardware", "RL-Insight · Hardware",
+                  "CPU, memory, network, disk, GPUs and Ascend NPUs of every node.",
+                  HARDWARE, ("node",)),
+        Dashboard("rl-insight-self", "RL-Insight · Monitoring health",
+                  "RL-Insight itself: events, spans, the spool, the services.",
+                  [Section("RL-Insight", P.SELF)], ()),
+    ]
+    for key, (name, rollout, replica_metric) in BACKENDS.items():
+        for mode, mode_title, extra in (("sync", "synchronous", []),
+                                        ("async", "separate-asynchronous (TransferQueue)",
+                                         [TQ])):
+            out.append(Dashboard(
+                f"rl-insight-{key}-{mode}", f"RL-Insight · {name} · {mode_title}",
+                f"A {mode_title} RL run with {name} rollout: training, rollout, "
+                "timeline" + (", TransferQueue" if extra else "") + ".",
+                [TRAINING, Section(f"Rollout ({name})", rollout), *extra, TIMELINE],
+                RUN_VARS + ("replica",), replica_metric))
+    return out
+
+
+def render_all() -> dict[str, str]:
+    """File name -> JSON text, exactly as checked in."""
+    return {f"{d.uid}.json": json.dumps(model(d), indent=2, sort_keys=True) + "\n"
+            for d in dashboards()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="compare with the checked-in files instead of writing")
+    args = ap.parse_args(argv)
+    files = render_all()
+    stale = [n for n, text in files.items()
+             if not (HERE / n).is_file() or (HERE / n).read_text() != text]
+    extra = [p.name for p in HERE.glob("*.json") if p.name not in files]
+    if args.check:
+        for n in stale + extra:
+            print(f"dashboards/{n} differs from what dashboards/build.py generates; run "
+                  "`python -m dashboards.build`", file=sys.stderr)
+        return 1 if stale or extra else 0
+    for n, text in files.items():
+        (HERE / n).write_text(text)
+    for n in extra:
+        (HERE / n).unlink()
+    print(f"wrote {len(files)} dashboards to {HERE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Every panel of every RL-Insight dashboard, each defined once.
+
+A panel is plain data (title, kind, queries, unit); `build.py` lays panels out and
+writes Grafana's JSON. Queries use the template variables $project, $experiment_name,
+$replica and $node, and Grafana's $__rate_interval and $__range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
+REPLICA = RUN + ',replica=~"$replica"'
+NODE = 'node=~"$node"'
+M = "rl_insight_monitor_"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+    datasource: str = "prometheus"  # or "tempo" (then expr is TraceQL)
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    queries: tuple[Query, ...]
+    unit: str = "short"
+    kind: str = "timeseries"  # timeseries | stat | state-timeline | bargauge | traces | table
+    description: str = ""
+    width: int = 12
+    height: int = 8
+    stack: bool = False
+    needs: str = ""  # what must run for data: "", "node-exporter", "dcgm-exporter", ...
+    options: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+def ts(title: str, *queries: Query | tuple[str, str], unit: str = "short",
+       description: str = "", **kw) -> Panel:
+    qs = tuple(q if isinstance(q, Query) else Query(*q) for q in queries)
+    return Panel(title, qs, unit=unit, description=description, **kw)
+
+
+def gauge_key(key: str) -> str:
+    """The exported name of a verl key, as its tracking backend writes it."""
+    from rl_insight import naming
+
+    return naming.metric_name(key.replace("/", "_"), "gauge")[0]
+
+
+def quantiles(metric: str, by: str, sel: str, qs=(0.5, 0.9, 0.99)) -> tuple[Query, ...]:
+    return tuple(Query(f"histogram_quantile({q}, sum by (le, {by}) "
+                       f"(rate({metric}_bucket{{{sel}}}[$__rate_interval])))",
+                       f"p{int(q * 100)} {{{{{by}}}}}") for q in qs)
+
+
+# -- training ----------------------------------------------------------------------------
+def _g(key: str, legend: str | None = None) -> Query:
+    return Query(f'{gauge_key(key)}{{{RUN}}}', legend or key)
+
+
+TRAINING = (
+    ts("Reward and score", _g("critic/score/mean"), _g("critic/rewards/mean"),
+       description="Mean sequence score and reward per step (critic/score/mean, "
+                   "critic/rewards/mean)."),
+    ts("Validation", Query(f'{{__name__=~"{M}val_core_.*",{RUN}}}', "{{__name__}}"),
+       description="Validation rewards (val-core/*), logged every N steps."),
+    ts("Policy loss", _g("actor/pg_loss"), description="actor/pg_loss per step."),
+    ts("KL and clip fraction", _g("actor/ppo_kl"), _g("actor/pg_clipfrac"),
+       description="PPO KL to the old policy and the clipped fraction."),
+    ts("Entropy", _g("actor/entropy")),
+    ts("Gradient norm and learning rate", _g("actor/grad_norm"), _g("actor/lr")),
+    ts("Response length", _g("response_length/mean"), _g("prompt_length/mean"),
+       unit="short"),
+    ts("Response clip ratio", _g("response_length/clip_ratio"), unit="percentunit"),
+    ts("Step time by phase",
+       Query(f'label_replace({{__name__=~"{M}timing_s_.*",__name__!="{M}timing_s_step",'
+             f'{RUN}}}, "phase", "$1", "__name__", "{M}timing_s_(.*)")', "{{phase}}"),
+       unit="s", stack=True, description="timing_s/* of each step, stacked: where a "
+       "step's time goes (gen, old_log_prob, ref, update_actor, update_weights...)."),
+    ts("Throughput", _g("perf/throughput", "tokens/s per GPU"), unit="short"),
+    ts("Time per step", _g("perf/time_per_step"), unit="s"),
+    ts("Global step", Query(f'{M}step{{{RUN}}}', "step"), kind="stat"),
+)
+
+# -- rollout: vLLM (and vLLM-Omni, which serves vLLM's engine metrics) -----------------------
+VLLM = (
+    ts("Running requests", Query(f"sum by (replica) (vllm:num_requests_running{{{REPLICA}}})",
+                                 "replica {{replica}}")),
+    ts("Waiting requests", Query(f"sum by (replica) (vllm:num_requests_waiting{{{REPLICA}}})",
+                                 "replica {{replica}}")),
+    ts("KV-cache usage", Query(f"max by (replica) (vllm:kv_cache_usage_perc{{{REPLICA}}})",
+                               "replica {{replica}}"), unit="percentunit"),
+    ts("Token throughput",
+       Query(f"sum by (replica) (rate(vllm:generation_tokens_total{{{REPLICA}}}"
+             "[$__rate_interval]))", "generated {{replica}}"),
+       Query(f"sum by (replica) (rate(vllm:prompt_tokens_total{{{REPLICA}}}"
+             "[$__rate_interval]))", "prompt {{replica}}"), unit="short",
+       description="Tokens per second per replica."),
+    ts("Time to first token", *quantiles("vllm:time_to_first_token_seconds", "replica",
+                                         REPLICA), unit="s"),
+    ts("End-to-end request latency", *quantiles("vllm:e2e_request_latency_seconds",
+                                                "replica", REPLICA), unit="s"),
+    ts("Queue, prefill and decode time (p90)",
+       *(Query(f"histogram_quantile(0.9, sum by (le) (rate(vllm:request_{p}_time_seconds_bucket"
+               f"{{{REPLICA}}}[$__rate_interval])))", p)
+         for p in ("queue", "prefill", "decode")), unit="s"),
+    ts("Inter-token latency", *quantiles("vllm:inter_token_latency_seconds", "replica",
+                                         REPLICA, (0.5, 0.9)), unit="s"),
+    ts("Preemptions", Query(f"sum by (replica) (increase(vllm:num_preemptions_total"
+                            f"{{{REPLICA}}}[$__rate_interval]))", "replica {{replica}}")),
+    ts("Finished requests by reason",
+       Query(f"sum by (finished_reason) (rate(vllm:request_success_total{{{REPLICA}}}"
+             "[$__rate_interval]))", "{{finished_reason}}"), unit="reqps"),
+    ts("Prefix-cache hit rate",
+       Query(f"sum by (replica) (rate(vllm:prefix_cache_hits_total{{{REPLICA}}}"
+             f"[$__rate_interval])) / sum by (replica) (rate(vllm:prefix_cache_queries_total"
+             f"{{{REPLICA}}}[$__rate_interval]))", "replica {{replica}}"), unit="percentunit"),
+    ts("Tokens per request (p50)",
+       Query(f"histogram_quantile(0.5, sum by (le) (rate(vllm:request_prompt_tokens_bucket"
+             f"{{{REPLICA}}}[$__rate_interval])))", "prompt"),
+       Query(f"histogram_quantile(0.5, sum by (le) (rate(vllm:request_generation_tokens_bucket"
+             f"{{{REPLICA}}}[$__rate_interval])))", "generated"),
+       Query(f"histogram_quantile(0.5, sum by (le) (rate(vllm:iteration_tokens_total_bucket"
+             f"{{{REPLICA}}}[$__rate_interval])))", "per engine step")),
+    ts("Engine awake", Query(f'max by (replica) (vllm:engine_sleep_state{{{REPLICA},'
+                             f'sleep_state="awake"}})', "replica {{replica}}"),
+       kind="state-timeline", width=24, height=6,
+       description="1 while the engine is awake; 0 while it sleeps (weights offloaded or "
+                   "everything discarded) between generation phases.",
+       options={"mappings": {"0": ("asleep", "blue"), "1": ("awake", "green")}}),
+)
+
+# -- rollout: SGLang ----------------------------------------------------------------------------
+SGLANG = (
+    ts("Running requests", Query(f"sum by (replica) (sglang:num_running_reqs{{{REPLICA}}})",
+                                 "replica {{replica}}")),
+    ts("Queued requests", Query(f"sum by (replica) (sglang:num_queue_reqs{{{REPLICA}}})",
+                                "replica {{replica}}")),
+    ts("Token (KV-cache) usage", Query(f"max by (replica) (sglang:token_usage{{{REPLICA}}})",
+                                       "replica {{replica}}"), unit="percentunit"),
+    ts("Generation throughput",
+       Query(f"sum by (replica) (sglang:gen_throughput{{{REPLICA}}})", "reported {{replica}}"),
+       Query(f"sum by (replica) (rate(sglang:generation_tokens_total{{{REPLICA}}}"
+             "[$__rate_interval]))", "generated {{replica}}"),
+       Query(f"sum by (replica) (rate(sglang:prompt_tokens_total{{{REPLICA}}}"
+             "[$__rate_interval]))", "prompt {{replica}}")),
+    ts("Time to first token", *quantiles("sglang:time_to_first_token_seconds", "replica",
+                                         REPLICA), unit="s"),
+    ts("End-to-end request latency", *quantiles("sglang:e2e_request_latency_seconds",
+                                                "replica", REPLICA), unit="s"),
+    ts("Prefix-cache hit rate", Query(f"avg by (replica) (sglang:cache_hit_rate{{{REPLICA}}})",
+                                      "replica {{replica}}"), unit="percentunit"),
+)
+
+# -- TransferQueue ------------------------------------------------------------------------------
+TQ = (
+    ts("Partitions", Query(f"max(tq_partitions_total{{{RUN}}})", "partitions")),
+    ts("Samples per partition", Query(f"max by (partition_id) (tq_partition_samples_total"
+                                      f"{{{RUN}}})", "{{partition_id}}")),
+    ts("Production progress", Query(f"min by (task_name) (tq_partition_production_progress"
+                                    f"{{{RUN}}})", "{{task_name}}"), unit="percentunit",
+       description="The least-produced partition's progress per task."),
+    ts("Consumption progress", Query(f"min by (task_name) (tq_partition_consumption_progress"
+                                     f"{{{RUN}}})", "{{task_name}}"), unit="percentunit"),
+    ts("Controller requests", Query(f"sum by (op_type) (rate(tq_controller_request_total"
+                                    f"{{{RUN}}}[$__rate_interval]))", "{{op_type}}"),
+       unit="reqps"),
+    ts("Controller request duration (p99)",
+       *quantiles("tq_controller_request_duration_seconds", "op_type", RUN, (0.99,)),
+       unit="s"),
+    ts("Storage utilisation", Query(f"max by (storage_unit_id) (tq_storage_utilization_ratio"
+                                    f"{{{RUN}}})", "{{storage_unit_id}}"), unit="percentunit"),
+    ts("Storage request latency (p99)",
+       Query(f"max by (storage_unit_id, op_type) (tq_storage_request_latency_p99{{{RUN}}})",
+             "{{storage_unit_id}} {{op_type}}"), unit="s"),
+    ts("Controller memory",
+       Query(f"max(tq_controller_memory_rss_bytes{{{RUN}}})", "RSS"), unit="bytes"),
+)
+
+# -- state timeline -----------------------------------------------------------------------------
+LANE = f'{M}lane_state{{{RUN},state_lane_id=~"replica_.*|rank_.*"}}'
+TIMELINE_PROM = (
+    ts("Lane states (from Prometheus)",
+       Query(f"max by (state_lane_id, state_name) ({LANE}) > 0",
+             "{{state_lane_id}} {{state_name}}"),
+       kind="state-timeline", width=24, height=12,
+       description="Which state each replica and trainer rank lane is in, sampled at the "
+                   "scrape interval (works without Tempo; states shorter than the interval "
+                   "show in the panels below and in the Tempo timeline).",
+       options={"mappings": {"1": ("in state", "green")}}),
+    ts("Time in each state, per lane",
+       Query(f"sum by (state_lane_id, state_name) (increase({M}state_duration_seconds_sum"
+             f"{{{RUN}}}[$__range]))", "{{state_lane_id}} {{state_name}}"),
+       kind="bargauge", unit="s", width=12, height=12),
+    ts("State time share",
+       Query(f"sum by (state_name) (rate({M}state_duration_seconds_sum{{{RUN}}}"
+             "[$__rate_interval]))", "{{state_name}}"), unit="s", stack=True,
+       description="Seconds per second spent in each state, summed over lanes."),
+    ts("State duration (p90)",
+       *quantiles(f"{M}state_duration_seconds", "state_name", RUN, (0.9,)), unit="s"),
+    ts("Pooled lanes in each state",
+       Query(f"sum by (state_name) ({M}lanes_in_state{{{RUN}}})", "{{state_name}}"),
+       description="Per-request and per-trajectory lanes (agent loops), summarised."),
+)
+TRACEQL_RUN = ('{ resource.service.name = "rl_insight_monitor" && span.project = "$project" '
+               '&& span.experiment_name = "$experiment_name" }')
+TIMELINE_TEMPO = (
+    ts("State spans (Tempo)",
+       Query(TRACEQL_RUN + " | select(span.state_lane_id, span.state_name, span.step)",
+             "", "tempo"),
+       kind="traces", width=24, height=12,
+       description="Every state span of the run, exact to the nanosecond; open one for "
+                   "its lane, state, step and process."),
+    ts("Failed states (Tempo)",
+       Query('{ resource.service.name = "rl_insight_monitor" && span.project = "$project" '
+             '&& span.experiment_name = "$experiment_name" && status = error }', "", "tempo"),
+       kind="table", width=24, height=8),
+)
+
+# -- hardware -----------------------------------------------------------------------------------
+NODE_EXPORTER = (
+    ts("CPU busy", Query(f'100 * (1 - avg by (node) (rate(node_cpu_seconds_total{{mode="idle",'
+                         f'{NODE}}}[$__rate_interval])))', "{{node}}"), unit="percent",
+       needs="node-exporter"),
+    ts("Memory used", Query(f"1 - node_memory_MemAvailable_bytes{{{NODE}}} / "
+                            f"node_memory_MemTotal_bytes{{{NODE}}}", "{{node}}"),
+       unit="percentunit", needs="node-exporter"),
+    ts("Network", Query(f'sum by (node) (rate(node_network_receive_bytes_total{{{NODE},'
+                        f'device!="lo"}}[$__rate_interval]))', "rx {{node}}"),
+       Query(f'sum by (node) (rate(node_network_transmit_bytes_total{{{NODE},device!="lo"}}'
+             "[$__rate_interval]))", "tx {{node}}"), unit="Bps", needs="node-exporter"),
+    ts("Disk I/O", Query(f"sum by (node) (rate(node_disk_read_bytes_total{{{NODE}}}"
+                         "[$__rate_interval]))", "read {{node}}"),
+       Query(f"sum by (node) (rate(node_disk_written_bytes_total{{{NODE}}}"
+             "[$__rate_interval]))", "write {{node}}"), unit="Bps", needs="node-exporter"),
+)
+DCGM = (
+    ts("GPU utilisation", Query(f"avg by (node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NODE}}})",
+                                "{{node}} gpu {{gpu}}"), unit="percent", needs="dcgm-exporter"),
+    ts("GPU memory used", Query(f"sum by (node, gpu) (DCGM_FI_DEV_FB_USED{{{NODE}}})",
+                                "{{node}} gpu {{gpu}}"), unit="decmbytes", needs="dcgm-exporter"),
+    ts("GPU power", Query(f"sum by (node, gpu) (DCGM_FI_DEV_POWER_USAGE{{{NODE}}})",
+                          "{{node}} gpu {{gpu}}"), unit="watt", needs="dcgm-exporter"),
+    ts("GPU temperature", Query(f"max by (node, gpu) (DCGM_FI_DEV_GPU_TEMP{{{NODE}}})",
+                                "{{node}} gpu {{gpu}}"), unit="celsius", needs="dcgm-exporter"),
+)
+NPU = (
+    ts("NPU utilisation", Query(f"avg by (node, id) (npu_chip_info_utilization{{{NODE}}})",
+                                "{{node}} npu {{id}}"), unit="percent", needs="npu-exporter"),
+    ts("NPU HBM used", Query(f"sum by (node, id) (npu_chip_info_hbm_used_memory{{{NODE}}})",
+                             "{{node}} npu {{id}}"), unit="decmbytes", needs="npu-exporter"),
+    ts("NPU power", Query(f"sum by (node, id) (npu_chip_info_power{{{NODE}}})",
+                          "{{node}} npu {{id}}"), unit="watt", needs="npu-exporter"),
+    ts("NPU temperature", Query(f"max by (node, id) (npu_chip_info_temperature{{{NODE}}})",
+                                "{{node}} npu {{id}}"), unit="celsius", needs="npu-exporter"),
+)
+
+# -- RL-Insight itself --------------------------------------------------------------------------
+SELF = (
+    ts("Events into the hub", Query("sum(rate(rl_insight_hub_events_received_total"
+                                    "[$__rate_interval]))", "received"),
+       Query("sum(rate(rl_insight_hub_events_dropped_total[$__rate_interval]))", "dropped"),
+       unit="short", description="Metric events per second handed to the hub, and dropped."),
+    ts("Spans", Query("sum(rate(rl_insight_spans_received_total[$__rate_interval]))",
+                      "received"),
+       Query("sum(rate(rl_insight_spans_relayed_total[$__rate_interval]))", "relayed to Tempo"),
+       Query("sum(rl_insight_spool_spans)", "waiting in the spool")),
+    ts("Services up", Query("max by (service) (rl_insight_service_ready)", "{{service}}"),
+       kind="state-timeline", width=24, height=5,
+       options={"mappings": {"0": ("not ready", "red"), "1": ("ready", "green")}}),
+)

@@ -1,0 +1,142 @@
+"""End to end: the simulated RL run on a real Ray cluster against the server and a real
+Prometheus (plus Debian's node_exporter); then every PromQL expression of every
+dashboard panel, its variables substituted, returns data for that run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from dashboards import build
+from rl_insight import netaddr
+from tests.conftest import REPO, Cli, free_port_overrides, wait_for
+from tests.raycluster import RayCluster
+
+pytestmark = pytest.mark.integration
+RUNS = {"vllm": ("async", "e2e-vllm-async"), "sglang": ("sync", "e2e-sglang-sync")}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    cli = Cli(home, free_port_overrides())
+    url = cli.start("prometheus.scrape_interval=1s")
+    node_exporter = None
+    if shutil.which("prometheus-node-exporter"):
+        port = netaddr.free_port()
+        node_exporter = subprocess.Popen(
+            ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = requests.post(url + "/api/v1/prometheus/targets", json={
+            "job_name": "node-exporter", "targets": [f"127.0.0.1:{port}"],
+            "labels": {"node": "node-a"}}, timeout=5)
+        assert r.status_code == 200, r.text
+    cluster = RayCluster(tmp_path_factory.mktemp("ray"),
+                         extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
+    runs = {}
+    try:
+        for backend, (mode, exp) in RUNS.items():
+            r = subprocess.run(
+                [sys.executable, str(REPO / "examples" / "simulate_rl.py"), "--steps", "3",
+                 "--replicas", "2", "--ranks", "2", "--mode", mode, "--backend", backend,
+                 "--step-seconds", "3", "--val-every", "2", "--project", "e2e",
+                 "--linger", "8",  # Prometheus picks new file_sd targets up within ~5-10 s
+                 "--experiment-name", exp],
+                env=cluster.env(), cwd=cluster.workdir, capture_output=True, text=True,
+                timeout=300)
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            line = next(x for x in r.stdout.splitlines() if x.startswith("SIMULATION "))
+            runs[backend] = json.loads(line[len("SIMULATION "):])
+            runs[backend]["t_done"] = time.time()  # after the endpoints' linger
+        yield cli, url, runs
+    finally:
+        cluster.stop()
+        if node_exporter:
+            node_exporter.terminate()
+            node_exporter.wait(10)
+        cli.run("server", "stop")
+
+
+def substitute(expr: str, run: dict | None) -> str:
+    values = {"$project": run["project"] if run else ".*",
+              "$experiment_name": run["experiment_name"] if run else ".*",
+              "$replica": ".*", "$node": ".*", "$__rate_interval": "10s",
+              "$__range": "5m", "$__interval": "2s"}
+    for k in sorted(values, key=len, reverse=True):
+        expr = expr.replace(k, values[k])
+    assert "$" not in re.sub(r'"\$1"', "", expr), expr
+    return expr
+
+
+def query_range(prom: str, expr: str, start: float, end: float) -> list:
+    r = requests.get(prom + "/api/v1/query_range", params={
+        "query": expr, "start": start, "end": end, "step": "1s"}, timeout=20)
+    body = r.json()
+    assert body.get("status") == "success", f"{expr}: {body.get('error')}"
+    return body["data"]["result"]
+
+
+def run_for(uid: str, runs: dict) -> dict | None:
+    if uid in ("rl-insight-hardware", "rl-insight-self"):
+        return None
+    return runs["sglang"] if "sglang" in uid else runs["vllm"]
+
+
+def test_every_panel_query_returns_data_for_the_run(world):
+    cli, _, runs = world
+    prom = cli.prometheus
+    for run in runs.values():  # the trainer's last step reached Prometheus
+        q = (f'rl_insight_monitor_step{{experiment_name="{run["experiment_name"]}"}}')
+        wait_for(lambda q=q: any(float(x["value"][1]) == 3 for x in requests.get(
+            prom + "/api/v1/query", params={"query": q}).json()["data"]["result"]),
+            20, f"the last step of {run['experiment_name']}")
+    end_all = max(r["t_done"] for r in runs.values()) + 5
+    empty, checked, skipped = [], 0, []
+    for d in build.dashboards():
+        run = run_for(d.uid, runs)
+        start = (run or min(runs.values(), key=lambda r: r["t_start"]))["t_start"] - 5
+        end = run["t_done"] + 2 if run else end_all
+        for section in d.sections:
+            for panel in section.panels:
+                if panel.needs and panel.needs != "node-exporter":
+                    skipped.append(f"{d.uid}/{panel.title} (needs {panel.needs})")
+                    continue
+                if panel.needs == "node-exporter" and not shutil.which(
+                        "prometheus-node-exporter"):
+                    skipped.append(f"{d.uid}/{panel.title} (no node_exporter here)")
+                    continue
+                for q in panel.queries:
+                    if q.datasource != "prometheus":
+                        continue
+                    expr = substitute(q.expr, run)
+                    checked += 1
+                    if not query_range(prom, expr, start, end):
+                        empty.append(f"{d.uid} / {panel.title}: {expr}")
+    assert checked > 150
+    assert not empty, "panels without data:\n" + "\n".join(empty)
+    assert all("dcgm" in s or "npu" in s for s in skipped), skipped
+
+
+def test_dashboard_variables_list_the_run(world):
+    cli, _, runs = world
+    prom = cli.prometheus
+    for d in build.dashboards():
+        model = build.model(d)
+        run = run_for(d.uid, runs)
+        for var in model["templating"]["list"]:
+            m = re.fullmatch(r"label_values\((.*), (\w+)\)", var["definition"])
+            assert m, var["definition"]
+            selector, label = m.groups()
+            selector = substitute(selector, run)
+            r = requests.get(prom + f"/api/v1/label/{label}/values",
+                             params={"match[]": selector}, timeout=10).json()
+            assert r["status"] == "success" and r["data"], (d.uid, var["name"], selector)
+            if run and label in ("project", "experiment_name"):
+                assert run[label] in r["data"]
