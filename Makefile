@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rl-insight-installed
 
-.PHONY: setup system-deps test lint demo bench bench-quick clean
+.PHONY: setup system-deps test lint demo bench bench-quick pictures clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -19,7 +19,7 @@ system-deps:
 	@./scripts/system-deps.sh
 
 lint: setup
-	$(BIN)/ruff check rl_insight tests examples scripts bench
+	$(BIN)/ruff check rl_insight tests examples scripts bench dashboards
 
 test: setup system-deps lint
 	./scripts/private-net.sh $(BIN)/python -m pytest -q -ra
@@ -32,6 +32,10 @@ bench: setup system-deps
 
 bench-quick: setup system-deps
 	./scripts/private-net.sh $(BIN)/python bench/caller_cost.py --quick
+
+pictures: setup system-deps
+	$(BIN)/python -m pip install -q -e '.[test,docs]'
+	./scripts/private-net.sh $(BIN)/python scripts/pictures.py
 
 clean:
 	rm -rf $(VENV) .demo-home .pytest_cache

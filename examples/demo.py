@@ -1,7 +1,8 @@
 """The main job behind `make demo`: install what can be installed, start the server
-stack, show that Prometheus scrapes it, print status, and stop everything it started.
+stack, run a short simulated RL run on a local Ray cluster against it, say where to
+look and what each dashboard shows, and stop everything it started.
 
-It runs the same `rl-insight` commands a user would type, and prints each one first.
+It runs the same commands a user would type, and prints each one first.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import requests
@@ -43,6 +43,60 @@ def port_overrides(settings: config.Settings) -> list[str]:
     return out
 
 
+SIM = ["--steps", "4", "--replicas", "2", "--ranks", "2", "--mode", "sync",
+       "--step-seconds", "4", "--linger", "8", "--project", "rl-insight-demo",
+       "--experiment-name", "demo"]
+
+DASHBOARDS = [
+    ("RL-Insight · Training overview", "rewards, losses, KL, step time by phase, throughput"),
+    ("RL-Insight · Rollout · vLLM", "each replica's running and waiting requests, KV cache, "
+     "tokens/s, TTFT and latency quantiles, preemptions, sleep state"),
+    ("RL-Insight · TransferQueue", "partitions, production and consumption progress, "
+     "requests, storage"),
+    ("RL-Insight · State timeline", "which replica generated, slept or woke, and which rank "
+     "updated, when (Prometheus, and Tempo spans when Tempo runs)"),
+    ("RL-Insight · Hardware", "CPU, memory, network, GPUs and NPUs of every node"),
+    ("RL-Insight · vLLM · synchronous (and the other backend/mode pairs)",
+     "everything above that applies to one kind of run"),
+]
+
+
+def simulate(server: str) -> None:
+    """A short simulated run (a local Ray cluster for its duration)."""
+    print(f"\n$ RL_INSIGHT_SERVER_URL={server} python examples/simulate_rl.py "
+          + " ".join(SIM), flush=True)
+    env = {**os.environ, "RL_INSIGHT_SERVER_URL": server, "RAY_USAGE_STATS_ENABLED": "0"}
+    code = subprocess.call([sys.executable, str(REPO / "examples" / "simulate_rl.py"), *SIM],
+                           env=env, cwd=REPO)
+    if code != 0:
+        print(f"demo: the simulation failed (exit {code}); see its messages above")
+
+
+def show(prom: str, server: str) -> None:
+    """What arrived, and where to look."""
+    def count(query: str) -> int:
+        try:
+            r = requests.get(prom + "/api/v1/query", params={"query": query}, timeout=5)
+            return len(r.json()["data"]["result"])
+        except (requests.RequestException, ValueError, KeyError):
+            return 0
+
+    sel = 'project="rl-insight-demo",experiment_name="demo"'
+    print("\ndemo: what reached Prometheus for run rl-insight-demo/demo:")
+    for what, query in (("trainer scalars", f'{{job="rl_insight",{sel}}}'),
+                        ("rollout engine series", f'{{job="vllm",{sel}}}'),
+                        ("TransferQueue series", f'{{job="transfer_queue",{sel}}}'),
+                        ("lane state series", f'{{job="rl_insight_lanes",{sel}}}')):
+        print(f"  {what:<24} {count(query):>5}")
+    print(f"\nWhere to look:\n  Prometheus  {prom}/graph  (try: "
+          "rl_insight_monitor_critic_score_mean)\n"
+          f"  the server  {server}/api/v1/experiments and {server}/docs\n"
+          "  Grafana     the URL `rl-insight server status` prints, once Grafana is "
+          "installed, folder RL-Insight:")
+    for title, what in DASHBOARDS:
+        print(f"    {title}: {what}")
+
+
 def main() -> int:
     os.environ.setdefault("RL_INSIGHT_HOME", str(REPO / ".demo-home"))
     os.environ.setdefault("RL_INSIGHT_HOST", "127.0.0.1")
@@ -59,22 +113,9 @@ def main() -> int:
         if code not in (0, 1):
             raise SystemExit("demo: the server did not start; see the message above")
         prom = netaddr.http_url("127.0.0.1", settings.prometheus.port)
-        print("\ndemo: waiting for Prometheus to scrape the server ...", flush=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                r = requests.get(prom + "/api/v1/query",
-                                 params={"query": 'up{job="rl_insight_server"}'}, timeout=2)
-                result = r.json()["data"]["result"]
-                if result and result[0]["value"][1] == "1":
-                    print(f"demo: Prometheus at {prom} scrapes the server "
-                          f"(up{{job=\"rl_insight_server\"}} = 1)")
-                    break
-            except (requests.RequestException, ValueError, KeyError):
-                pass
-            time.sleep(1)
-        else:
-            print("demo: Prometheus did not report the server as up within 30s")
+        server = netaddr.http_url("127.0.0.1", settings.server.port)
+        simulate(server)
+        show(prom, server)
         rl_insight("server", "status", *overrides, check=False)
     finally:
         if started:

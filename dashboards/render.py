@@ -1,0 +1,154 @@
+"""Pictures of two dashboards drawn from Prometheus query results, for the README (Grafana
+cannot run on the machines this project is built on). The queries are the dashboards'
+own, from panels.py, with the variables substituted.
+
+    python -m dashboards.render --prometheus URL --project P --experiment E \\
+        --start T0 --end T1 --out docs/img
+
+`make pictures` runs a simulated RL run and then this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import requests
+
+try:
+    from dashboards import panels as P
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from dashboards import panels as P
+
+
+def substitute(expr: str, project: str, experiment: str, rate: str = "20s") -> str:
+    return (expr.replace("$experiment_name", experiment).replace("$project", project)
+            .replace("$replica", ".*").replace("$node", ".*")
+            .replace("$__rate_interval", rate).replace("$__range", "1h"))
+
+
+def legend(fmt: str, labels: dict) -> str:
+    out = fmt
+    for k, v in labels.items():
+        out = out.replace("{{" + k + "}}", v)
+    return out if fmt else ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+def query_range(prom: str, expr: str, start: float, end: float, step: str) -> list:
+    r = requests.get(prom.rstrip("/") + "/api/v1/query_range",
+                     params={"query": expr, "start": start, "end": end, "step": step},
+                     timeout=30).json()
+    if r.get("status") != "success":
+        raise RuntimeError(f"{expr}: {r.get('error')}")
+    return r["data"]["result"]
+
+
+def training_overview(prom, project, experiment, start, end, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    wanted = ["Reward and score", "Policy loss", "KL and clip fraction", "Response length",
+              "Step time by phase", "Throughput"]
+    chosen = [p for p in P.TRAINING if p.title in wanted]
+    fig, axes = plt.subplots(3, 2, figsize=(13, 9), constrained_layout=True)
+    fig.suptitle(f"RL-Insight · Training overview — {project}/{experiment}", fontsize=13)
+    for ax, panel in zip(axes.flat, chosen, strict=False):
+        series_all = []
+        for q in panel.queries:
+            for s in query_range(prom, substitute(q.expr, project, experiment), start, end,
+                                 "2s"):
+                xs = [datetime.fromtimestamp(float(t)) for t, _ in s["values"]]
+                ys = [float(v) for _, v in s["values"]]
+                series_all.append((legend(q.legend, s["metric"]), xs, ys))
+        if panel.stack and series_all:
+            ax.stackplot(series_all[0][1], *[ys for _, xs, ys in series_all
+                                             if len(ys) == len(series_all[0][2])],
+                         labels=[n for n, xs, ys in series_all
+                                 if len(ys) == len(series_all[0][2])], alpha=0.8)
+        else:
+            for name, xs, ys in series_all:
+                ax.plot(xs, ys, label=name, linewidth=1.4)
+        ax.set_title(panel.title, fontsize=10, loc="left")
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        if series_all:
+            ax.legend(fontsize=6, loc="best")
+        if panel.unit == "s":
+            ax.set_ylabel("seconds", fontsize=7)
+    path = out / "training-overview.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def state_timeline(prom, project, experiment, start, end, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panel = P.TIMELINE_PROM[0]
+    expr = substitute(panel.queries[0].expr, project, experiment)
+    series = query_range(prom, expr, start, end, "1s")
+    states = sorted({s["metric"]["state_name"] for s in series})
+    colors = dict(zip(states, plt.get_cmap("tab10").colors, strict=False))
+
+    def lane_key(lane: str) -> tuple:
+        kind, _, n = lane.partition("_")
+        return (0 if kind == "replica" else 1, int(n) if n.isdigit() else 0)
+
+    lanes = sorted({s["metric"]["state_lane_id"] for s in series}, key=lane_key)
+    fig, ax = plt.subplots(figsize=(13, 0.45 * len(lanes) + 1.6), constrained_layout=True)
+    for s in series:
+        y = lanes.index(s["metric"]["state_lane_id"])
+        times = [float(t) for t, v in s["values"] if float(v) > 0]
+        spans, run_start, prev = [], None, None
+        for t in times:  # contiguous 1 s samples form one bar
+            if run_start is None or t - prev > 1.5:
+                if run_start is not None:
+                    spans.append((run_start, prev - run_start + 1))
+                run_start = t
+            prev = t
+        if run_start is not None:
+            spans.append((run_start, prev - run_start + 1))
+        ax.broken_barh([(a - start, w) for a, w in spans], (y - 0.38, 0.76),
+                       color=colors[s["metric"]["state_name"]])
+    ax.set_yticks(range(len(lanes)), lanes, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the run started", fontsize=8)
+    ax.set_title(f"RL-Insight · State timeline (from Prometheus) — {project}/{experiment}",
+                 fontsize=11, loc="left")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[s]) for s in states],
+              labels=states, fontsize=7, ncol=min(len(states), 6), loc="upper center",
+              bbox_to_anchor=(0.5, -0.12 if len(lanes) > 4 else -0.3))
+    ax.grid(axis="x", alpha=0.3)
+    path = out / "state-timeline.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prometheus", required=True)
+    ap.add_argument("--project", required=True)
+    ap.add_argument("--experiment", required=True)
+    ap.add_argument("--start", type=float, required=True)
+    ap.add_argument("--end", type=float, required=True)
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "img"))
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for fn in (training_overview, state_timeline):
+        print(f"wrote {fn(a.prometheus, a.project, a.experiment, a.start, a.end, out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""`make pictures`: a simulated RL run against a fresh server, then the README's pictures
+of the training overview and the state timeline, drawn from Prometheus."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    home = tempfile.mkdtemp(prefix="rl-insight-pictures-")
+    env = {**os.environ, "RL_INSIGHT_HOME": home, "RL_INSIGHT_HOST": "127.0.0.1",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    cli = [sys.executable, "-m", "rl_insight.cli"]
+    ports = ["--set", "prometheus.scrape_interval=1s", "--set", "tempo.enabled=false",
+             "--set", "grafana.enabled=false"]
+    subprocess.run(cli + ["server", "start", "--detach", *ports], env=env, check=True,
+                   cwd=REPO)
+    try:
+        env["RL_INSIGHT_SERVER_URL"] = "http://127.0.0.1:18080"
+        r = subprocess.run([sys.executable, "examples/simulate_rl.py", "--steps", "6",
+                            "--replicas", "4", "--ranks", "2", "--mode", "sync",
+                            "--step-seconds", "5", "--linger", "6", "--project", "demo",
+                            "--experiment-name", "pictures"], env=env, cwd=REPO,
+                           capture_output=True, text=True, check=True)
+        run = json.loads(next(x for x in r.stdout.splitlines()
+                              if x.startswith("SIMULATION "))[len("SIMULATION "):])
+        subprocess.run([sys.executable, "-m", "dashboards.render", "--prometheus",
+                        "http://127.0.0.1:9090", "--project", run["project"],
+                        "--experiment", run["experiment_name"], "--start",
+                        str(run["t_start"]), "--end", str(run["t_end"] + 3)],
+                       env=env, cwd=REPO, check=True)
+    finally:
+        subprocess.run(cli + ["server", "stop"], env=env, cwd=REPO)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
