@@ -135,6 +135,19 @@ class ClientSettings:
 
 
 @dataclass
+class HardwareSettings:
+    """`attach(hardware=True)`: an agent per Ray node finds or starts exporters."""
+
+    node_exporter_port: int = 9100
+    dcgm_exporter_port: int = 9400
+    npu_exporter_port: int = 8082
+    start_node_exporter: bool = True  # when a node_exporter binary is installed
+    node_exporter_binary: str = ""  # empty: prometheus-node-exporter or node_exporter
+    fallback: bool = True  # serve psutil / nvidia-smi / npu-smi figures when none is found
+    reconcile_interval_s: float = 10.0
+
+
+@dataclass
 class SupervisorSettings:
     ready_timeout_s: float = 90.0
     stop_timeout_s: float = 10.0
@@ -156,6 +169,7 @@ class Settings:
     push: PushSettings = field(default_factory=PushSettings)
     traces: TraceSettings = field(default_factory=TraceSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
+    hardware: HardwareSettings = field(default_factory=HardwareSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
 
     # -- derived paths: one place decides the layout of RL_INSIGHT_HOME -------------

@@ -104,3 +104,23 @@ class Sender:
         if not self.server_url:
             return True
         return self._request("POST", self.server_url + path, path, json=body)
+
+    def delete_json(self, path: str, body: dict) -> bool:
+        if not self.server_url:
+            return True
+        return self._request("DELETE", self.server_url + path, path, json=body)
+
+    def get_json(self, path: str, **params) -> dict | None:
+        """A GET of the server's API; None (logged like other failures) when it fails."""
+        if not self.server_url:
+            return None
+        try:
+            r = self.session.get(self.server_url + path, params=params, timeout=self.timeout)
+            if r.status_code < 400:
+                self._note(True, path)
+                return r.json()
+            self.last_error = f"{r.status_code}: {r.text[:200]}"
+        except (requests.RequestException, ValueError) as exc:
+            self.last_error = f"{exc.__class__.__name__} talking to {self.server_url}"
+        self._note(False, path)
+        return None

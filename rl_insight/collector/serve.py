@@ -16,7 +16,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class MetricsServer:
-    def __init__(self, render: Callable[[], str], host: str = "0.0.0.0", port: int = 0) -> None:
+    def __init__(self, render: Callable[[], str], host: str = "0.0.0.0", port: int = 0,
+                 announce: bool = True) -> None:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
                 if self.path.split("?")[0] != "/metrics":
@@ -48,8 +49,10 @@ class MetricsServer:
         self.address = netaddr.join_host_port(netaddr.routable_address(host), self.port)
         threading.Thread(target=self.httpd.serve_forever, name="rl-insight-metrics",
                          daemon=True).start()
-        log.warning("rl-insight: no server configured (external OTLP mode); metrics are "
-                    "served at http://%s/metrics for your Prometheus to scrape", self.address)
+        if announce:
+            log.warning("rl-insight: no server configured (external OTLP mode); metrics "
+                        "are served at http://%s/metrics for your Prometheus to scrape",
+                        self.address)
 
     def close(self) -> None:
         self.httpd.shutdown()

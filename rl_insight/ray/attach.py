@@ -149,8 +149,17 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
     if project and experiment_name:
         job_id = ray.get_runtime_context().get_job_id()
         ray.get(hub.register_run.remote(job_id, project, experiment_name), timeout=30)
-    if hardware:
-        log.warning("rl-insight: hardware collection is not part of this version")
+    if hardware and server:
+        import dataclasses
+
+        from rl_insight.ray import hardware as hw
+
+        hw_cfg = {**cfg, "hardware": dataclasses.asdict(settings.hardware)}
+        _, nodes = hw.start(hw_cfg, cfg["namespace"])
+        log.info("rl-insight: hardware on %d node(s): %s", len(nodes),
+                 {s["node"]: sorted(s["exporters"]) for s in nodes.values()})
+    elif hardware:
+        log.warning("rl-insight: hardware collection needs the server (no server URL)")
     log.info("rl-insight: attached to %s (hub %s/%s)", server or otlp,
              cfg["namespace"], actors.HUB_NAME)
     return Attachment(True, server, otlp, hub, cfg["namespace"], wanted, missing,

@@ -19,6 +19,7 @@ from rl_insight.server.pushstore import valid_label_name
 from rl_insight.server.services.base import write_atomic
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
+HARDWARE_JOBS = ("node-exporter", "dcgm-exporter", "npu-exporter")
 JOB_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.:-]{0,127}$")
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
                          r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$")
@@ -146,6 +147,9 @@ def parse_registration(body: Mapping[str, Any]) -> list[Target]:
         validate_hostport(address)
         labels = {**shared, **dict(validate_labels(own, f"labels[{i}]")),
                   **dict(validate_labels(item_labels, where))}
+        if job in HARDWARE_JOBS and not labels.get("node"):
+            raise TargetError(f"{where}: a {job} target needs a `node` label naming its "
+                              "node, e.g. labels: {node: gpu-node-3}")
         out.append(Target(job, address, tuple(sorted(labels.items())), project, experiment))
     return out
 

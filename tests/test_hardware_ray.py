@@ -1,0 +1,120 @@
+"""Hardware on a real local Ray cluster with the server and a real Prometheus: an agent
+per node starts Debian's node_exporter, or serves the fallback; nodes that leave are
+removed from the targets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from dashboards import panels
+from tests.conftest import Cli, free_port_overrides, processes_with_env, prom_query, wait_for
+from tests.raycluster import MARK, RayCluster
+
+pytestmark = pytest.mark.integration
+
+ATTACH = '''
+import json, rl_insight, time
+att = rl_insight.ray.attach(project="proj", experiment_name="hardware", hardware=True)
+from rl_insight.ray import hardware
+import ray
+mgr = ray.get_actor(hardware.MANAGER_NAME, namespace=att.namespace)
+print("RESULT " + json.dumps({"nodes": ray.get(mgr.reconcile_now.remote()),
+                               "t": time.time()}))
+'''
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
+    url = cli.start("prometheus.scrape_interval=1s")
+    cluster = RayCluster(tmp_path_factory.mktemp("ray"),
+                         extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
+    yield cli, url, cluster
+    cluster.stop()
+    cli.run("server", "stop")
+
+
+def result(r) -> dict:
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.skipif(not shutil.which("prometheus-node-exporter"),
+                    reason="Debian's prometheus-node-exporter is installed by `make test`")
+def test_attach_hardware_starts_node_exporter_and_prometheus_has_it(stack):
+    cli, url, cluster = stack
+    res = result(cluster.run_driver(ATTACH, RL_INSIGHT_HARDWARE_NODE_EXPORTER_PORT="0",
+                                    RL_INSIGHT_CLIENT_RAY_NAMESPACE="hw_started"))
+    (status,) = res["nodes"].values()
+    node_exp = status["exporters"]["node-exporter"]
+    assert node_exp["how"].startswith("started ") and "node-exporter" in node_exp["how"]
+    addr = node_exp["address"]
+    wait_for(lambda: prom_query(cli.prometheus, f'node_cpu_seconds_total{{instance="{addr}",'
+                                                f'node="{status["node"]}"}}'),
+             15, "node_cpu_seconds_total in Prometheus")
+    assert time.time() - res["t"] < 15
+    targets = requests.get(url + "/api/v1/prometheus/targets").json()["targets"]
+    mine = [t for t in targets if t["target"] == addr]
+    assert mine[0]["job_name"] == "node-exporter"
+    assert mine[0]["labels"] == {"node": status["node"], "ray_node_id": status["node_id"]}
+
+
+def test_fallback_without_any_exporter_feeds_the_hardware_panels(stack):
+    cli, url, cluster = stack
+    res = result(cluster.run_driver(ATTACH, RL_INSIGHT_HARDWARE_START_NODE_EXPORTER="0",
+                                    RL_INSIGHT_HARDWARE_NODE_EXPORTER_PORT="0",
+                                    RL_INSIGHT_CLIENT_RAY_NAMESPACE="hw_fallback"))
+    (status,) = res["nodes"].values()
+    exp = status["exporters"]["node-exporter"]
+    assert exp["how"] == "fallback"
+    addr = exp["address"]
+    wait_for(lambda: prom_query(cli.prometheus, f'node_load1{{instance="{addr}"}}'), 15,
+             "the fallback scraped")
+    want = {"CPU busy", "Memory used", "Network"}
+    for panel in panels.NODE_EXPORTER:
+        if panel.title not in want:
+            continue
+        for q in panel.queries:
+            expr = (q.expr.replace('node=~"$node"', f'node=~".*",instance="{addr}"')
+                    .replace("$__rate_interval", "5s"))
+            wait_for(lambda e=expr: prom_query(cli.prometheus, e), 15,
+                     f"data for {panel.title}: {expr}")
+
+
+def test_a_node_that_leaves_is_removed_from_the_targets(stack, tmp_path):
+    cli, url, cluster = stack
+    mark = uuid.uuid4().hex
+    env = cluster.env(**{MARK: mark})  # this node's processes carry their own marker
+    env.pop("RAY_ADDRESS")
+    r = subprocess.run([str(Path(sys.executable).parent / "ray"), "start",
+                        f"--address={cluster.address}", "--num-cpus=1",
+                        "--node-ip-address=127.0.0.1", "--disable-usage-stats"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = result(cluster.run_driver(ATTACH, RL_INSIGHT_HARDWARE_START_NODE_EXPORTER="0",
+                                    RL_INSIGHT_HARDWARE_NODE_EXPORTER_PORT="0",
+                                    RL_INSIGHT_HARDWARE_RECONCILE_INTERVAL_S="1",
+                                    RL_INSIGHT_CLIENT_RAY_NAMESPACE="hw_leave"))
+    assert len(res["nodes"]) == 2, res
+    node_ids = set(res["nodes"])
+
+    def registered() -> set[str]:
+        ts = requests.get(url + "/api/v1/prometheus/targets").json()["targets"]
+        return {t["labels"].get("ray_node_id") for t in ts} & node_ids
+
+    assert registered() == node_ids
+    for pid in processes_with_env(MARK, mark):  # the node dies
+        subprocess.run(["kill", "-9", str(pid)], check=False)
+    survivors = wait_for(lambda: left if len(left := registered()) == 1 else None, 90,
+                         "the departed node's targets to be removed")
+    assert len(survivors) == 1
