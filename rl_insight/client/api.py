@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import itertools
 import logging
 import os
 import random
@@ -31,7 +32,21 @@ log = logging.getLogger("rl_insight")
 _client: Client | None = None
 _env_checked = False
 _errors = 0
-_rand = random.Random()
+_ids = itertools.count(random.SystemRandom().getrandbits(62))
+
+
+def _new_id() -> int:
+    """A span id: a per-process random start, then a counter (cheaper than random bits;
+    re-seeded in a forked child)."""
+    return next(_ids) & 0xFFFF_FFFF_FFFF_FFFF or 1
+
+
+def _reseed() -> None:
+    global _ids
+    _ids = itertools.count(random.SystemRandom().getrandbits(62))
+
+
+os.register_at_fork(after_in_child=_reseed)
 # (trace_id, span_id) of the span the current code runs in, for nesting
 _current: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "rl_insight_span", default=None)
@@ -196,11 +211,14 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             if self.lane is None:
                 self.lane = default_lane()
             parent = _current.get()
-            trace_id = parent[0] if parent else _rand.getrandbits(128)
-            self.ids = (trace_id, _rand.getrandbits(64), parent[1] if parent else 0)
-            self.token = _current.set((trace_id, self.ids[1]))
+            span_id = _new_id()
+            if parent is None:
+                self.ids = (span_id << 64 | _new_id(), span_id, 0)
+            else:
+                self.ids = (parent[0], span_id, parent[1])
+            self.token = _current.set((self.ids[0], span_id))
             self.start = time.time_ns()
-            c.add(StateChange(self.lane, self.state, self.start, True, self.ids[1]))
+            c.add(StateChange(self.lane, self.state, self.start, True, span_id))
         except Exception:
             self.client = None
             _failed("trace_state")
@@ -213,7 +231,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
         try:
             end = time.time_ns()
             _current.reset(self.token)
-            attrs = _attrs(self.labels)
+            attrs = _attrs(self.labels) if self.labels else ()
             if exc_type is not None:
                 attrs += (("error", exc_type.__name__),)
             c.add(Span(self.state, self.start, end, self.lane, attrs, *self.ids, True))
@@ -263,8 +281,8 @@ def trace_op(name: str | Callable | None = None, *,
             if c is None:
                 return None
             parent = _current.get()
-            trace_id = parent[0] if parent else _rand.getrandbits(128)
-            span_id = _rand.getrandbits(64)
+            span_id = _new_id()
+            trace_id = parent[0] if parent else (span_id << 64 | _new_id())
             token = _current.set((trace_id, span_id))
             return c, token, trace_id, span_id, parent[1] if parent else 0, time.time_ns()
 

@@ -73,7 +73,8 @@ class Client:
         self.default_buckets = parse_buckets(settings.histogram_buckets)
         self.bucket_map: dict[str, tuple[float, ...]] = {}
         self._registrar = None
-        self._atexit = False
+        self.add = self.buffer.add  # what every API call does: one O(1) append
+        atexit.register(self.at_exit)
         self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
         os.register_at_fork(after_in_child=self._after_fork)
 
@@ -111,11 +112,6 @@ class Client:
         self._recent_refs.extend(self.transport().export(self.identity, items, dropped))
 
     # -- what the API calls ----------------------------------------------------------
-    def add(self, event: Any) -> None:
-        self.buffer.add(event)
-        if not self._atexit:
-            self._atexit = True
-            atexit.register(self.at_exit)
 
     def set_identity(self, identity: Identity) -> None:
         self.identity = identity

@@ -85,7 +85,7 @@ class HubActor:
         return self.core.finish(Identity(project, experiment_name))
 
     def stats(self) -> dict:
-        out = self.core.stats()
+        out = {**self.core.stats(), **process_info()}
         if self.metrics_server is not None:
             out["metrics_address"] = self.metrics_server.address
         return out
@@ -106,10 +106,19 @@ class LaneActor:
 
     def flush(self, timeout: float = 10.0) -> dict:
         self.loop.run_now(timeout)
-        return self.core.stats()
+        return self.stats()
 
     def stats(self) -> dict:
-        return self.core.stats()
+        return {**self.core.stats(), **process_info()}
+
+
+def process_info() -> dict:
+    """The actor's pid and resident memory, for status and benchmarks."""
+    import os
+
+    import psutil
+
+    return {"pid": os.getpid(), "rss_bytes": psutil.Process().memory_info().rss}
 
 
 def lane_actor_name(lane: str, pool_size: int) -> str:
