@@ -28,10 +28,10 @@ demo: setup system-deps
 	$(BIN)/python examples/demo.py
 
 bench: setup system-deps
-	./scripts/private-net.sh $(BIN)/python bench/caller_cost.py
+	./scripts/private-net.sh $(BIN)/python bench/run.py
 
 bench-quick: setup system-deps
-	./scripts/private-net.sh $(BIN)/python bench/caller_cost.py --quick
+	./scripts/private-net.sh $(BIN)/python bench/run.py --quick
 
 pictures: setup system-deps
 	$(BIN)/python -m pip install -q -e '.[test,docs]'

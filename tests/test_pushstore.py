@@ -128,3 +128,11 @@ def test_expiry_of_finished_and_idle_groups(tmp_path):
     assert st.expire(t0 + 11, finished) == 1
     assert st.expire(t0 + 101, finished) == 2
     assert not st.groups
+
+
+def test_untyped_series_of_one_name_form_one_family(tmp_path):
+    st = PushStore(PushSettings(), tmp_path)
+    st.push({"job": "j"}, "".join(f'u{{i="{i}"}} {i}\n' for i in range(5)), replace=True)
+    assert len([k for k in series(st) if k[0] == "u"]) == 5
+    with pytest.raises(PushError, match="appears twice"):
+        st.push({"job": "j"}, 'u{i="1"} 1\nu{i="1"} 2\n', replace=True)

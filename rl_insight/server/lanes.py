@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
 
 MAX_STATES_PER_LANE = 64
 
@@ -17,16 +16,15 @@ class LaneStats:
         self._lanes: OrderedDict[tuple[str, str, str], dict] = OrderedDict()
         self._lock = threading.Lock()
 
-    def observe(self, spans: Iterable[tuple[dict[str, Any], Any]]) -> set[tuple[str, str]]:
-        """Record spans; returns the (project, experiment_name) pairs seen."""
+    def observe(self, spans: Iterable[tuple[str, str, str | None, str, int]]
+                ) -> set[tuple[str, str]]:
+        """Record (project, experiment, lane, state, end ns) per span; returns the
+        (project, experiment_name) pairs seen."""
         seen: set[tuple[str, str]] = set()
         with self._lock:
-            for attrs, span in spans:
-                lane = attrs.get("state_lane_id")
+            for project, experiment, lane, state, end_ns in spans:
                 if lane is None:
                     continue
-                project = str(attrs.get("project") or "")
-                experiment = str(attrs.get("experiment_name") or "")
                 seen.add((project, experiment))
                 key = (project, experiment, str(lane))
                 entry = self._lanes.get(key)
@@ -37,8 +35,8 @@ class LaneStats:
                 else:
                     self._lanes.move_to_end(key)
                 entry["spans"] += 1
-                entry["last_end_ns"] = max(entry["last_end_ns"], span.end_time_unix_nano)
-                state = str(attrs.get("state_name") or span.name)
+                if end_ns > entry["last_end_ns"]:
+                    entry["last_end_ns"] = end_ns
                 states = entry["states"]
                 if state in states or len(states) < MAX_STATES_PER_LANE:
                     states[state] = states.get(state, 0) + 1

@@ -124,3 +124,27 @@ def iter_spans(req: ExportTraceServiceRequest) -> Iterator[tuple[dict[str, Any],
 
 def gzip_bytes(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=1)
+
+
+LANE_KEYS = ("project", "experiment_name", "state_lane_id", "state_name")
+
+
+def iter_lane_fields(req: ExportTraceServiceRequest
+                     ) -> Iterator[tuple[str, str, str | None, str, int]]:
+    """(project, experiment_name, state_lane_id, state_name, end ns) per span, reading
+    only those four attributes (span first, then resource): the hot path of intake."""
+    wanted = LANE_KEYS
+    for rs in req.resource_spans:
+        base = {kv.key: str(value_of(kv.value)) for kv in rs.resource.attributes
+                if kv.key in wanted}
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                found = dict(base)
+                for kv in span.attributes:
+                    if kv.key in wanted:
+                        v = kv.value
+                        found[kv.key] = v.string_value if v.HasField("string_value") \
+                            else str(value_of(v))
+                yield (found.get("project", ""), found.get("experiment_name", ""),
+                       found.get("state_lane_id"), found.get("state_name") or span.name,
+                       span.end_time_unix_nano)

@@ -112,11 +112,14 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
     for fam in families:
         if not fam.samples and fam.name in out:
             continue
-        if fam.name in out:
-            raise PushError(400, f"metric family {fam.name!r} appears twice in the push")
         if not METRIC_NAME_RE.match(fam.name):
             raise PushError(400, f"invalid metric name {fam.name!r}")
-        metric = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+        metric = out.get(fam.name)
+        if metric is not None and metric.type != fam.type:
+            raise PushError(400, f"metric family {fam.name!r} appears twice in the push, "
+                                 f"as {metric.type} and {fam.type}")
+        if metric is None:  # untyped lines of one name arrive as separate families
+            metric = Metric(fam.name, fam.documentation, fam.type, fam.unit)
         for s in fam.samples:
             if not METRIC_NAME_RE.match(s.name):
                 raise PushError(400, f"invalid metric name {s.name!r}")
@@ -133,8 +136,7 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
                 raise PushError(400, f"sample {s.name}{dict(ident[1])} appears twice")
             seen.add(ident)
             metric.samples.append(Sample(s.name, labels, s.value, None, None))
-        if metric.samples or fam.name not in out:
-            out[fam.name] = metric
+        out[fam.name] = metric
     return {k: v for k, v in out.items() if v.samples}
 
 

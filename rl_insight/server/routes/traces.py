@@ -23,7 +23,7 @@ def router(state: ServerState) -> APIRouter:
         raw = otlp.decompress(body, encoding, limit)
         req = otlp.decode(raw, ctype)
         n = otlp.count_spans(req)
-        for project, experiment in state.lanes.observe(otlp.iter_spans(req)):
+        for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
             state.experiments.touch(project, experiment)
         payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
             else req.SerializeToString()
