@@ -47,6 +47,9 @@ def _reseed() -> None:
 
 
 os.register_at_fork(after_in_child=_reseed)
+# Events are built with tuple.__new__ (all fields given): a NamedTuple's own __new__ is a
+# Python function, and these are built on every call.
+_tnew = tuple.__new__
 # (trace_id, span_id) of the span the current code runs in, for nesting
 _current: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "rl_insight_span", default=None)
@@ -156,7 +159,7 @@ def _metric(kind: str, name: str, value: Any, documentation: str,
         if changed:
             lab = tuple(sorted(lab + ((naming.KEY_LABEL, str(name)),)))
         buckets = c.buckets_for(str(name)) if kind == HISTOGRAM else None
-        c.add(Metric(kind, exported, float(value), lab, documentation, buckets))
+        c.add(_tnew(Metric, (kind, exported, float(value), lab, documentation, buckets)))
     except Exception:
         _failed(f"recording metric {name!r}")
 
@@ -197,28 +200,31 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
 
     def __init__(self, state_name: str, *, state_lane_id: str | None = None,
                  **labels: Any) -> None:
-        self.state = str(state_name)
-        self.lane = str(state_lane_id) if state_lane_id is not None else None
+        self.state = state_name if type(state_name) is str else str(state_name)
+        self.lane = state_lane_id if type(state_lane_id) is str or state_lane_id is None \
+            else str(state_lane_id)
         self.labels = labels
         self.client = None
 
     def __enter__(self) -> trace_state:
-        c = _client or _get()
+        c = _client
         if c is None:
-            return self
+            c = _get()
+            if c is None:
+                return self
         try:
             self.client = c
             if self.lane is None:
                 self.lane = default_lane()
             parent = _current.get()
-            span_id = _new_id()
-            if parent is None:
-                self.ids = (span_id << 64 | _new_id(), span_id, 0)
+            span_id = next(_ids) & 0xFFFF_FFFF_FFFF_FFFF or 1  # as _new_id(), inlined
+            if parent is None:  # the trace id: unique per process and run, like the span's
+                self.ids = ids = (span_id << 64 | span_id, span_id, 0)
             else:
-                self.ids = (parent[0], span_id, parent[1])
-            self.token = _current.set((self.ids[0], span_id))
-            self.start = time.time_ns()
-            c.add(StateChange(self.lane, self.state, self.start, True, span_id))
+                self.ids = ids = (parent[0], span_id, parent[1])
+            self.token = _current.set((ids[0], span_id))
+            self.start = start = time.time_ns()
+            c.add(_tnew(StateChange, (self.lane, self.state, start, True, span_id)))
         except Exception:
             self.client = None
             _failed("trace_state")
@@ -234,7 +240,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             attrs = _attrs(self.labels) if self.labels else ()
             if exc_type is not None:
                 attrs += (("error", exc_type.__name__),)
-            c.add(Span(self.state, self.start, end, self.lane, attrs, *self.ids, True))
+            c.add(_tnew(Span, (self.state, self.start, end, self.lane, attrs, *self.ids, True)))
         except Exception:
             _failed("trace_state")
 

@@ -24,6 +24,7 @@ class EventBuffer:
         self.max_events = max_events
         self.batch_size = batch_size
         self.interval = interval
+        self._check_at = min(batch_size, max_events)
         self._init_state()
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (b := ref()) and b._init_state())
@@ -47,13 +48,15 @@ class EventBuffer:
 
     def add(self, item) -> None:
         q = self.queue
-        if len(q) >= self.max_events:
-            self.dropped += 1
+        n = len(q)
+        if n >= self._check_at:  # one comparison on the common path
+            if n >= self.max_events:
+                self.dropped += 1
+            if n >= self.batch_size and not self._wake.is_set():
+                self._wake.set()
         q.append(item)
         if self._thread is None:
             self._ensure_thread()
-        if len(q) >= self.batch_size and not self._wake.is_set():
-            self._wake.set()
 
     def _drain(self) -> None:
         with self._export_lock:
