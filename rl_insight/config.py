@@ -132,6 +132,9 @@ class ClientSettings:
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 0  # 0: a free port, logged
     registration_retry_max_s: float = 30.0
+    # events handed to the hub or a lane and not yet confirmed as sent on, kept to be
+    # sent again if that actor restarts; beyond this, counted as dropped
+    resend_max_events: int = 500_000
 
 
 @dataclass

@@ -19,8 +19,9 @@ Export = Callable[[list, int], None]  # (items, dropped since last export)
 
 class EventBuffer:
     def __init__(self, export: Export, max_events: int, batch_size: int,
-                 interval: float) -> None:
+                 interval: float, idle: Callable[[], None] | None = None) -> None:
         self.export = export
+        self.idle = idle  # called every interval, events or not (delivery upkeep)
         self.max_events = max_events
         self.batch_size = batch_size
         self.interval = interval
@@ -83,6 +84,11 @@ class EventBuffer:
             self._wake.wait(self.interval)
             self._wake.clear()
             self._drain()
+            if self.idle is not None:
+                try:
+                    self.idle()
+                except Exception:
+                    log.debug("rl-insight: delivery upkeep failed", exc_info=True)
 
     def flush(self, timeout: float) -> bool:
         """Export everything buffered now, in the caller's thread, within ``timeout``."""

@@ -69,7 +69,8 @@ class Client:
         self._transport: RayTransport | DirectTransport | None = None
         self._transport_lock = threading.Lock()
         self.buffer = EventBuffer(self._export, settings.buffer_max_events,
-                                  settings.batch_size, settings.flush_interval_s)
+                                  settings.batch_size, settings.flush_interval_s,
+                                  idle=self._upkeep)
         self.default_buckets = parse_buckets(settings.histogram_buckets)
         self.bucket_map: dict[str, tuple[float, ...]] = {}
         self._registrar = None
@@ -107,6 +108,11 @@ class Client:
                 if self.owner and self.identity is not None:
                     t.register_run(self.identity)
             return t
+
+    def _upkeep(self) -> None:
+        t = self._transport
+        if isinstance(t, RayTransport) and any(u.items for u in t.unconfirmed.values()):
+            t.settle()
 
     def _export(self, items: list, dropped: int) -> None:
         self._recent_refs.extend(self.transport().export(self.identity, items, dropped))

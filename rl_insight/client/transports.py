@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from rl_insight.collector.ack import Unconfirmed
 from rl_insight.collector.hub import HubCore
 from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.loop import Periodic
@@ -17,6 +18,7 @@ from rl_insight.config import ClientSettings
 from rl_insight.events import Batch, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
+HUB = "__hub__"
 
 
 def actor_config(settings: ClientSettings, server_url: str, token: str,
@@ -31,7 +33,8 @@ def actor_config(settings: ClientSettings, server_url: str, token: str,
             "lane_max_pending_spans": settings.lane_max_pending_spans,
             "lane_pool_size": settings.lane_pool_size,
             "namespace": settings.ray_namespace,
-            "metrics_host": settings.metrics_host, "metrics_port": settings.metrics_port}
+            "metrics_host": settings.metrics_host, "metrics_port": settings.metrics_port,
+            "resend_max_events": settings.resend_max_events}
 
 
 def ray_ready() -> bool:
@@ -69,6 +72,11 @@ class RayTransport:
             pass
         self._identity_cache: Identity | None = None
         self._next_lookup = 0.0
+        budget = config.get("resend_max_events", 500_000)
+        self.unconfirmed: dict[str, Unconfirmed] = {}
+        self._budget = budget
+        self._next_settle = 0.0
+        self.resent = 0
 
     def register_run(self, identity: Identity) -> None:
         self.hub.register_run.remote(self.job_id, identity.project, identity.experiment_name)
@@ -96,14 +104,24 @@ class RayTransport:
             self.hub.note_lanes.remote([name])
         return handle
 
+    def _pending(self, name: str) -> Unconfirmed:
+        u = self.unconfirmed.get(name)
+        if u is None:
+            u = self.unconfirmed[name] = Unconfirmed(self._budget)
+        return u
+
     def export(self, identity: Identity | None, items: list, dropped: int) -> list:
         """Hand the items to the actors; returns the calls' refs (for flush to await)."""
         ident = self.resolve(identity)
         metrics, by_lane = split(items)
         refs = []
+        hub_log = self._pending(HUB)
+        dropped += hub_log.overflow - getattr(self, "_overflow_reported", 0)
+        self._overflow_reported = hub_log.overflow
         if metrics or dropped:
-            refs.append(self.hub.ingest.remote(Batch(ident, self.job_id, self.process,
-                                                     metrics, dropped)))
+            batch = Batch(ident, self.job_id, self.process, metrics, dropped)
+            seq = hub_log.add(len(metrics), batch)
+            refs.append(self.hub.ingest.remote(batch, seq))
         lane_ident = ident or Identity("default", self.job_id or "unknown")
         grouped: dict[str, list] = {}
         pool = self.config.get("lane_pool_size", 4)
@@ -112,8 +130,34 @@ class RayTransport:
                                                pool)
             grouped.setdefault(name, []).extend(its)
         for name, its in grouped.items():
-            refs.append(self._lane(name).ingest.remote(lane_ident, self.process, its))
+            args = (lane_ident, self.process, its)
+            seq = self._pending(name).add(len(its), args)
+            refs.append(self._lane(name).ingest.remote(*args, seq))
+        self.settle()
         return refs
+
+    def settle(self, force: bool = False) -> None:
+        """At most once a second: forget what the actors confirmed; send again what a
+        restarted actor lost."""
+        import ray
+
+        if not force and time.monotonic() < self._next_settle:
+            return
+        self._next_settle = time.monotonic() + 1.0
+        names = [n for n, u in self.unconfirmed.items() if u.items]
+        handles = [self.hub if n == HUB else self._lane(n) for n in names]
+        refs = [h.confirmed.remote(self.process) for h in handles]
+        for name, handle, ref in zip(names, handles, refs, strict=True):
+            try:
+                incarnation, confirmed = ray.get(ref, timeout=2)
+            except Exception:  # restarting: try again next time
+                continue
+            for seq, args in self.unconfirmed[name].settle(incarnation, confirmed):
+                self.resent += 1
+                if name == HUB:
+                    handle.ingest.remote(args, seq)
+                else:
+                    handle.ingest.remote(*args, seq)
 
     def finish(self, identity: Identity, timeout: float) -> None:
         import ray

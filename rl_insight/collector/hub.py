@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.push import Sender
 from rl_insight.collector.runs import Runs
 from rl_insight.events import Batch, Identity, Metric
@@ -36,6 +37,7 @@ class HubCore:
         self.parked: dict[str, tuple[float, list[Metric]]] = {}
         self.park_seconds = 30.0
         self.park_limit = 50_000
+        self.marks = Watermarks()
         self._lock = threading.Lock()
 
     def register_run(self, job_id: str, identity: Identity) -> None:
@@ -45,7 +47,8 @@ class HubCore:
         if parked:
             self.runs.apply(identity, parked[1])
 
-    def ingest(self, batch: Batch) -> None:
+    def ingest(self, batch: Batch, seq: int = 0) -> None:
+        self.marks.received(batch.process, seq)
         metrics = [m for m in batch.items if type(m) is Metric]
         ident = batch.identity
         with self._lock:
@@ -81,8 +84,11 @@ class HubCore:
             self.lanes.update(names)
 
     def tick(self) -> None:
-        """Push every run that changed; a failed push leaves the run dirty."""
+        """Push every run that changed; a failed push leaves the run dirty. When all went
+        out, what was received before this tick is confirmed to its senders."""
+        snapshot = self.marks.snapshot()
         self.release_parked(time.time())
+        all_ok = True
         for ident, text in self.runs.take_dirty():
             ok = self.sender.push(RUN_JOB, {"project": ident.project,
                                             "experiment_name": ident.experiment_name}, text)
@@ -91,6 +97,9 @@ class HubCore:
                 self.push_failures += not ok
             if not ok:
                 self.runs.mark_dirty(ident)
+                all_ok = False
+        if all_ok:
+            self.marks.confirm(snapshot)
         self.sender.push(HUB_JOB, {"hub": self.name}, self.own_metrics(), replace=True)
 
     def finish(self, identity: Identity) -> bool:

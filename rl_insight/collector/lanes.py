@@ -14,6 +14,7 @@ import re
 import threading
 from collections import deque
 
+from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.collector.push import Sender
 from rl_insight.collector.runs import Runs
@@ -47,10 +48,12 @@ class LaneCore:
         self.spans_received = 0
         self.spans_sent = 0
         self.spans_dropped = 0
+        self.marks = Watermarks()
         self._lock = threading.Lock()
 
-    def ingest(self, identity: Identity, process: str, items: list) -> bool:
+    def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> bool:
         """Apply state changes and spans; returns True when a batch is ready to send."""
+        self.marks.received(process, seq)
         metrics = []
         with self._lock:
             for item in items:
@@ -154,8 +157,13 @@ class LaneCore:
         return "\n".join(lines) + "\n"
 
     def tick(self) -> None:
+        snapshot = self.marks.snapshot()
         self.send_spans()
         self.push_metrics()
+        with self._lock:
+            delivered = not self.pending
+        if delivered and not self.runs.any_dirty():  # all received before the tick left
+            self.marks.confirm(snapshot)
 
     def stats(self) -> dict:
         with self._lock:

@@ -152,6 +152,10 @@ class Runs:
                     out.append((ident, run.render()))
             return out
 
+    def any_dirty(self) -> bool:
+        with self._lock:
+            return any(r.dirty for r in self._runs.values())
+
     def mark_dirty(self, identity: Identity) -> None:
         with self._lock:
             run = self._runs.get(identity)

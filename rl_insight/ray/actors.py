@@ -52,8 +52,12 @@ class HubActor:
         log.info("rl-insight hub up; pushing to %s every %.1fs", config.get("server_url"),
                  self.loop.interval)
 
-    def ingest(self, batch: Batch) -> None:
-        self.core.ingest(batch)
+    def ingest(self, batch: Batch, seq: int = 0) -> None:
+        self.core.ingest(batch, seq)
+
+    def confirmed(self, process: str) -> tuple[str, int]:
+        """(incarnation, the highest batch number of ``process`` that has left)."""
+        return self.core.marks.confirmed(process)
 
     def configure(self, config: dict[str, Any]) -> None:
         """Point the hub at another server (a later attach with a different URL)."""
@@ -100,9 +104,12 @@ class LaneActor:
         self.loop = Periodic(config.get("lane_flush_interval_s", 1.0), self.core.tick,
                              f"rl-insight-{name}").start()
 
-    def ingest(self, identity: Identity, process: str, items: list) -> None:
-        if self.core.ingest(identity, process, items):
+    def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> None:
+        if self.core.ingest(identity, process, items, seq):
             self.loop.wake()
+
+    def confirmed(self, process: str) -> tuple[str, int]:
+        return self.core.marks.confirmed(process)
 
     def flush(self, timeout: float = 10.0) -> dict:
         self.loop.run_now(timeout)
