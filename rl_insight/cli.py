@@ -21,18 +21,26 @@ def _settings(args: argparse.Namespace) -> config_mod.Settings:
     return config_mod.load(args.config, overrides)
 
 
-def _passthrough(args: argparse.Namespace) -> list[str]:
-    """The flags a detached server must be started with to see the same settings."""
-    out = []
+SECRET_KEYS = ("server.token", "grafana.admin_password")
+
+
+def _passthrough(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The flags a detached server must be started with to see the same settings, and
+    the secrets among them as environment (a command line is visible to every user)."""
+    out, env = [], {}
     if args.config:
         out += ["--config", str(Path(args.config).expanduser().resolve())]
     for item in args.set or []:
+        key = item.partition("=")[0].strip()
+        if key in SECRET_KEYS:
+            env[config_mod.env_name(key)] = item.partition("=")[2]
+            continue
         out += ["--set", item]
     if args.host:
         out += ["--host", args.host]
     if args.port is not None:
         out += ["--port", str(args.port)]
-    return out
+    return out, env
 
 
 def cmd_install(args: argparse.Namespace) -> int:
@@ -64,7 +72,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     settings = _settings(args)
     try:
         if args.detach:
-            return lifecycle.start_detached(settings, _passthrough(args))
+            flags, secret_env = _passthrough(args)
+            return lifecycle.start_detached(settings, flags, secret_env)
         logging.basicConfig(level=getattr(logging, settings.server.log_level.upper(),
                                           logging.INFO),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -38,6 +38,8 @@ class ServerSettings:
     advertise_host: str = ""  # the address printed for clients; empty: detected
     token: str = ""
     log_level: str = "info"
+    # scrape targets must resolve into these networks (comma-separated CIDRs); empty: any
+    allowed_networks: str = ""
 
 
 @dataclass

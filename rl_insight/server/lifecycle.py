@@ -263,7 +263,8 @@ def fetch_report(url: str, timeout: float = 2.0) -> dict | None:
         return None
 
 
-def start_detached(settings: Settings, args: Sequence[str], say: Say = print) -> int:
+def start_detached(settings: Settings, args: Sequence[str],
+                   secret_env: dict[str, str] | None = None, say: Say = print) -> int:
     """Launch `server start` (foreground) in a new session; follow it until ready."""
     _ensure_dirs(settings)
     other = running_server(settings)
@@ -276,7 +277,8 @@ def start_detached(settings: Settings, args: Sequence[str], say: Say = print) ->
     with open(log_path, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rl_insight.cli", "server", "start",
                                  *args], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(secret_env or {})})
     say(f"server starting in the background (pid {proc.pid}, log {log_path})")
     url = netaddr.http_url(netaddr.local_host(settings.bind_host("server")),
                            settings.server.port)

@@ -105,6 +105,42 @@ def validate_labels(labels: Mapping[str, Any] | None, where: str) -> tuple[tuple
     return tuple(sorted(out))
 
 
+def parse_networks(spec: str) -> list:
+    """``10.0.0.0/8, fd00::/8`` into network objects; a bad entry is a config error."""
+    nets = []
+    for part in (p.strip() for p in spec.split(",")):
+        if part:
+            try:
+                nets.append(ipaddress.ip_network(part, strict=False))
+            except ValueError:
+                raise TargetError(f"server.allowed_networks: {part!r} is not a network "
+                                  "like 10.0.0.0/8") from None
+    return nets
+
+
+def check_allowed(target: str, networks: list) -> None:
+    """Refuse a target whose host resolves outside the allowed networks."""
+    if not networks:
+        return
+    import socket
+
+    host = target[1:].partition("]")[0] if target.startswith("[") else target.rpartition(":")[0]
+    try:
+        addrs = {ipaddress.ip_address(host)}
+    except ValueError:
+        try:
+            addrs = {ipaddress.ip_address(a[4][0].split("%")[0])
+                     for a in socket.getaddrinfo(host, None)}
+        except OSError:
+            raise TargetError(f"target {target!r}: {host!r} does not resolve, so it cannot "
+                              "be checked against server.allowed_networks") from None
+    outside = [str(a) for a in addrs if not any(a in n for n in networks)]
+    if outside:
+        raise TargetError(f"target {target!r} ({', '.join(outside)}) is outside "
+                          "server.allowed_networks; register targets in the cluster's "
+                          "networks or extend the setting")
+
+
 def parse_registration(body: Mapping[str, Any]) -> list[Target]:
     """The body existing clients send: ``{job_name, targets, labels, project?,
     experiment_name?}`` with ``labels`` a mapping for all or a list, one per target."""

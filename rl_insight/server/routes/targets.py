@@ -8,30 +8,42 @@ from fastapi import APIRouter, Request
 
 from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, read_body
 from rl_insight.server.state import ServerState
-from rl_insight.server.targets import TargetError, parse_registration
+from rl_insight.server.targets import (
+    TargetError,
+    check_allowed,
+    parse_networks,
+    parse_registration,
+)
 
 MAX_BODY = 4 * 1024 * 1024
 
 
-async def parse(request: Request) -> list:
+async def parse(request: Request, networks: list | None = None) -> list:
     raw = await read_body(request, MAX_BODY, "4 MiB for registrations")
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HttpError(400, f"the body is not JSON: {exc}") from None
     try:
-        return parse_registration(body)
+        targets = parse_registration(body)
     except TargetError as exc:
         raise HttpError(400, str(exc)) from None
+    try:
+        for t in targets:
+            check_allowed(t.target, networks or [])
+    except TargetError as exc:
+        raise HttpError(403, str(exc)) from None
+    return targets
 
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
+    networks = parse_networks(state.settings.server.allowed_networks)
 
     @r.post("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
             summary="Register scrape targets (idempotent)")
     async def register(request: Request) -> dict:
-        targets = await parse(request)
+        targets = await parse(request, networks)
         t = targets[0]
         if t.project:
             why = state.experiments.archived_reason(

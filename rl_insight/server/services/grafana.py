@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import io
+import logging
 from pathlib import Path
 
 import yaml
@@ -17,6 +18,7 @@ from rl_insight import netaddr
 from rl_insight.config import Settings
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
 
+log = logging.getLogger(__name__)
 FOLDER = "RL-Insight"
 FOLDER_UID = "rl-insight"
 SYSTEM_HOME = Path("/usr/share/grafana")  # where distribution packages put it
@@ -49,6 +51,28 @@ class Grafana(Service):
     def dashboards_dir(self, settings: Settings) -> Path:
         return Path(settings.grafana.dashboards_dir or default_dashboards_dir()).expanduser()
 
+    def admin_password(self, settings: Settings) -> str:
+        """The configured password, except admin/admin on a non-loopback address: then a
+        generated one, kept (mode 0600) in $RL_INSIGHT_HOME/state/grafana-admin-password."""
+        g = settings.grafana
+        host = settings.bind_host("grafana").strip("[]")
+        loopback = host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+        if g.admin_password != "admin" or loopback:
+            return g.admin_password
+        path = settings.state_dir / "grafana-admin-password"
+        if not path.is_file():
+            import os
+            import secrets
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(16) + "\n")
+        log.warning("grafana binds %s with the default admin/admin: using a generated "
+                    "password instead, in %s (set grafana.admin_password to choose one)",
+                    host or "0.0.0.0", path)
+        return path.read_text().strip()
+
     def render_ini(self, settings: Settings) -> str:
         g = settings.grafana
         work, data = self.work_dir(settings), self.data_dir(settings)
@@ -61,7 +85,8 @@ class Grafana(Service):
         }
         ini["server"] = {"http_addr": settings.bind_host("grafana").strip("[]"),
                          "http_port": str(g.port)}
-        ini["security"] = {"admin_user": g.admin_user, "admin_password": g.admin_password}
+        ini["security"] = {"admin_user": g.admin_user,
+                           "admin_password": self.admin_password(settings)}
         ini["users"] = {"allow_sign_up": "false"}
         ini["analytics"] = {"reporting_enabled": "false", "check_for_updates": "false",
                             "check_for_plugin_updates": "false"}
