@@ -20,8 +20,10 @@ from rl_insight.ray.hooks import runtime_env_hook
 class RecordingSender:
     """Stands in for the HTTP edge; records what would be sent."""
 
-    def __init__(self, ok: bool = True) -> None:
+    def __init__(self, ok: bool = True, server_text: str = "") -> None:
         self.ok = ok
+        self.server_text = server_text
+        self.on_server_restart: list = []
         self.pushes: list[tuple[str, dict, str]] = []
         self.span_payloads: list[bytes] = []
         self.last_error = ""
@@ -38,6 +40,9 @@ class RecordingSender:
 
     def post_json(self, path, body):
         return self.ok
+
+    def get_text(self, path):
+        return self.server_text
 
 
 def samples(text: str) -> dict:
@@ -186,3 +191,25 @@ def test_runtime_env_hook_adds_variables_and_worker_hook(monkeypatch):
     assert env["worker_process_setup_hook"] == "rl_insight.ray.hooks.worker_setup"
     monkeypatch.delenv("RL_INSIGHT_SERVER_URL")
     assert runtime_env_hook(None) == {}
+
+
+def test_a_restarted_hub_continues_counters_from_the_server_and_repushes_on_restart():
+    server = ('# TYPE rl_insight_monitor_steps_total counter\n'
+              'rl_insight_monitor_steps_total{experiment_name="e",instance="",job="rl_insight",'
+              'project="p",r="0"} 41\n'
+              '# TYPE other_total counter\nother_total{job="elsewhere",project="p"} 5\n')
+    sender = RecordingSender(server_text=server)
+    hub = HubCore(sender)
+    assert hub.recover() == 1
+    hub.ingest(Batch(Identity("p", "e"), "j", "h",
+                     [Metric("counter", "rl_insight_monitor_steps_total", 1, (("r", "0"),))]))
+    hub.tick()
+    got = samples(next(p[2] for p in sender.pushes if p[0] == "rl_insight"))
+    assert got[("rl_insight_monitor_steps_total", (("r", "0"),))] == 42  # not 1
+    sender.pushes.clear()
+    hub.tick()
+    assert not [p for p in sender.pushes if p[0] == "rl_insight"]  # nothing changed
+    for callback in sender.on_server_restart:  # the server came back, maybe older
+        callback()
+    hub.tick()
+    assert [p for p in sender.pushes if p[0] == "rl_insight"]  # so everything again

@@ -39,6 +39,41 @@ class HubCore:
         self.park_limit = 50_000
         self.marks = Watermarks()
         self._lock = threading.Lock()
+        sender.on_server_restart.append(self.runs.mark_all_dirty)
+
+    def recover(self) -> int:
+        """A new hub takes the counters and gauges of every run from the server, so they
+        continue across a hub restart rather than reset. Returns the series taken."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = self.sender.get_text("/metrics")
+        if not text:
+            return 0
+        per_run: dict[Identity, list[Metric]] = {}
+        skip = {"job", "instance", "project", "experiment_name"}
+        try:
+            for fam in text_string_to_metric_families(text):
+                if fam.type not in ("counter", "gauge"):
+                    continue
+                for s in fam.samples:
+                    lab = s.labels
+                    if lab.get("job") != RUN_JOB or not lab.get("project") or \
+                            s.name.endswith("_created"):
+                        continue
+                    ident = Identity(lab["project"], lab.get("experiment_name", ""))
+                    labels = tuple(sorted((k, v) for k, v in lab.items() if k not in skip))
+                    per_run.setdefault(ident, []).append(
+                        Metric(fam.type, s.name, s.value, labels, fam.documentation))
+        except ValueError as exc:
+            log.warning("rl-insight hub: could not read the server's metrics back: %s", exc)
+            return 0
+        for ident, metrics in per_run.items():
+            self.runs.seed(ident, metrics)
+        n = sum(len(m) for m in per_run.values())
+        if n:
+            log.info("rl-insight hub: continued %d series of %d runs from the server", n,
+                     len(per_run))
+        return n
 
     def register_run(self, job_id: str, identity: Identity) -> None:
         with self._lock:

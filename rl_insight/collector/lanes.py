@@ -50,6 +50,7 @@ class LaneCore:
         self.spans_dropped = 0
         self.marks = Watermarks()
         self._lock = threading.Lock()
+        sender.on_server_restart.append(self.runs.mark_all_dirty)
 
     def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> bool:
         """Apply state changes and spans; returns True when a batch is ready to send."""

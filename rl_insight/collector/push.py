@@ -41,6 +41,18 @@ class Sender:
         self.last_error = ""
         self.failures = 0
         self._last_log = 0.0
+        self.server_started: str | None = None
+        self.on_server_restart: list = []  # called when the server's start time changes
+
+    def _seen(self, response) -> None:
+        started = response.headers.get("X-RL-Insight-Started")
+        if started and started != self.server_started:
+            restarted = self.server_started is not None
+            self.server_started = started
+            if restarted:
+                log.info("rl-insight: the server restarted; sending everything again")
+                for callback in self.on_server_restart:
+                    callback()
 
     def _note(self, ok: bool, what: str) -> bool:
         if ok:
@@ -63,6 +75,7 @@ class Sender:
         except requests.RequestException as exc:
             self.last_error = f"{exc.__class__.__name__} talking to {url}"
             return self._note(False, what)
+        self._seen(r)
         if r.status_code >= 400:
             try:
                 msg = r.json().get("error", r.text)
@@ -109,6 +122,16 @@ class Sender:
         if not self.server_url:
             return True
         return self._request("DELETE", self.server_url + path, path, json=body)
+
+    def get_text(self, path: str) -> str | None:
+        if not self.server_url:
+            return None
+        try:
+            r = self.session.get(self.server_url + path, timeout=self.timeout)
+        except requests.RequestException:
+            return None
+        self._seen(r)
+        return r.text if r.status_code == 200 else None
 
     def get_json(self, path: str, **params) -> dict | None:
         """A GET of the server's API; None (logged like other failures) when it fails."""

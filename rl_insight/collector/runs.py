@@ -152,6 +152,24 @@ class Runs:
                     out.append((ident, run.render()))
             return out
 
+    def mark_all_dirty(self) -> None:
+        with self._lock:
+            for run in self._runs.values():
+                run.dirty = True
+
+    def seed(self, identity: Identity, metrics: Iterable[Metric]) -> None:
+        """Start from values already at the server (a restarted hub): counters continue
+        instead of resetting; only series the run does not hold yet are taken."""
+        with self._lock:
+            run = self._runs.get(identity)
+            if run is None:
+                run = self._runs[identity] = RunMetrics(self.max_series, self.buckets)
+            for m in metrics:
+                fam = run.families.get(m.name)
+                if fam is None or m.labels not in fam.series:
+                    run.apply(m)
+            run.dirty = False
+
     def any_dirty(self) -> bool:
         with self._lock:
             return any(r.dirty for r in self._runs.values())

@@ -40,6 +40,7 @@ class HubActor:
         buckets = config.get("buckets") or None
         self.core = HubCore(_sender(config), config.get("max_series_per_run", 20_000),
                             {"default": buckets} if buckets else None)
+        self.core.recover()  # a restarted hub continues its runs' counters
         self.loop = Periodic(config.get("push_interval_s", 2.0), self.core.tick,
                              "rl-insight-hub-push").start()
         self.metrics_server = None

@@ -20,6 +20,7 @@ def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="RL-Insight server", version=__version__,
                   description="The one address an RL training cluster talks to.")
     token = state.settings.server.token
+    started = f"{state.started_at:.6f}"  # lets pushers notice a restarted server
 
     @app.middleware("http")
     async def guard_and_count(request: Request, call_next):
@@ -28,6 +29,7 @@ def create_app(state: ServerState) -> FastAPI:
                                   "writes; set RL_INSIGHT_TOKEN to the server's token")
         else:
             response = await call_next(request)
+        response.headers["X-RL-Insight-Started"] = started
         route = request.scope.get("route")
         state.metrics.requests.labels(request.method,
                                       getattr(route, "path", "unmatched"),
