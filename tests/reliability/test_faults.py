@@ -1,0 +1,279 @@
+"""Faults injected while a run emits tagged events, on a real Ray cluster with the
+server, a real Prometheus and a FAKE Tempo (an OTLP-decoding receiver).
+
+Each event is counted end to end: emitted (handed over: a flush the hub and lanes
+acknowledged), delivered (the counter in Prometheus, the span at the receiver, by
+sequence number), dropped-and-counted (the hub's and lanes' drop counters) and lost
+(the rest, which must be 0). Every client call is timed: none may take 10 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from rl_insight import netaddr
+from tests.conftest import Cli, free_port_overrides, prom_query, wait_for
+from tests.fakes.otlp_receiver import FakeTempo
+from tests.raycluster import RayCluster
+
+pytestmark = pytest.mark.integration
+RESULTS: dict[str, dict] = {}
+DURATION = 8.0
+INJECT_AT = 3.0
+
+LOAD = r'''
+import json, os, sys, time, ray, rl_insight
+fault, exp, duration, out, inject_at = sys.argv[1:6]
+duration, inject_at = float(duration), float(inject_at)
+rl_insight.ray.attach(project="rel", experiment_name=exp)
+from rl_insight.ray import actors
+
+
+def emit(source, lanes, out_path, duration):
+    state = {"metrics": 0, "spans": 0, "max_call_ms": 0.0, "calls": 0}
+
+    def save():
+        with open(out_path + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(out_path + ".tmp", out_path)
+
+    i, end = 0, time.time() + duration
+    while time.time() < end:
+        t0 = time.perf_counter()
+        rl_insight.metric_count("rel_events", 1.0, source=source)
+        t1 = time.perf_counter()
+        now = time.time_ns()
+        rl_insight.trace_span(name="rel", start_time_ns=now - 1000, end_time_ns=now,
+                              attributes={"state_lane_id": lanes[i % len(lanes)],
+                                          "seq": i, "source": source, "run": exp})
+        t2 = time.perf_counter()
+        state["max_call_ms"] = max(state["max_call_ms"], (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+        state["calls"] += 2
+        i += 1
+        if i % 25 == 0 and rl_insight.flush(5):   # handed over: acknowledged
+            state["metrics"] = state["spans"] = i
+            save()
+        time.sleep(0.004)
+    if rl_insight.flush(60):
+        state["metrics"] = state["spans"] = i
+    save()
+
+
+@ray.remote(num_cpus=0)
+class Replica:
+    def run(self, exp, out, duration):
+        emit("replica", ["replica_7"], out, duration)
+
+
+replica = None
+if fault == "replica":
+    replica = Replica.remote()
+    replica.run.remote(exp, out + ".replica", duration)
+import threading
+
+def inject():
+    time.sleep(inject_at)
+    ns = "rl_insight"
+    if fault == "hub":
+        ray.kill(actors.find_hub(ns), no_restart=False)
+    elif fault == "lane":
+        ray.kill(ray.get_actor("rl_insight_lane_replica_0", namespace=ns), no_restart=False)
+    elif fault == "replica":
+        ray.kill(replica, no_restart=True)
+
+threading.Thread(target=inject, daemon=True).start()
+emit("driver", ["replica_0", "rank_0", "req_a", "req_b"], out, duration)
+print("LOAD DONE", flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    receiver = FakeTempo(netaddr.free_port()).start()
+    cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
+    overrides = ("prometheus.scrape_interval=1s", "push.persist_interval_s=0.5",
+                 f"traces.relay_url={receiver.url}", "traces.retry_max_s=1")
+    url = cli.start(*overrides)
+    cluster = RayCluster(tmp_path_factory.mktemp("ray"), extra_env={
+        "RL_INSIGHT_SERVER_URL": url, "RL_INSIGHT_CLIENT_HUB_PUSH_INTERVAL_S": "0.5",
+        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "0.5",
+        "RL_INSIGHT_CLIENT_LANE_POOL_SIZE": "1"}).start()
+    yield {"cli": cli, "url": url, "receiver": receiver, "cluster": cluster,
+           "overrides": overrides}
+    cluster.stop()
+    cli.run("server", "stop")
+    receiver.stop()
+    write_results()
+
+
+def write_results() -> None:
+    if not RESULTS:
+        return
+    out = Path(__file__).with_name("results.json")
+    out.write_text(json.dumps(RESULTS, indent=2))
+    print("\nfault | emitted | delivered | dropped (counted) | lost | duplicates | "
+          "longest call ms")
+    for name, r in RESULTS.items():
+        print(f"{name} | {r['emitted']} | {r['delivered']} | {r['dropped']} | {r['lost']} | "
+              f"{r['duplicates']} | {r['longest_call_ms']:.2f}")
+
+
+def dropped_counts(url: str) -> float:
+    text = requests.get(url + "/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(("rl_insight_hub_events_dropped_total",
+                            "rl_insight_lane_spans_dropped_total")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def start_load(world, fault: str, exp: str, tmp_path: Path) -> tuple:
+    out = str(tmp_path / f"{fault}.json")
+    script = tmp_path / "load.py"
+    script.write_text(LOAD)
+    proc = subprocess.Popen([sys.executable, str(script), fault, exp, str(DURATION), out,
+                             str(INJECT_AT)], env=world["cluster"].env(),
+                            cwd=world["cluster"].workdir, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
+def read_state(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, ValueError):
+        return {"metrics": 0, "spans": 0, "max_call_ms": 0.0, "calls": 0}
+
+
+def account(world, fault: str, exp: str, states: dict[str, dict], dropped_before: float,
+            timeout: float = 90) -> dict:
+    """Wait until everything handed over arrived (or the deadline), then count."""
+    prom, receiver = world["cli"].prometheus, world["receiver"]
+    emitted_m = sum(s["metrics"] for s in states.values())
+    emitted_s = sum(s["spans"] for s in states.values())
+
+    def metrics_delivered() -> dict[str, float]:
+        res = prom_query(prom, f'sum by (source) (rl_insight_monitor_rel_events_total'
+                               f'{{experiment_name="{exp}"}})')
+        return {r["metric"].get("source", ""): float(r["value"][1]) for r in res}
+
+    def spans_delivered() -> tuple[int, int]:
+        seen, total = set(), 0
+        for attrs, _ in list(receiver.spans):
+            if attrs.get("run") == exp:
+                total += 1
+                seen.add((attrs["source"], attrs["seq"]))
+        return len(seen), total - len(seen)
+
+    def complete() -> bool:
+        got = metrics_delivered()
+        unique, _ = spans_delivered()
+        return all(got.get(src, 0) >= s["metrics"] for src, s in states.items()) and \
+            unique >= emitted_s
+
+    wait_for(complete, timeout, f"everything handed over in the {fault} run to arrive",
+             interval=0.5)
+    got = metrics_delivered()
+    unique, duplicates = spans_delivered()
+    delivered_m = sum(min(got.get(src, 0), s["metrics"]) for src, s in states.items())
+    delivered_s = min(unique, emitted_s)
+    dropped = dropped_counts(world["url"]) - dropped_before
+    emitted = emitted_m + emitted_s
+    delivered = int(delivered_m + delivered_s)
+    row = {"emitted": emitted, "delivered": delivered, "dropped": int(dropped),
+           "lost": max(0, emitted - delivered - int(dropped)), "duplicates": duplicates,
+           "longest_call_ms": max(s["max_call_ms"] for s in states.values()),
+           "calls": sum(s["calls"] for s in states.values())}
+    RESULTS[fault] = row
+    return row
+
+
+def run_fault(world, fault: str, tmp_path: Path, inject=None, kill_driver=False,
+              timeout: float = 90) -> dict:
+    exp = f"rel-{fault}-{int(time.time())}"
+    before = dropped_counts(world["url"])
+    proc, out = start_load(world, fault, exp, tmp_path)
+    if inject is not None or kill_driver:
+        time.sleep(INJECT_AT)  # the fault lands mid-run, while events flow
+        if kill_driver:
+            proc.send_signal(signal.SIGKILL)
+        if inject is not None:
+            inject()
+    stdout, stderr = proc.communicate(timeout=180)
+    if not kill_driver:
+        assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    states = {"driver": read_state(out)}
+    if Path(out + ".replica").exists():
+        states["replica"] = read_state(out + ".replica")
+    assert states["driver"]["metrics"] > 0, (stdout[-1000:], stderr[-3000:])
+    row = account(world, fault, exp, states, before, timeout)
+    assert row["lost"] == 0, row
+    assert row["longest_call_ms"] < 10, row
+    return row
+
+
+def test_server_killed_and_restarted(world, tmp_path):
+    cli = world["cli"]
+
+    def kill_and_restart():
+        pid = json.loads((cli.home / "run" / "server.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(3)
+        cli.start(*world["overrides"])
+
+    run_fault(world, "server", tmp_path, kill_and_restart)
+    assert requests.get(world["url"] + "/healthz", timeout=5).status_code == 200
+
+
+def test_prometheus_killed(world, tmp_path):
+    cli = world["cli"]
+
+    def kill_prometheus():
+        report = json.loads(cli.run("server", "status", "--json").stdout)
+        pid = next(s["pid"] for s in report["services"] if s["name"] == "prometheus")
+        os.kill(pid, signal.SIGKILL)
+
+    run_fault(world, "prometheus", tmp_path, kill_prometheus)
+
+
+def test_tempo_down_for_60s(world, tmp_path):
+    receiver = world["receiver"]
+    receiver.stop()  # down before the run starts, back 60 s later
+    down_at = time.monotonic()
+    restore = threading.Timer(60, receiver.start)
+    restore.start()
+    try:
+        run_fault(world, "tempo", tmp_path, timeout=150)
+        assert time.monotonic() - down_at >= 60
+    finally:
+        restore.cancel()
+        if receiver._httpd is None:
+            receiver.start()
+
+
+def test_hub_killed(world, tmp_path):
+    run_fault(world, "hub", tmp_path)
+
+
+def test_lane_actor_killed(world, tmp_path):
+    run_fault(world, "lane", tmp_path)
+
+
+def test_replica_process_killed(world, tmp_path):
+    row = run_fault(world, "replica", tmp_path)
+    assert row["emitted"] > 0
+
+
+def test_driver_killed(world, tmp_path):
+    run_fault(world, "driver", tmp_path, kill_driver=True)
