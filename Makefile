@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rl-insight-installed
 
-.PHONY: setup system-deps test lint demo bench bench-quick pictures clean
+.PHONY: setup system-deps test lint demo bench bench-quick pictures soak clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -36,6 +36,10 @@ bench-quick: setup system-deps
 pictures: setup system-deps
 	$(BIN)/python -m pip install -q -e '.[test,docs]'
 	./scripts/private-net.sh $(BIN)/python scripts/pictures.py
+
+soak: setup system-deps
+	RL_INSIGHT_SOAK_SECONDS=600 ./scripts/private-net.sh $(BIN)/python -m pytest -q -s \
+	    tests/reliability/test_soak.py
 
 clean:
 	rm -rf $(VENV) .demo-home .pytest_cache

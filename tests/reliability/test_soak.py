@@ -1,0 +1,126 @@
+"""Soak: a steady load (64 lanes, 2,000 spans/s, 500 metric updates/s) for
+RL_INSIGHT_SOAK_SECONDS (CI: 120; `make soak`: 600), sampling the RSS of the server,
+the hub and the lane actors. Goal: no growth trend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from tests.conftest import Cli, free_port_overrides
+from tests.raycluster import RayCluster
+
+pytestmark = pytest.mark.integration
+SECONDS = float(os.environ.get("RL_INSIGHT_SOAK_SECONDS", "120"))
+
+LOAD = r'''
+import json, sys, threading, time, ray, rl_insight
+seconds, out = float(sys.argv[1]), sys.argv[2]
+rl_insight.ray.attach(project="soak", experiment_name="soak")
+from rl_insight.ray import actors
+samples = []
+stop = threading.Event()
+
+def sample():
+    t0 = time.time()
+    while not stop.is_set():
+        hub = ray.get(actors.find_hub().stats.remote())
+        lanes = 0
+        for i in range(8):
+            try:
+                h = ray.get_actor(f"rl_insight_lane_pool_{i}", namespace="rl_insight")
+                lanes += ray.get(h.stats.remote())["rss_bytes"]
+            except ValueError:
+                pass
+        samples.append({"t": time.time() - t0, "hub": hub["rss_bytes"], "lanes": lanes})
+        with open(out, "w") as f:
+            json.dump(samples, f)
+        stop.wait(5)
+
+threading.Thread(target=sample, daemon=True).start()
+end = time.time() + seconds
+tick, i = 0.01, 0
+next_t = time.time()
+while time.time() < end:          # every 10 ms: 20 spans and 5 metric updates
+    now = time.time_ns()
+    for k in range(20):
+        rl_insight.trace_span(name="request", start_time_ns=now - 5000, end_time_ns=now,
+                              attributes={"state_lane_id": f"traj_{(i + k) % 64}"})
+    for k in range(5):
+        rl_insight.metric_gauge("soak_value", float(i), series=str((i + k) % 50))
+    i += 1
+    next_t += tick
+    time.sleep(max(0.0, next_t - time.time()))
+stop.set()
+rl_insight.flush(30)
+print("SOAK DONE", i, flush=True)
+'''
+
+
+def slope_mb_per_min(points: list[tuple[float, float]]) -> float:
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(v for _, v in points) / n
+    var = sum((t - mx) ** 2 for t, _ in points)
+    return sum((t - mx) * (v - my) for t, v in points) / var * 60 / 2**20 if var else 0.0
+
+
+def test_soak_has_no_growth_trend(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("soak")
+    cli = Cli(tmp / "home", free_port_overrides())
+    (tmp / "home").mkdir()
+    url = cli.start("prometheus.scrape_interval=5s",
+                    "traces.relay_url=http://127.0.0.1:9/v1/traces",  # a dead Tempo: spool
+                    "traces.spool_max_bytes=67108864")
+    cluster = RayCluster(tmp, extra_env={"RL_INSIGHT_SERVER_URL": url,
+                                         "RL_INSIGHT_CLIENT_LANE_POOL_SIZE": "2"}).start()
+    server = psutil.Process(requests.get(url + "/api/v1/services").json()["server"]["pid"])
+    server_rss: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def sample():
+        t0 = time.monotonic()
+        while not stop.is_set():
+            server_rss.append((time.monotonic() - t0, server.memory_info().rss))
+            stop.wait(5)
+
+    threading.Thread(target=sample, daemon=True).start()
+    try:
+        script = tmp / "load.py"
+        script.write_text(LOAD)
+        out = tmp / "actors.json"
+        r = subprocess.run([sys.executable, str(script), str(SECONDS), str(out)],
+                           env=cluster.env(), cwd=tmp, capture_output=True, text=True,
+                           timeout=SECONDS + 300)
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        stop.set()
+        cluster.stop()
+        cli.run("server", "stop")
+    actors = json.loads(out.read_text())
+    warm = SECONDS * 0.25  # allocators settle first
+    series = {
+        "server": [(t, v) for t, v in server_rss if t >= warm],
+        "hub": [(s["t"], s["hub"]) for s in actors if s["t"] >= warm],
+        "lanes": [(s["t"], s["lanes"]) for s in actors if s["t"] >= warm],
+    }
+    figures = {}
+    for name, pts in series.items():
+        assert len(pts) >= 4, (name, pts)
+        figures[name] = {"start_mb": pts[0][1] / 2**20, "end_mb": pts[-1][1] / 2**20,
+                         "slope_mb_per_min": slope_mb_per_min(pts)}
+    Path(__file__).with_name("soak.json").write_text(json.dumps(
+        {"seconds": SECONDS, "figures": figures}, indent=2))
+    print("\nsoak: " + json.dumps(figures))
+    for name, f in figures.items():
+        # no trend: under 2% of the process's size per minute
+        assert f["slope_mb_per_min"] < 0.02 * f["start_mb"] + 1, (name, f)
