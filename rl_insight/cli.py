@@ -231,6 +231,59 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``2h``, ``1d`` or plain seconds."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
+    if not m:
+        raise config_mod.ConfigError(f"--since {text!r}: expected a duration like 15m or 2h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def cmd_traces_export(args: argparse.Namespace) -> int:
+    """The run's state timeline as a Chrome trace / Perfetto file."""
+    from rl_insight.api_client import ApiError
+    from rl_insight.export import timeline
+
+    since = parse_duration(args.since) if args.since else 0.0
+    client = _client(args)
+    try:
+        data = client.get("/api/v1/traces/recent", project=args.project,
+                          experiment_name=args.experiment, since_s=since)
+    except ApiError as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 1
+    spans = data["spans"]
+    if not spans:
+        print(f"rl-insight: no state spans of {args.project}/{args.experiment} at the server"
+              " (check the names with `rl-insight server experiments list`, and that the "
+              "run reports spans)", file=sys.stderr)
+        return 1
+    trace = timeline.chrome_trace(spans, f"{args.project}/{args.experiment}")
+    timeline.write(trace, args.output)
+    lanes = len({s["lane"] for s in spans})
+    print(f"wrote {len(spans)} states on {lanes} lanes to {args.output} ({args.format}: "
+          "open it in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rl_insight import doctor
+
+    settings = _settings(args)
+    url = args.server_url or None
+    if url is None and not __import__("os").environ.get("RL_INSIGHT_SERVER_URL"):
+        url = _client(args).url  # the server running here, if any
+    checks = doctor.run(url, args.project, args.experiment,
+                        token=settings.server.token or None, ray_probe=not args.no_ray)
+    if args.json:
+        print(json.dumps(doctor.as_json(checks), indent=2))
+    else:
+        print(doctor.render(checks))
+    return 1 if any(c.status == doctor.PROBLEM for c in checks) else 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -246,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one setting, e.g. --set prometheus.port=9091")
     common.add_argument("--host", help="bind address for every server (setting `host`)")
     common.add_argument("--port", type=int, help="the server's port (setting server.port)")
+
+    remote = argparse.ArgumentParser(add_help=False, parents=[common])
+    remote.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL, else the "
+                                             "server running from $RL_INSIGHT_HOME")
 
     parser = argparse.ArgumentParser(prog="rl-insight", description=__doc__)
     top = parser.add_subparsers(dest="command", required=True)
@@ -275,6 +332,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stop", parents=[common], help="stop the server and its services")
     p.set_defaults(func=cmd_stop)
 
+    traces = top.add_parser("traces", help="the state timeline outside Grafana")
+    tsub2 = traces.add_subparsers(dest="action_traces", required=True)
+    p = tsub2.add_parser("export", parents=[remote],
+                         help="write the state timeline as a Chrome trace / Perfetto file")
+    p.add_argument("--format", choices=["perfetto", "chrome-json"], default="perfetto",
+                   help="both are the Chrome trace-event JSON, which Perfetto opens")
+    p.add_argument("--project", required=True)
+    p.add_argument("--experiment", required=True, help="the experiment_name")
+    p.add_argument("--since", help="only the last DURATION (e.g. 15m, 2h)")
+    p.add_argument("-o", "--output", required=True, help="the file to write")
+    p.set_defaults(func=cmd_traces_export)
+
+    p = top.add_parser("doctor", parents=[remote],
+                       help="check everything between this node and the dashboards")
+    p.add_argument("--project")
+    p.add_argument("--experiment", help="the experiment_name")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-ray", action="store_true", help="skip the probe of Ray workers")
+    p.set_defaults(func=cmd_doctor)
+
     p = top.add_parser("ray-env", help="print a runtime-env YAML for `ray job submit`")
     p.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL")
     p.add_argument("--project")
@@ -284,9 +361,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", parents=[common], help="print the effective settings")
     p.set_defaults(func=cmd_config)
 
-    remote = argparse.ArgumentParser(add_help=False, parents=[common])
-    remote.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL, else the "
-                                             "server running from $RL_INSIGHT_HOME")
     targets = sub.add_parser("targets", help="registered scrape targets")
     tsub = targets.add_subparsers(dest="action_targets", required=True)
     p = tsub.add_parser("add", parents=[remote], help="register the targets in a YAML file")

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Installs the Debian packages the tests and the demo use, if they are missing:
-# prometheus (with promtool), prometheus-pushgateway, prometheus-node-exporter.
+# prometheus (with promtool), prometheus-pushgateway, prometheus-node-exporter, and
+# chromium (headless, for the status page test).
 set -euo pipefail
 
 packages=()
@@ -8,6 +9,7 @@ command -v prometheus >/dev/null || packages+=(prometheus)
 command -v promtool >/dev/null || packages+=(prometheus)
 command -v prometheus-pushgateway >/dev/null || packages+=(prometheus-pushgateway)
 command -v prometheus-node-exporter >/dev/null || packages+=(prometheus-node-exporter)
+command -v chromium >/dev/null || packages+=(chromium)  # the status page's browser test
 if [ ${#packages[@]} -eq 0 ]; then
   echo "system packages: all present"
   exit 0

@@ -55,11 +55,14 @@ class RayCluster:
                f"--runtime-env-agent-port={netaddr.free_port()}"]
         env = self.env()
         env.pop("RAY_ADDRESS")
-        r = subprocess.run(cmd, env=env, cwd=self.workdir, capture_output=True, text=True,
-                           timeout=120)
-        if r.returncode != 0:
+        for attempt in (1, 2):  # a raylet that fails to register is rare; try once more
+            r = subprocess.run(cmd, env=env, cwd=self.workdir, capture_output=True,
+                               text=True, timeout=180)
+            if r.returncode == 0:
+                break
             self.stop()
-            raise RuntimeError(f"ray start failed: {r.stdout}\n{r.stderr}")
+            if attempt == 2:
+                raise RuntimeError(f"ray start failed: {r.stdout}\n{r.stderr[-3000:]}")
         wait_for(self._dashboard_up, 60, "the Ray dashboard (job and state API)")
         return self
 

@@ -148,3 +148,24 @@ def iter_lane_fields(req: ExportTraceServiceRequest
                 yield (found.get("project", ""), found.get("experiment_name", ""),
                        found.get("state_lane_id"), found.get("state_name") or span.name,
                        span.end_time_unix_nano)
+
+
+def iter_state_rows(req: ExportTraceServiceRequest
+                    ) -> Iterator[tuple[str, str, str, str, int, int, str, object]]:
+    """(project, experiment, lane, state, start, end, process_id, step) of every span
+    that belongs to a state lane."""
+    keep = LANE_KEYS + ("process_id", "step")
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                found = {}
+                for kv in span.attributes:
+                    if kv.key in keep:
+                        found[kv.key] = value_of(kv.value)
+                lane = found.get("state_lane_id")
+                if lane is None:
+                    continue
+                yield (str(found.get("project", "")), str(found.get("experiment_name", "")),
+                       str(lane), str(found.get("state_name") or span.name),
+                       span.start_time_unix_nano, span.end_time_unix_nano,
+                       str(found.get("process_id", "")), found.get("step"))

@@ -14,6 +14,7 @@ from rl_insight.config import Settings
 from rl_insight.server.experiments import ExperimentStore
 from rl_insight.server.lanes import LaneStats
 from rl_insight.server.pushstore import PushStore
+from rl_insight.server.recent import RecentSpans
 from rl_insight.server.relay import Relay
 from rl_insight.server.services.prometheus import Prometheus
 from rl_insight.server.spool import Spool
@@ -70,6 +71,7 @@ class ServerState:
         self.spool = Spool(state / "spool", settings.traces.spool_max_bytes)
         self.relay = Relay(settings.traces, self.spool, relay_url(settings))
         self.lanes = LaneStats(settings.traces.max_lanes)
+        self.recent = RecentSpans()
         self.spans_received = 0
         from rl_insight.server.selfmetrics import ServerMetrics
 

@@ -54,6 +54,9 @@ def server(tmp_path_factory):
     if not proc.is_running():
         FIGURES["crashes"] += 1
     print("\nhostile input figures: " + json.dumps(FIGURES))
+    from pathlib import Path
+
+    Path(__file__).with_name("hostile.json").write_text(json.dumps(FIGURES, indent=2))
     cli.run("server", "stop")
 
 

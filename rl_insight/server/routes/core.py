@@ -4,6 +4,7 @@ every pushed group)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
@@ -30,6 +31,31 @@ def merged_families(state: ServerState) -> list[Metric]:
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
+
+    @r.get("/", summary="The status page (HTML)", response_class=HTMLResponse)
+    def status_page() -> HTMLResponse:
+        from rl_insight import netaddr
+        from rl_insight.server import promapi, statuspage
+        from rl_insight.server.state import prometheus_url
+
+        report = state.services_report()
+        health = promapi.target_health(prometheus_url(state.settings), timeout=1.0) or {}
+        targets = []
+        for t in state.targets.list():
+            h = health.get((t["job_name"], t["target"]))
+            targets.append({**t, **(h or {"health": "unknown" if not health else
+                                     "pending"})})
+        exps = [{**e, "targets": len(state.targets.list(e["project"], e["experiment_name"])),
+                 "push_groups": len(state.pushes.groups_of(
+                     lambda labels, e=e: labels.get("project") == e["project"] and
+                     labels.get("experiment_name") == e["experiment_name"])),
+                 "lanes": len(state.lanes.list(e["project"], e["experiment_name"]))}
+                for e in state.experiments.list()]
+        grafana = next((svc for svc in report["services"] if svc["name"] == "grafana"), {})
+        grafana_url = netaddr.http_url(state.advertise_host, state.settings.grafana.port) \
+            if grafana.get("ready") else None
+        return HTMLResponse(statuspage.render(report, exps, targets, state.lanes.list(),
+                                              grafana_url))
 
     @r.get("/healthz", summary="Liveness of the server process")
     def healthz() -> dict:

@@ -61,6 +61,25 @@ def router(state: ServerState) -> APIRouter:
         targets = await parse(request)
         return {"removed": state.targets.remove(targets)}
 
+    @r.get("/api/v1/prometheus/query",
+           summary="An instant PromQL query, passed to Prometheus (read-only)")
+    def query(query: str) -> dict:
+        import requests
+
+        from rl_insight.server.state import prometheus_url
+
+        prom = state.services.get("prometheus")
+        if prom is None or not prom.installed or not prom.enabled:
+            raise HttpError(404, "Prometheus does not run with this server "
+                                 f"({prom.message if prom else 'not configured'})")
+        try:
+            r = requests.get(prometheus_url(state.settings) + "/api/v1/query",
+                             params={"query": query}, timeout=10)
+            return r.json()
+        except (requests.RequestException, ValueError) as exc:
+            raise HttpError(503, f"Prometheus does not answer: {exc.__class__.__name__}; "
+                                 "`rl-insight server status` shows it") from None
+
     @r.get("/api/v1/prometheus/targets", summary="Registered scrape targets")
     def list_targets(project: str | None = None, experiment_name: str | None = None) -> dict:
         return {"targets": state.targets.list(project, experiment_name)}

@@ -25,6 +25,7 @@ def router(state: ServerState) -> APIRouter:
         n = otlp.count_spans(req)
         for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
             state.experiments.touch(project, experiment)
+        state.recent.add(otlp.iter_state_rows(req))
         payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
             else req.SerializeToString()
         if n:
@@ -43,6 +44,21 @@ def router(state: ServerState) -> APIRouter:
             raise HttpError(exc.status, str(exc)) from None
         content, media = otlp.response(ctype)
         return Response(content, media_type=media)
+
+    @r.get("/api/v1/traces/recent",
+           summary="The run's recent state spans (for export where no Tempo runs)")
+    def recent(project: str, experiment_name: str, since_s: float = 0.0) -> dict:
+        import math
+        import time
+
+        if not math.isfinite(since_s) or not 0 <= since_s <= 10 * 365 * 86400:
+            raise HttpError(400, f"since_s={since_s}: give seconds, 0 (everything) up to "
+                                 "ten years")
+        since_ns = int((time.time() - since_s) * 1e9) if since_s > 0 else 0
+        rows = state.recent.spans(project, experiment_name, since_ns)
+        return {"project": project, "experiment_name": experiment_name,
+                "spans": [{"lane": r[0], "state": r[1], "start_ns": r[2], "end_ns": r[3],
+                           "process_id": r[4], "step": r[5]} for r in rows]}
 
     @r.get("/api/v1/lanes", summary="Per-lane statistics: last span, states, span count")
     def lanes(project: str | None = None, experiment_name: str | None = None) -> dict:

@@ -1,0 +1,1 @@
+"""Operator tools' exports: the state timeline as a Chrome trace / Perfetto file."""
