@@ -111,7 +111,7 @@ def test_status_page_in_headless_chromium(cli, tmp_path):
     for text in ("RL-Insight", "prometheus", "ready", "ops", "timeline", "replica_0",
                  "rank_0", "vllm", "up", "http-equiv=\"refresh\""):
         assert text in dom, text
-    shot = Path(os.environ.get("RL_INSIGHT_TEST_ARTIFACTS", tmp_path)) / "status-page.png"
+    shot = Path(os.environ.get("TEST_ARTIFACTS_DIR", tmp_path)) / "status-page.png"
     subprocess.run(["chromium", *flags, f"--screenshot={shot}", "--window-size=1280,1000",
                     url + "/"], capture_output=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000
@@ -122,8 +122,12 @@ def test_status_page_in_headless_chromium(cli, tmp_path):
 
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory):
+    from rl_insight import netaddr
+    from tests.fakes.otlp_receiver import FakeTempo
+
+    tempo = FakeTempo(netaddr.free_port()).start()  # Tempo's stand-in: relaying works
     cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
-    url = cli.start("prometheus.scrape_interval=1s")
+    url = cli.start("prometheus.scrape_interval=1s", f"traces.relay_url={tempo.url}")
     cluster = RayCluster(tmp_path_factory.mktemp("ray"), extra_env={
         "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1"}).start()
     sim = subprocess.Popen(
@@ -144,6 +148,7 @@ def healthy(tmp_path_factory):
     sim.wait()
     cluster.stop()
     cli.run("server", "stop")
+    tempo.stop()
 
 
 def doctor(cluster, url: str, *extra: str, **env) -> tuple[int, list[dict]]:
