@@ -1,35 +1,37 @@
-"""The recent state spans the server has seen, per run, bounded: what `rl-insight traces
-export` reads where no Tempo runs, and what the status page shows of each lane."""
+"""The recent state spans the server has seen, bounded in total: what `rl-insight traces
+export` reads where no Tempo runs. Replica and rank lanes keep the most (they are the
+timeline); per-request lanes, which can arrive thousands a second, keep a short tail."""
 
 from __future__ import annotations
 
+import re
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable
 
+DEDICATED = re.compile(r"^(replica|rank)_\d+$")
+
 
 class RecentSpans:
-    """(project, experiment) -> deque of (lane, state, start ns, end ns, process, step)."""
-
-    def __init__(self, max_spans_per_run: int = 200_000, max_runs: int = 64) -> None:
-        self.max_spans = max_spans_per_run
-        self.max_runs = max_runs
-        self._runs: dict[tuple[str, str], deque] = {}
+    def __init__(self, max_dedicated: int = 100_000, max_pooled: int = 10_000) -> None:
+        self._dedicated: deque = deque(maxlen=max_dedicated)
+        self._pooled: deque = deque(maxlen=max_pooled)
         self._lock = threading.Lock()
 
     def add(self, rows: Iterable[tuple[str, str, str, str, int, int, str, object]]) -> None:
         """Rows of (project, experiment, lane, state, start, end, process, step)."""
+        intern = sys.intern
         with self._lock:
             for project, experiment, lane, state, start, end, process, step in rows:
-                key = (project, experiment)
-                q = self._runs.get(key)
-                if q is None:
-                    if len(self._runs) >= self.max_runs:  # forget the oldest run
-                        self._runs.pop(next(iter(self._runs)))
-                    q = self._runs[key] = deque(maxlen=self.max_spans)
-                q.append((lane, state, start, end, process, step))
+                row = (intern(project), intern(experiment), intern(lane), intern(state),
+                       start, end, intern(process), step)
+                (self._dedicated if DEDICATED.match(lane) else self._pooled).append(row)
 
     def spans(self, project: str, experiment: str, since_ns: int = 0) -> list[tuple]:
+        """(lane, state, start, end, process, step) of one run, oldest first."""
         with self._lock:
-            q = self._runs.get((project, experiment))
-            return [r for r in (q or ()) if r[3] >= since_ns]
+            rows = [r for q in (self._dedicated, self._pooled) for r in q
+                    if r[0] == project and r[1] == experiment and r[5] >= since_ns]
+        rows.sort(key=lambda r: r[4])
+        return [r[2:] for r in rows]
