@@ -43,7 +43,7 @@ class Stack:
         self.env = {**{k: v for k, v in os.environ.items()
                        if not k.startswith(("RL_INSIGHT_", "VERL_"))},
                     "RL_INSIGHT_HOME": self.home}
-        self.port, self.prom_port = netaddr.free_port(), netaddr.free_port()
+        self.port, self.prom_port = netaddr.free_ports(2)
         self.sets = ["host=127.0.0.1", f"server.port={self.port}",
                      f"prometheus.port={self.prom_port}", "prometheus.scrape_interval=1s",
                      "tempo.enabled=false", "grafana.enabled=false",

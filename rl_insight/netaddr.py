@@ -92,5 +92,25 @@ def port_in_use(host: str, port: int) -> bool:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (for tests and ad-hoc servers)."""
-    with bind_socket(host, 0) as s:
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+_handed_out: set[int] = set()  # ports this process already gave away
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct free ports, none given out before by this process (a port handed
+    out may not be bound yet): all are held open at once while they are chosen."""
+    socks, ports = [], []
+    try:
+        while len(ports) < n:
+            s = bind_socket(host, 0)
+            socks.append(s)
+            port = s.getsockname()[1]
+            if port not in _handed_out:
+                ports.append(port)
+        _handed_out.update(ports)
+        return ports
+    finally:
+        for s in socks:
+            s.close()

@@ -118,10 +118,8 @@ def free_port_overrides() -> list[str]:
     """Every port setting on a free loopback port, and loopback binds."""
     keys = ["server.port", "prometheus.port", "tempo.port", "tempo.grpc_port",
             "tempo.otlp_grpc_port", "tempo.otlp_http_port", "grafana.port"]
-    ports: set[int] = set()
-    while len(ports) < len(keys):
-        ports.add(netaddr.free_port())
-    return ["host=127.0.0.1"] + [f"{k}={p}" for k, p in zip(keys, sorted(ports), strict=True)]
+    ports = netaddr.free_ports(len(keys))
+    return ["host=127.0.0.1"] + [f"{k}={p}" for k, p in zip(keys, ports, strict=True)]
 
 
 @pytest.fixture

@@ -25,8 +25,7 @@ class RayCluster:
         self.extra_env = dict(extra_env or {})
         self.num_cpus = num_cpus
         self.mark = uuid.uuid4().hex
-        self.port = netaddr.free_port()
-        self.dashboard_port = netaddr.free_port()
+        self.port, self.dashboard_port = netaddr.free_ports(2)
         self.address = f"127.0.0.1:{self.port}"
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
         self.temp_dir = Path(f"/tmp/rlt-{self.mark[:8]}")  # short: socket paths are limited
@@ -42,22 +41,26 @@ class RayCluster:
         env.update(extra)
         return env
 
-    def start(self) -> RayCluster:
+    def command(self) -> list[str]:
+        """`ray start --head` with every port of ours distinct and free right now."""
+        taken = {self.port, self.dashboard_port}
+        extra = [p for p in netaddr.free_ports(8) if p not in taken][:4]
         bin_ray = str(Path(sys.executable).parent / "ray")
-        cmd = [bin_ray, "start", "--head", f"--port={self.port}",
-               f"--dashboard-port={self.dashboard_port}", "--include-dashboard=true",
-               "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
-               f"--num-cpus={self.num_cpus}", f"--temp-dir={self.temp_dir}",
-               "--disable-usage-stats",
-               f"--ray-client-server-port={netaddr.free_port()}",
-               f"--dashboard-agent-listen-port={netaddr.free_port()}",
-               f"--metrics-export-port={netaddr.free_port()}",
-               f"--runtime-env-agent-port={netaddr.free_port()}"]
+        return [bin_ray, "start", "--head", f"--port={self.port}",
+                f"--dashboard-port={self.dashboard_port}", "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
+                f"--num-cpus={self.num_cpus}", f"--temp-dir={self.temp_dir}",
+                "--disable-usage-stats", f"--ray-client-server-port={extra[0]}",
+                f"--dashboard-agent-listen-port={extra[1]}",
+                f"--metrics-export-port={extra[2]}",
+                f"--runtime-env-agent-port={extra[3]}"]
+
+    def start(self) -> RayCluster:
         env = self.env()
         env.pop("RAY_ADDRESS")
         for attempt in (1, 2):  # a raylet that fails to register is rare; try once more
-            r = subprocess.run(cmd, env=env, cwd=self.workdir, capture_output=True,
-                               text=True, timeout=180)
+            r = subprocess.run(self.command(), env=env, cwd=self.workdir,
+                               capture_output=True, text=True, timeout=180)
             if r.returncode == 0:
                 break
             self.stop()
