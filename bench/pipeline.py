@@ -111,6 +111,20 @@ def main() -> int:
     return 0
 
 
+def run_threads(work, threads: int) -> float:
+    """Run ``work(k)`` on ``threads`` threads, then hand everything over; seconds taken."""
+    import rl_insight
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    rl_insight.flush(60)
+    return time.perf_counter() - t0
+
+
 def run(stack, receiver, results, quick, ray, rl_insight) -> None:
     from rl_insight.ray import actors
 
@@ -120,24 +134,17 @@ def run(stack, receiver, results, quick, ray, rl_insight) -> None:
             rl_insight.init("bench", exp)
             pid = str(os.getpid())
 
-            def work():
+            def work(k=0):
                 for _ in range(n):
                     rl_insight.metric_count("bench_events", 1.0, p=pid)
 
-            t0 = time.perf_counter()
-            ts = [threading.Thread(target=work) for _ in range(threads)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            rl_insight.flush(60)
-            return time.perf_counter() - t0
+            return run_threads(work, threads)
 
         def spans(self, exp: str, threads: int, n: int, lanes: int) -> float:
             rl_insight.init("bench", exp)
             pid = os.getpid()
 
-            def work(k):
+            def work(k=0):
                 base = time.time_ns()
                 for i in range(n):
                     rl_insight.trace_span(name="request", start_time_ns=base + i,
@@ -145,14 +152,7 @@ def run(stack, receiver, results, quick, ray, rl_insight) -> None:
                                           attributes={"state_lane_id":
                                                       f"req_{pid}_{k}_{i % lanes}"})
 
-            ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-            t0 = time.perf_counter()
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            rl_insight.flush(60)
-            return time.perf_counter() - t0
+            return run_threads(work, threads)
 
         def one_call_per_event(self, sink, n: int) -> float:
             t0 = time.perf_counter()

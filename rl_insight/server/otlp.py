@@ -4,7 +4,6 @@ and reading span attributes. Relaying always re-encodes as protobuf."""
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import zlib
 from collections.abc import Iterator
@@ -121,9 +120,6 @@ def iter_spans(req: ExportTraceServiceRequest) -> Iterator[tuple[dict[str, Any],
                 attrs.update({kv.key: value_of(kv.value) for kv in span.attributes})
                 yield attrs, span
 
-
-def gzip_bytes(data: bytes) -> bytes:
-    return gzip.compress(data, compresslevel=1)
 
 
 LANE_KEYS = ("project", "experiment_name", "state_lane_id", "state_name")

@@ -193,13 +193,6 @@ class PushStore:
             self._replace(key, old, None)
             return True
 
-    def delete_where(self, match: Callable[[Mapping[str, str]], bool]) -> int:
-        with self._lock:
-            keys = [k for k, g in self.groups.items() if match(g.labels)]
-            for k in keys:
-                self._replace(k, self.groups[k], None)
-            return len(keys)
-
     def _check_types(self, families: Mapping[str, Metric], key: GroupKey) -> None:
         reserved = self.reserved()
         own = self.groups.get(key)

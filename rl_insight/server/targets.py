@@ -250,11 +250,6 @@ class TargetStore:
                 rows.append({**t.as_dict(), "registered_at": self._registered_at.get(k)})
             return rows
 
-    def identities(self) -> set[tuple[str, str]]:
-        with self._lock:
-            return {(t.project, t.experiment_name) for t in self._targets.values()
-                    if t.project}
-
     def _save(self) -> None:
         rows = [{**t.as_dict(), "registered_at": self._registered_at.get(k)}
                 for k, t in sorted(self._targets.items())]

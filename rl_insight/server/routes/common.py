@@ -34,6 +34,17 @@ async def read_body(request: Request, limit: int, setting: str) -> bytes:
     return b"".join(chunks)
 
 
+async def json_body(request: Request, limit: int, setting: str):
+    """The request body parsed as JSON; 400 with the parser's reason otherwise."""
+    import json
+
+    raw = await read_body(request, limit, setting)
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"the body is not JSON: {exc}") from None
+
+
 def text_body(data: bytes) -> str:
     try:
         return data.decode("utf-8")

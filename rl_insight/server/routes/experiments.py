@@ -3,21 +3,15 @@ finish."""
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request
 
 from rl_insight.server import promapi
-from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, read_body
+from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, json_body
 from rl_insight.server.state import ServerState, prometheus_url
 
 
 async def identity(request: Request) -> tuple[str, str]:
-    raw = await read_body(request, 64 * 1024, "64 KiB")
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    body = await json_body(request, 64 * 1024, "64 KiB")
     if not isinstance(body, dict):
         raise HttpError(400, "the body must be {\"project\": ..., \"experiment_name\": ...}")
     p, e = body.get("project"), body.get("experiment_name")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request
 
-from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, read_body
+from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, json_body
 from rl_insight.server.state import ServerState
 from rl_insight.server.targets import (
     TargetError,
@@ -19,11 +17,7 @@ MAX_BODY = 4 * 1024 * 1024
 
 
 async def parse(request: Request, networks: list | None = None) -> list:
-    raw = await read_body(request, MAX_BODY, "4 MiB for registrations")
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    body = await json_body(request, MAX_BODY, "4 MiB for registrations")
     try:
         targets = parse_registration(body)
     except TargetError as exc:
