@@ -3,6 +3,7 @@
 The client API, re-exported; see rl_insight/client/api.py.
 """
 
+from rl_insight.client.agent_loop import agent_loop_session
 from rl_insight.client.api import (
     enabled,
     finish,
@@ -23,7 +24,8 @@ from rl_insight.client.tracking import Tracking
 from rl_insight.version import __version__
 
 __all__ = [
-    "RolloutStatsDisabled", "Tracking", "__version__", "check_rollout_stats", "enabled",
+    "RolloutStatsDisabled", "Tracking", "__version__", "agent_loop_session",
+    "check_rollout_stats", "enabled",
     "finish", "flush", "init", "metric_count", "metric_gauge", "metric_histogram",
     "register_rollout_replicas", "register_transfer_queue", "trace_op", "trace_span",
     "trace_state", "update_prometheus_config",

@@ -40,6 +40,9 @@ class ServerSettings:
     log_level: str = "info"
     # scrape targets must resolve into these networks (comma-separated CIDRs); empty: any
     allowed_networks: str = ""
+    # a target registered before its run is named (verl registers engines before init)
+    # waits this long for the run before Prometheus scrapes it without one
+    unbound_target_grace_s: float = 60.0
 
 
 @dataclass
@@ -137,6 +140,9 @@ class ClientSettings:
     # events handed to the hub or a lane and not yet confirmed as sent on, kept to be
     # sent again if that actor restarts; beyond this, counted as dropped
     resend_max_events: int = 500_000
+    # trace_state: besides one span per busy interval of a lane, a span per block (per
+    # request), as a child of the interval; off, as it multiplies trace volume
+    per_request_spans: bool = False
 
 
 @dataclass

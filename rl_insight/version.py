@@ -1,8 +1,5 @@
-"""The installed package version, read once from its metadata."""
+"""The client API level. verl (0.9.1, ``verl/utils/tracking.py``) compares it with 0.3.0
+and turns ``trace_span`` and ``agent_loop_session`` off below it; this package implements
+that API, so the package version and the API level are one number."""
 
-from importlib import metadata
-
-try:
-    __version__ = metadata.version("rl-insight")
-except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
+__version__ = "0.3.0"

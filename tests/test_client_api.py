@@ -199,7 +199,8 @@ def test_server_unreachable_nothing_raises_memory_bounded_loss_counted(cli):
         assert calls["errors"] == 0
         assert calls["buffer_len"] <= calls["buffer_max"] == 5000
         assert calls["pending_spans"] <= calls["pending_max"] == 2000
-        assert calls["registrations_queued"] <= 10  # deduplicated: ten distinct targets
+        # deduplicated: ten distinct targets and the binding of the run init() named
+        assert calls["registrations_queued"] <= 11
         assert calls["peak_mb"] < 64, calls
         cli.start("prometheus.enabled=false")  # the server comes back
         line = proc.stdout.readline()
@@ -364,7 +365,8 @@ def recorded(monkeypatch):
 def test_trace_op_sync_async_nesting_and_errors(recorded):
     c, got = recorded
 
-    @api.trace_op(extra_labels=lambda x, **kw: {"size": x}, role="actor")
+    # as upstream 0.3.0: extra_labels gets the first positional argument, before the call
+    @api.trace_op(extra_labels=lambda x: {"size": x, "role": "critic"}, role="actor")
     def compute(x):
         with api.trace_state("update_weights", state_lane_id="rank_0"):
             return x * 2
@@ -386,7 +388,8 @@ def test_trace_op_sync_async_nesting_and_errors(recorded):
     assert names == ["update_weights", "compute", "generate", "generate"]
     inner, outer = spans[0], spans[1]
     assert inner.parent_id == outer.span_id and inner.trace_id == outer.trace_id
-    assert dict(outer.attributes) == {"role": "actor", "size": 3}
+    assert dict(outer.attributes) == {"role": "critic", "size": 3,
+                                      "monitor.trace_segment": "duration"}
     assert dict(spans[3].attributes)["error"] == "KeyError"
     assert inner.lane == "rank_0" and outer.lane is None
     (enter,) = [e for e in got if type(e) is StateChange]
@@ -446,6 +449,7 @@ def test_rollout_registration_checks_and_dedups(recorded, monkeypatch):
     api.register_rollout_replicas(["http://10.0.0.1:8000/metrics", "10.0.0.2:8000"], "sglang")
     api.register_transfer_queue("10.0.0.3:9000")
     bodies = [json.loads(s) for s in sent]
+    assert all(b.pop("owner") == c.owner_key() for b in bodies)
     assert bodies[0] == {"job_name": "sglang", "targets": ["10.0.0.1:8000", "10.0.0.2:8000"],
                          "labels": [{"replica": "0"}, {"replica": "1"}]}
     assert bodies[1] == {"job_name": "transfer_queue", "targets": ["10.0.0.3:9000"]}

@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -99,6 +100,11 @@ def init(project: str | None = None, experiment_name: str | None = None,
     neither: without them, a worker inherits its run from the environment or the hub."""
     try:
         global _env_checked
+        from rl_insight.client.options import apply_init_config, apply_server_url
+
+        if config and apply_server_url(config) and _client is None:
+            log.info("rl-insight: server from init(config): %s",
+                     os.environ.get("RL_INSIGHT_SERVER_URL"))
         _env_checked = False
         c = _get()
         if (project is None) != (experiment_name is None):
@@ -106,7 +112,6 @@ def init(project: str | None = None, experiment_name: str | None = None,
                         "neither; ignoring the identity given")
             return
         if config:
-            from rl_insight.client.options import apply_init_config
             apply_init_config(c, config)
         if c is None:
             return
@@ -192,11 +197,32 @@ def default_lane() -> str:
     return f"process_{os.getpid()}"
 
 
+# Open state intervals of this process, per (lane, state): [open blocks, ids, start,
+# labels of the first block, blocks with an error, blocks in all, last error]. Same-state
+# blocks that overlap on one lane (hundreds of concurrent generate requests on a replica)
+# are one busy interval: one StateChange when the first opens, one span when the last
+# closes.
+_open: dict[tuple[str, str], list] = {}
+_open_lock = threading.Lock()
+_INTERVAL = (("monitor.trace_segment", "state_interval"),)
+_REQUEST = (("monitor.trace_segment", "request"),)
+
+
+def _reset_open() -> None:
+    global _open_lock
+    _open.clear()
+    _open_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_open)
+
+
 class trace_state:  # noqa: N801 - the public name is a function-like context manager
     """``with trace_state("vllm_generate", state_lane_id="replica_0"):`` marks the lane
-    as being in that state for the block's duration."""
+    as being in that state for the block's duration; blocks of the same state that
+    overlap on a lane form one interval (one span). Also a decorator, sync or async."""
 
-    __slots__ = ("state", "lane", "labels", "start", "token", "ids", "client")
+    __slots__ = ("state", "lane", "labels", "start", "token", "entry", "client", "key")
 
     def __init__(self, state_name: str, *, state_lane_id: str | None = None,
                  **labels: Any) -> None:
@@ -213,18 +239,27 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             if c is None:
                 return self
         try:
+            key = self.key = (self.lane or default_lane(), self.state)
+            with _open_lock:
+                entry = _open.get(key)
+                if entry is None:
+                    parent = _current.get()
+                    span_id = next(_ids) & 0xFFFF_FFFF_FFFF_FFFF or 1  # as _new_id()
+                    if parent is None:  # trace id: unique per process and run, like the span's
+                        ids = (span_id << 64 | span_id, span_id, 0)
+                    else:
+                        ids = (parent[0], span_id, parent[1])
+                    start = time.time_ns()
+                    entry = _open[key] = [1, ids, start, self.labels, 0, 1, None]
+                    c.add(_tnew(StateChange, (key[0], key[1], start, True, span_id)))
+                else:
+                    entry[0] += 1
+                    entry[5] += 1
+            self.entry = entry
+            self.token = _current.set((entry[1][0], entry[1][1]))
             self.client = c
-            if self.lane is None:
-                self.lane = default_lane()
-            parent = _current.get()
-            span_id = next(_ids) & 0xFFFF_FFFF_FFFF_FFFF or 1  # as _new_id(), inlined
-            if parent is None:  # the trace id: unique per process and run, like the span's
-                self.ids = ids = (span_id << 64 | span_id, span_id, 0)
-            else:
-                self.ids = ids = (parent[0], span_id, parent[1])
-            self.token = _current.set((ids[0], span_id))
-            self.start = start = time.time_ns()
-            c.add(_tnew(StateChange, (self.lane, self.state, start, True, span_id)))
+            if c.settings.per_request_spans:
+                self.start = time.time_ns()
         except Exception:
             self.client = None
             _failed("trace_state")
@@ -237,12 +272,49 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
         try:
             end = time.time_ns()
             _current.reset(self.token)
-            attrs = _attrs(self.labels) if self.labels else ()
-            if exc_type is not None:
-                attrs += (("error", exc_type.__name__),)
-            c.add(_tnew(Span, (self.state, self.start, end, self.lane, attrs, *self.ids, True)))
+            entry, key = self.entry, self.key
+            with _open_lock:
+                entry[0] -= 1
+                if exc_type is not None:
+                    entry[4] += 1
+                    entry[6] = exc_type.__name__
+                last = entry[0] == 0
+                if last and _open.get(key) is entry:
+                    del _open[key]
+            trace_id, span_id, _ = entry[1]
+            if c.settings.per_request_spans:  # each block as a child of its interval
+                attrs = (_attrs(self.labels) if self.labels else ()) + _REQUEST + \
+                    (("state_lane_id", key[0]),)
+                if exc_type is not None:
+                    attrs += (("error", exc_type.__name__),)
+                c.add(_tnew(Span, (key[1], self.start, end, None, attrs, trace_id,
+                                   _new_id(), span_id, False)))
+            if not last:
+                return
+            attrs = (_attrs(entry[3]) if entry[3] else ()) + _INTERVAL
+            if entry[5] > 1:
+                attrs += (("blocks", entry[5]),)
+            if entry[4]:
+                attrs += (("error", entry[6]), ("errors", entry[4]))
+            c.add(_tnew(Span, (key[1], entry[2], end, key[0], attrs, *entry[1], True)))
         except Exception:
             _failed("trace_state")
+
+    def __call__(self, fn: Callable) -> Callable:
+        """``@trace_state("actor_update", state_lane_id="rank_0")``: every call is a block."""
+        state, lane, labels = self.state, self.lane, self.labels
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kwargs):
+                with trace_state(state, state_lane_id=lane, **labels):
+                    return await fn(*args, **kwargs)
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with trace_state(state, state_lane_id=lane, **labels):
+                return fn(*args, **kwargs)
+        return wrapper
 
 
 def trace_span(*, name: str, start_time_ns: int, end_time_ns: int,
@@ -262,10 +334,12 @@ def trace_span(*, name: str, start_time_ns: int, end_time_ns: int,
 
 
 def trace_op(name: str | Callable | None = None, *,
-             extra_labels: Callable[..., Mapping[str, Any]] | None = None,
+             extra_labels: Callable[[Any], Mapping[str, Any]] | None = None,
              **static_labels: Any):
-    """Decorator: a span per call of a sync or async function. ``extra_labels`` gets
-    the call's arguments and returns more labels."""
+    """Decorator: a span per call of a sync or async function. As upstream 0.3.0:
+    ``extra_labels`` gets the call's first positional argument (often ``self``), before
+    the call, and its labels override the static ones; a failing callback is logged and
+    leaves the static labels."""
     if callable(name):  # used bare: @trace_op
         return trace_op()(name)
 
@@ -273,34 +347,31 @@ def trace_op(name: str | Callable | None = None, *,
         qual = getattr(fn, "__qualname__", getattr(fn, "__name__", "op"))
         span_name = name or qual.rsplit("<locals>.", 1)[-1]  # Class.method or function
 
-        def labels_for(args, kwargs) -> dict:
-            out = dict(static_labels)
-            if extra_labels is not None:
-                try:
-                    out.update(extra_labels(*args, **kwargs) or {})
-                except Exception:
-                    _failed(f"extra_labels of {span_name}")
-            return out
-
-        def begin():
+        def begin(args):
             c = _client or _get()
             if c is None:
                 return None
+            labels = dict(static_labels)
+            if extra_labels is not None and args:
+                try:
+                    labels.update(extra_labels(args[0]) or {})
+                except Exception:
+                    _failed(f"extra_labels of {span_name}")
             parent = _current.get()
             span_id = _new_id()
             trace_id = parent[0] if parent else (span_id << 64 | _new_id())
             token = _current.set((trace_id, span_id))
-            return c, token, trace_id, span_id, parent[1] if parent else 0, time.time_ns()
+            return (c, token, trace_id, span_id, parent[1] if parent else 0, labels,
+                    time.time_ns())
 
-        def end(state, args, kwargs, error: BaseException | None) -> None:
+        def end(state, error: BaseException | None) -> None:
             if state is None:
                 return
-            c, token, trace_id, span_id, parent_id, start = state
+            c, token, trace_id, span_id, parent_id, labels, start = state
             try:
                 _current.reset(token)
-                labels = labels_for(args, kwargs)
                 lane = labels.pop("state_lane_id", None)
-                attrs = _attrs(labels)
+                attrs = _attrs(labels) + (("monitor.trace_segment", "duration"),)
                 if error is not None:
                     attrs += (("error", type(error).__name__),)
                 c.add(Span(span_name, start, time.time_ns(),
@@ -309,34 +380,35 @@ def trace_op(name: str | Callable | None = None, *,
             except Exception:
                 _failed(f"trace_op {span_name}")
 
+        def safe_begin(args):
+            try:
+                return begin(args)
+            except Exception:
+                _failed(f"trace_op {span_name}")
+                return None
+
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def async_wrapper(*args, **kwargs):
-                try:
-                    state = begin()
-                except Exception:
-                    state = None
+                state = safe_begin(args)
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException as e:
-                    end(state, args, kwargs, e)
+                    end(state, e)
                     raise
-                end(state, args, kwargs, None)
+                end(state, None)
                 return result
             return async_wrapper
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            try:
-                state = begin()
-            except Exception:
-                state = None
+            state = safe_begin(args)
             try:
                 result = fn(*args, **kwargs)
             except BaseException as e:
-                end(state, args, kwargs, e)
+                end(state, e)
                 raise
-            end(state, args, kwargs, None)
+            end(state, None)
             return result
         return wrapper
 
@@ -351,7 +423,16 @@ def update_prometheus_config(server_addresses: Sequence[str] | str,
                              experiment_name: str | None = None) -> None:
     """Register scrape targets with the server, for this run unless told otherwise.
     ``labels``: one mapping for all addresses, or a list with one mapping (or None) per
-    address. Returns at once; a background thread deduplicates and retries."""
+    address. Returns at once; a background thread deduplicates and retries. Targets
+    registered before the run is named join it when ``init`` names it (here or in another
+    process of the same Ray job).
+
+    Raises ValueError (as upstream 0.3.0 does) when ``labels`` is a list whose length
+    differs from the addresses': a caller's mistake, caught even with monitoring off."""
+    if isinstance(labels, (list, tuple)) and not isinstance(server_addresses, str) and \
+            len(labels) != len(server_addresses):
+        raise ValueError("labels length must match server_addresses length: "
+                         f"{len(labels)} != {len(server_addresses)}")
     c = _client or _get()
     if c is None:
         return
@@ -362,10 +443,15 @@ def update_prometheus_config(server_addresses: Sequence[str] | str,
                 log.warning("rl-insight: no server (external OTLP mode): add %s to your "
                             "own Prometheus", list(server_addresses))
             return
+        if not server_addresses:
+            log.warning("rl-insight: update_prometheus_config(%r): no address to register",
+                        job_name)
+            return
         if project is None and experiment_name is None and c.identity is not None:
             project, experiment_name = c.identity
         body = registration_body(server_addresses, job_name or "rollout", labels, project,
                                  experiment_name)
+        body["owner"] = c.owner_key()
         c.registrar().submit(body)
     except Exception:
         _failed("update_prometheus_config")

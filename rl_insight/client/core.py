@@ -119,12 +119,36 @@ class Client:
 
     # -- what the API calls ----------------------------------------------------------
 
+    def owner_key(self) -> str:
+        """What this process's registrations carry, so the server can bind them to the
+        run named later, by this process or another of its Ray job: the job (cluster
+        session and job id: job ids repeat across clusters) inside Ray, else the process."""
+        if ray_ready():
+            try:
+                import ray
+
+                ctx = ray.get_runtime_context()
+                return f"ray:{ctx.get_session_name()}:{ctx.get_job_id()}"
+            except Exception:  # an old Ray, or not connected after all
+                pass
+        return f"proc:{self.process}"
+
     def set_identity(self, identity: Identity) -> None:
         self.identity = identity
         self.owner = True
         os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = identity
         if self._transport is not None or ray_ready():
             self.transport().register_run(identity)  # an actor call; it does not wait
+        if self.server_url:  # targets registered before the run was named join it
+            from rl_insight.client.registration import BIND_PATH
+
+            self.registrar().submit({"owner": self.owner_key(), "project": identity.project,
+                                     "experiment_name": identity.experiment_name},
+                                    BIND_PATH)
+
+    def wait_registrations(self, timeout: float) -> bool:
+        r = self._registrar
+        return r is None or r.wait(timeout)
 
     def flush(self, timeout: float) -> bool:
         """Hand everything buffered to the hub and lanes within ``timeout``; inside Ray,
@@ -141,7 +165,11 @@ class Client:
         return ok
 
     def finish(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
         self.flush(timeout)
+        if not self.wait_registrations(max(0.1, end - time.monotonic())):
+            log.warning("rl-insight: target registrations were not delivered within %.1fs; "
+                        "is the server at %s reachable?", timeout, self.server_url)
         if self.owner and self.identity is not None:
             try:
                 self.transport().finish(self.identity, timeout)
@@ -150,8 +178,12 @@ class Client:
 
     def at_exit(self) -> None:
         try:
+            end = time.monotonic() + self.settings.exit_flush_timeout_s
             if not self.buffer.flush(self.settings.exit_flush_timeout_s):
                 log.warning("rl-insight: not every event was handed over before exit")
+            if not self.wait_registrations(max(0.1, end - time.monotonic())):
+                log.warning("rl-insight: target registrations were not delivered before "
+                            "exit; is the server at %s reachable?", self.server_url)
             if isinstance(self._transport, DirectTransport):
                 self._transport.close(self.settings.exit_flush_timeout_s)
         except Exception:

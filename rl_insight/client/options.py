@@ -1,16 +1,67 @@
-"""`init(config=...)`: the framework's ``trainer.rl_insight`` mapping. Keys that name a
-client setting override it for this process; unknown keys are ignored with a warning."""
+"""`init(config=...)`: the framework's ``trainer.rl_insight`` mapping, passed unchanged.
+
+Two kinds of keys are honoured. Upstream 0.3.0's nested keys, which existing configs
+carry: ``server.url`` (the environment variable wins), ``server.namespace``,
+``server.backend`` and ``prometheus.metrics_report_port``. And this package's own
+client settings, flat (``flush_interval_s: 1.0``) or under ``client:``. Anything else is
+ignored with one warning that names it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from rl_insight import config as config_mod
+from rl_insight.naming import PREFIX
 
 log = logging.getLogger("rl_insight")
+
+SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
+# upstream's defaults (rl-insight 0.3.0, rl_insight/utils/constants.py, MonitorDefaults
+# and MonitorBackend): the metric namespace and the one client backend it has
+UPSTREAM_NAMESPACE = PREFIX.rstrip("_")
+UPSTREAM_BACKENDS = ("ray",)
+
+
+def as_mapping(config: Any) -> dict[str, Any]:
+    """A plain dict from a Mapping or an OmegaConf DictConfig (without importing it)."""
+    if config is not None and not isinstance(config, Mapping):
+        try:
+            from omegaconf import OmegaConf
+
+            return dict(OmegaConf.to_container(config, resolve=True) or {})
+        except Exception:
+            return {}
+    out = {}
+    for k, v in dict(config or {}).items():
+        out[str(k)] = as_mapping(v) if isinstance(v, Mapping) or _is_dictconfig(v) else v
+    return out
+
+
+def _is_dictconfig(value: Any) -> bool:
+    return type(value).__name__ == "DictConfig"
+
+
+def server_url_from(config: Mapping[str, Any]) -> str:
+    """``server.url`` of an init config; the caller applies it only when the environment
+    sets none (upstream: the environment variable wins)."""
+    server = config.get("server")
+    url = server.get("url") if isinstance(server, Mapping) else None
+    return str(url).strip() if url else ""
+
+
+def apply_server_url(config: Mapping[str, Any]) -> bool:
+    """Put ``server.url`` into this process's environment unless it has one (so the
+    client turns on, and child processes inherit it). True when it did."""
+    url = server_url_from(config)
+    if url and not os.environ.get(SERVER_URL_ENV, "").strip():
+        os.environ[SERVER_URL_ENV] = url
+        return True
+    return False
 
 
 def apply_buckets(client, value: Any) -> None:
@@ -28,28 +79,59 @@ def apply_buckets(client, value: Any) -> None:
                     "defaults", value, exc)
 
 
+def _upstream(client, section: str, key: str, value: Any) -> bool:
+    """Apply one upstream key; False when it is not one."""
+    if section == "server" and key == "url":
+        return True  # applied before the client was created (apply_server_url)
+    if section == "server" and key == "namespace":
+        if value and str(value) != UPSTREAM_NAMESPACE:
+            log.warning("rl-insight: init(config): server.namespace=%r is not used: "
+                        "metrics are named %s* and spans carry service.name %s, which "
+                        "the dashboards query", value, PREFIX, UPSTREAM_NAMESPACE)
+        return True
+    if section == "server" and key == "backend":
+        if value and str(value) not in UPSTREAM_BACKENDS:
+            log.warning("rl-insight: init(config): server.backend=%r is unknown; using "
+                        "'ray' (the hub inside Ray, the server directly outside)", value)
+        return True
+    if section == "prometheus" and key == "metrics_report_port":
+        if client is not None:
+            _set(client, "metrics_port", value)
+        return True
+    return False
+
+
+def _set(client, key: str, value: Any) -> None:
+    target = client.settings
+    if key == "histogram_buckets":
+        apply_buckets(client, value)
+        return
+    try:
+        setattr(target, key, config_mod._coerce(f"client.{key}", getattr(target, key), value))
+    except config_mod.ConfigError as exc:
+        log.warning("rl-insight: init(config): %s; keeping %r", exc, getattr(target, key))
+
+
 def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
     """Apply known keys to ``client.settings`` (when there is a client); return the
-    unknown ones."""
+    unknown ones, dotted."""
     known = {f.name for f in dataclasses.fields(config_mod.ClientSettings)}
     unknown = []
-    for key, value in dict(mapping).items():
-        if key not in known:
-            unknown.append(str(key))
+    for key, value in as_mapping(mapping).items():
+        if key in ("server", "prometheus") and isinstance(value, Mapping):
+            for sub, v in value.items():
+                if not _upstream(client, key, str(sub), v):
+                    unknown.append(f"{key}.{sub}")
             continue
-        if client is None:
-            continue
-        target = client.settings
-        if key == "histogram_buckets":
-            apply_buckets(client, value)
-            continue
-        try:
-            setattr(target, key, config_mod._coerce(f"client.{key}",
-                                                    getattr(target, key), value))
-        except config_mod.ConfigError as exc:
-            log.warning("rl-insight: init(config): %s; keeping %r", exc,
-                        getattr(target, key))
+        items = value.items() if key == "client" and isinstance(value, Mapping) \
+            else [(key, value)]
+        for name, v in items:
+            if name not in known:
+                unknown.append(f"client.{name}" if key == "client" else str(name))
+            elif client is not None:
+                _set(client, name, v)
     if unknown:
-        log.warning("rl-insight: init(config) ignores unknown keys: %s (known: %s)",
+        log.warning("rl-insight: init(config) ignores unknown keys: %s (known: server.url, "
+                    "server.namespace, server.backend, prometheus.metrics_report_port, %s)",
                     ", ".join(sorted(unknown)), ", ".join(sorted(known)))
     return unknown

@@ -56,29 +56,37 @@ def registration_body(server_addresses: Sequence[str] | str, job_name: str,
     return body
 
 
+TARGETS_PATH = "/api/v1/prometheus/targets"
+BIND_PATH = "/api/v1/runs/bind"
+
+
 class Registrar:
-    """Sends registrations in order; keeps retrying one the server could not take."""
+    """Sends registrations and run bindings in order from one thread; keeps retrying
+    one the server could not take. ``wait`` lets finish() and exit deliver them."""
 
     def __init__(self, server_url: str, token: str, retry_max_s: float = 30.0) -> None:
         self.sender = Sender(server_url, token)
         self.retry_max_s = retry_max_s
-        self.pending: deque[dict] = deque(maxlen=10_000)
+        self.pending: deque[tuple[str, dict]] = deque(maxlen=10_000)
         self.done: set[str] = set()
         self.queued: set[str] = set()
+        self.in_flight = False
         self._wake = threading.Event()
+        self._idle = threading.Condition()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="rl-insight-register",
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, body: dict) -> bool:
-        """Queue a registration; False when the same one is already done or queued."""
-        key = json.dumps(body, sort_keys=True)
+    def submit(self, body: dict, path: str = TARGETS_PATH) -> bool:
+        """Queue a registration (or a binding); False when the same one is already done
+        or queued."""
+        key = path + json.dumps(body, sort_keys=True)
         with self._lock:
             if key in self.done or key in self.queued:
                 return False
             self.queued.add(key)
-            self.pending.append(body)
+            self.pending.append((path, body))
         self._wake.set()
         return True
 
@@ -88,16 +96,28 @@ class Registrar:
             self._wake.wait(delay if self.pending else None)
             self._wake.clear()
             while self.pending:
-                body = self.pending[0]
-                if not self.sender.post_json("/api/v1/prometheus/targets", body):
+                path, body = self.pending[0]
+                self.in_flight = True
+                if not self.sender.post_json(path, body):
+                    self.in_flight = False
                     delay = min(delay * 2, self.retry_max_s)
                     break
                 delay = 0.5
-                key = json.dumps(body, sort_keys=True)
+                key = path + json.dumps(body, sort_keys=True)
                 with self._lock:
                     self.pending.popleft()
                     self.queued.discard(key)
                     self.done.add(key)
+                self.in_flight = False
+            with self._idle:
+                self._idle.notify_all()
 
     def idle(self) -> bool:
-        return not self.pending
+        return not self.pending and not self.in_flight
+
+    def wait(self, timeout: float) -> bool:
+        """Block until everything queued was delivered (or refused) or ``timeout``
+        passed; True when nothing is left. Retries are hurried along."""
+        self._wake.set()
+        with self._idle:
+            return self._idle.wait_for(self.idle, timeout)

@@ -65,7 +65,8 @@ class ServerState:
         self.experiments = ExperimentStore(state / "experiments.json")
         self.targets = TargetStore(state / "targets.json",
                                    Prometheus().targets_dir(settings),
-                                   hidden=self.experiments.is_archived)
+                                   hidden=self.experiments.is_archived,
+                                   unbound_grace_s=settings.server.unbound_target_grace_s)
         self.pushes = PushStore(settings.push, state,
                                 refuse=self.experiments.archived_reason)
         self.spool = Spool(state / "spool", settings.traces.spool_max_bytes)
@@ -105,6 +106,7 @@ class ServerState:
         while not self._stop.wait(self.settings.push.persist_interval_s):
             try:
                 self.pushes.expire(time.time(), self.experiments.finished_at)
+                self.targets.publish_due()
                 self.persist()
             except Exception:  # housekeeping must never stop the server
                 log.exception("periodic persistence failed")

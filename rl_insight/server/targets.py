@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from rl_insight.server.services.base import write_atomic
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
 HARDWARE_JOBS = ("node-exporter", "dcgm-exporter", "npu-exporter")
+OWNER_RE = re.compile(r"^[a-zA-Z0-9_.:@/+-]{1,256}$")
 JOB_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.:-]{0,127}$")
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
                          r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$")
@@ -36,6 +37,9 @@ class Target:
     labels: tuple[tuple[str, str], ...]
     project: str = ""
     experiment_name: str = ""
+    # who registered it (``ray:<session>:<job>`` or ``proc:<host>:<pid>``): a target
+    # registered before its run was named is bound to the run its owner names later
+    owner: str = ""
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -157,6 +161,7 @@ def parse_registration(body: Mapping[str, Any]) -> list[Target]:
             raise TargetError(f"{field_name} must be a string of at most 256 characters")
     if bool(project) != bool(experiment):
         raise TargetError("give both project and experiment_name, or neither")
+    owner = parse_owner(body.get("owner"))
     targets = body.get("targets")
     if isinstance(targets, str):
         targets = [targets]
@@ -186,20 +191,56 @@ def parse_registration(body: Mapping[str, Any]) -> list[Target]:
         if job in HARDWARE_JOBS and not labels.get("node"):
             raise TargetError(f"{where}: a {job} target needs a `node` label naming its "
                               "node, e.g. labels: {node: gpu-node-3}")
-        out.append(Target(job, address, tuple(sorted(labels.items())), project, experiment))
+        out.append(Target(job, address, tuple(sorted(labels.items())), project, experiment,
+                          owner))
     return out
+
+
+def parse_owner(value: Any) -> str:
+    """The optional ``owner`` of a registration or binding: a short printable key."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or not OWNER_RE.match(value):
+        raise TargetError(f"owner {value!r}: expected a key like 'ray:<session>:<job id>' "
+                          "(at most 256 of a-z A-Z 0-9 _ . : @ / + -)")
+    return value
+
+
+def parse_binding(body: Any) -> tuple[str, str, str]:
+    """``{owner, project, experiment_name}``: what a process says once its run is named."""
+    if not isinstance(body, Mapping):
+        raise TargetError("the body must be a JSON object")
+    owner = parse_owner(body.get("owner"))
+    if not owner:
+        raise TargetError("owner is required: the key the registrations carried "
+                          "(e.g. 'ray:<session>:<job id>')")
+    project, experiment = body.get("project"), body.get("experiment_name")
+    for field_name, value in (("project", project), ("experiment_name", experiment)):
+        if not isinstance(value, str) or not value or len(value) > 256:
+            raise TargetError(f"{field_name} must be a non-empty string of at most 256 "
+                              "characters")
+    return owner, project, experiment
 
 
 class TargetStore:
     """Targets keyed by (job, target, project, experiment); thread-safe."""
 
+    MAX_BINDINGS = 10_000
+
     def __init__(self, state_file: Path, sd_dir: Path,
-                 hidden: Callable[[str, str], bool] = lambda p, e: False) -> None:
+                 hidden: Callable[[str, str], bool] = lambda p, e: False,
+                 unbound_grace_s: float = 60.0) -> None:
         self.state_file = state_file
+        self.bindings_file = state_file.with_name("bindings.json")
         self.sd_dir = sd_dir
         self.hidden = hidden  # (project, experiment) -> not to be scraped (archived)
+        # a target whose owner has not named its run yet waits this long before it is
+        # scraped without a run, so its series start under the run in the usual order
+        self.unbound_grace_s = unbound_grace_s
         self._targets: dict[tuple, Target] = {}
         self._registered_at: dict[tuple, float] = {}
+        self._bindings: dict[str, tuple[str, str]] = {}  # owner -> (project, experiment)
+        self._waiting = False  # some target is held back awaiting its run
         self._lock = threading.RLock()
 
     def load(self) -> int:
@@ -207,19 +248,27 @@ class TargetStore:
             data = json.loads(self.state_file.read_text())
         except FileNotFoundError:
             data = []
+        try:
+            bindings = json.loads(self.bindings_file.read_text())
+        except FileNotFoundError:
+            bindings = {}
+        self._bindings = {o: (b[0], b[1]) for o, b in bindings.items()}
         for d in data:
             t = Target(d["job_name"], d["target"], tuple(sorted(d["labels"].items())),
-                       d.get("project", ""), d.get("experiment_name", ""))
+                       d.get("project", ""), d.get("experiment_name", ""),
+                       d.get("owner", ""))
             self._targets[t.key] = t
             self._registered_at[t.key] = d.get("registered_at", 0.0)
         self.write_sd()
         return len(self._targets)
 
     def register(self, targets: Sequence[Target]) -> int:
-        """Add or update; returns how many changed. Idempotent for the same input."""
+        """Add or update; returns how many changed. Idempotent for the same input. A
+        target without a run whose owner already named one is bound to it."""
         with self._lock:
             changed = 0
             for t in targets:
+                t = self._bound(t)
                 if self._targets.get(t.key) != t:
                     self._targets[t.key] = t
                     self._registered_at.setdefault(t.key, time.time())
@@ -227,6 +276,51 @@ class TargetStore:
             if changed:
                 self._save()
             return changed
+
+    def _bound(self, t: Target) -> Target:
+        if t.project or not t.owner or t.owner not in self._bindings:
+            return t
+        project, experiment = self._bindings[t.owner]
+        return replace(t, project=project, experiment_name=experiment)
+
+    def bind(self, owner: str, project: str, experiment_name: str) -> list[Target]:
+        """The owner's run is named: its targets without a run move to that run, and so
+        do the ones it registers later. Returns the targets that moved."""
+        with self._lock:
+            self._bindings.pop(owner, None)
+            self._bindings[owner] = (project, experiment_name)
+            while len(self._bindings) > self.MAX_BINDINGS:  # the oldest go first
+                self._bindings.pop(next(iter(self._bindings)))
+            moved = []
+            for key, t in list(self._targets.items()):
+                if t.owner != owner or t.project:
+                    continue
+                new = self._bound(t)
+                del self._targets[key]
+                at = self._registered_at.pop(key, time.time())
+                self._targets[new.key] = new
+                self._registered_at[new.key] = at
+                moved.append(new)
+            write_atomic(self.bindings_file, json.dumps(
+                {o: list(b) for o, b in self._bindings.items()}, indent=1))
+            if moved:
+                self._save()
+            return moved
+
+    def binding(self, owner: str) -> tuple[str, str] | None:
+        with self._lock:
+            return self._bindings.get(owner)
+
+    def awaiting_run(self, t: Target, now: float) -> bool:
+        """Held back from discovery: registered by an owner whose run is not named yet,
+        within the grace period."""
+        return bool(t.owner and not t.project and
+                    now - self._registered_at.get(t.key, 0.0) < self.unbound_grace_s)
+
+    def publish_due(self) -> None:
+        """Called periodically: targets whose grace ran out join discovery unbound."""
+        if self._waiting:
+            self.write_sd()
 
     def remove(self, targets: Sequence[Target]) -> int:
         with self._lock:
@@ -247,7 +341,8 @@ class TargetStore:
                     continue
                 if experiment_name is not None and t.experiment_name != experiment_name:
                     continue
-                rows.append({**t.as_dict(), "registered_at": self._registered_at.get(k)})
+                rows.append({**t.as_dict(), "registered_at": self._registered_at.get(k),
+                             "awaiting_run": self.awaiting_run(t, time.time())})
             return rows
 
     def _save(self) -> None:
@@ -260,8 +355,13 @@ class TargetStore:
         """One file_sd JSON per job; files of jobs with no visible target are removed."""
         with self._lock:
             by_job: dict[str, list[dict]] = {}
+            now = time.time()
+            self._waiting = False
             for t in self._targets.values():
                 if t.project and self.hidden(t.project, t.experiment_name):
+                    continue
+                if self.awaiting_run(t, now):
+                    self._waiting = True
                     continue
                 by_job.setdefault(t.job_name, []).append(
                     {"targets": [t.target], "labels": t.sd_labels()})

@@ -9,6 +9,7 @@ from rl_insight.server.state import ServerState
 from rl_insight.server.targets import (
     TargetError,
     check_allowed,
+    parse_binding,
     parse_networks,
     parse_registration,
 )
@@ -48,6 +49,24 @@ def router(state: ServerState) -> APIRouter:
         changed = state.targets.register(targets)
         return {"registered": len(targets), "changed": changed,
                 "targets": [x.as_dict() for x in targets]}
+
+    @r.post("/api/v1/runs/bind", openapi_extra=RAW_JSON_BODY,
+            summary="Name the run of an owner's targets (registered before the run was "
+                    "known)")
+    async def bind(request: Request) -> dict:
+        body = await json_body(request, 64 * 1024, "64 KiB for a binding")
+        try:
+            owner, project, experiment = parse_binding(body)
+        except TargetError as exc:
+            raise HttpError(400, str(exc)) from None
+        ident = {"project": project, "experiment_name": experiment}
+        why = state.experiments.archived_reason(ident)
+        if why:
+            raise HttpError(409, why)
+        state.experiments.touch(project, experiment)
+        moved = state.targets.bind(owner, project, experiment)
+        return {"owner": owner, **ident, "bound": len(moved),
+                "targets": [t.as_dict() for t in moved]}
 
     @r.delete("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
               summary="Remove scrape targets (same body as registration)")

@@ -1,0 +1,5 @@
+"""``rl_insight.agent_loop``: the module path upstream 0.3.0 and verl import."""
+
+from rl_insight.client.agent_loop import AgentLoopSession, agent_loop_session, lane_id
+
+__all__ = ["AgentLoopSession", "agent_loop_session", "lane_id"]
