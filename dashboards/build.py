@@ -187,6 +187,10 @@ def dashboards() -> list[Dashboard]:
                   "Which replica was generating, sleeping or waking, and which trainer "
                   "rank was updating, when: from Prometheus and from Tempo.",
                   [TIMELINE, TEMPO]),
+        Dashboard("rl-insight-agent-loop", "RL-Insight · Agent-loop trajectories",
+                  "Agent-loop sessions and trajectories: throughput, rewards, turns, "
+                  "durations; each session in Tempo.",
+                  [Section("Agent loops", P.AGENT_LOOP)]),
         Dashboard("rl-insight-hardware", "RL-Insight · Hardware",
                   "CPU, memory, network, disk, GPUs and Ascend NPUs of every node.",
                   HARDWARE, ("node",)),

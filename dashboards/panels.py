@@ -81,7 +81,9 @@ TRAINING = (
        "step's time goes (gen, old_log_prob, ref, update_actor, update_weights...)."),
     ts("Throughput", _g("perf/throughput", "tokens/s per GPU"), unit="short"),
     ts("Time per step", _g("perf/time_per_step"), unit="s"),
-    ts("Global step", Query(f'{M}step{{{RUN}}}', "step"), kind="stat"),
+    # verl logs training/global_step in each step's dict; Tracking.log(step=) gives step
+    ts("Global step", Query(f'max({M}training_global_step{{{RUN}}} or {M}step{{{RUN}}})',
+                            "step"), kind="stat"),
 )
 
 # -- rollout: vLLM (and vLLM-Omni, which serves vLLM's engine metrics) -----------------------
@@ -217,6 +219,38 @@ TIMELINE_TEMPO = (
        Query('{ resource.service.name = "rl_insight_monitor" && span.project = "$project" '
              '&& span.experiment_name = "$experiment_name" && status = error }', "", "tempo"),
        kind="table", width=24, height=8),
+)
+
+# -- agent loops (rl_insight.agent_loop: bounded families, per-session detail in Tempo) ----------
+AL = f"{M}agent_loop_"
+AGENT_LOOP = (
+    ts("Sessions finished", Query(f"sum by (status) (rate({AL}sessions_total{{{RUN}}}"
+                                  "[$__rate_interval]))", "{{status}}"), unit="ops",
+       description="Agent-loop sessions finished per second, by status."),
+    ts("Trajectories finished", Query(f"sum by (runner_name) (rate({AL}trajectories_total"
+                                      f"{{{RUN}}}[$__rate_interval]))", "{{runner_name}}"),
+       unit="ops"),
+    ts("Trajectory reward", *quantiles(f"{AL}trajectory_reward", "reward_source", RUN,
+                                       (0.1, 0.5, 0.9)),
+       Query(f"sum(rate({AL}trajectory_reward_sum{{{RUN}}}[$__rate_interval])) / "
+             f"sum(rate({AL}trajectory_reward_count{{{RUN}}}[$__rate_interval]))", "mean"),
+       description="Reward of each finished trajectory: quantiles and the mean."),
+    ts("Turns per trajectory", *quantiles(f"{AL}trajectory_turns", "runner_name", RUN,
+                                          (0.5, 0.9))),
+    ts("Session duration", *quantiles(f"{AL}session_duration_seconds", "status", RUN),
+       unit="s"),
+    ts("Trajectories per session", *quantiles(f"{AL}trajectories_per_session", "status",
+                                              RUN, (0.5, 0.9))),
+    ts("Global step of the agent loops", Query(f"max({AL}global_step{{{RUN}}})", "step"),
+       kind="stat"),
+    ts("Sessions (Tempo)",
+       Query('{ resource.service.name = "rl_insight_monitor" && name = "agent_session" && '
+             'span.project = "$project" && span.experiment_name = "$experiment_name" } | '
+             "select(span.sample, span.session, span.status, span.num_trajectories, "
+             "span.reward_mean, span.global_steps, span.state_lane_id)", "", "tempo"),
+       kind="table", width=24, height=10,
+       description="Every finished session of the run; open one for its trajectories "
+                   "(agent_trajectory spans) and the states of its lane."),
 )
 
 # -- hardware -----------------------------------------------------------------------------------

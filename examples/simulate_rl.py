@@ -36,8 +36,10 @@ ray.cloudpickle.register_pickle_by_value(fake_engines)  # workers need not impor
 class RolloutReplica:
     """One rollout replica: a FAKE engine and the replica's state lane."""
 
-    def __init__(self, index: int, backend: str) -> None:
+    def __init__(self, index: int, backend: str, project: str = "",
+                 experiment: str = "") -> None:
         self.index = index
+        self.project, self.experiment = project, experiment
         self.lane = f"replica_{index}"
         self.generate_state = "sglang_generate" if backend == "sglang" else "vllm_generate"
         self.engine = fake_engines.FakeEngine(backend, seed=index)
@@ -62,13 +64,21 @@ class RolloutReplica:
         return time.perf_counter() - t0
 
     def agent_loop(self, step: int, i: int) -> None:
-        """A multi-turn trajectory on a lane of its own (thousands of these share the
-        lane pool): a model turn, a tool call, another turn."""
-        lane = f"traj_s{step}_r{self.index}_{i}"
+        """A multi-turn agent session on a lane of its own (thousands of these share the
+        lane pool): a model turn, a tool call, another turn; then the session reports its
+        trajectory, as verl's agent loops do through agent_loop_session."""
+        session = rl_insight.agent_loop_session(
+            project=self.project, experiment_name=self.experiment, sample=f"s{step}r{self.index}",
+            session=i, traj=0, global_steps=step)
+        lane = session.identity["state_lane_id"]
         for state, seconds in (("agent_generate", 0.15), ("agent_tool_call", 0.25),
                                ("agent_generate", 0.1)):
             with rl_insight.trace_state(state, state_lane_id=lane, step=step):
                 time.sleep(seconds)
+        reward = round(random.Random(step * 100 + i).uniform(0, 1), 3)
+        session.finish(trajectories=[{"chain_id": 1, "reward_score": reward, "num_turns": 2}],
+                       status="ok", runner_name="simulated", reward_source="rule",
+                       finished=True)
 
     def state(self, name: str, seconds: float, step: int, sleep_level: int | None = None
               ) -> None:
@@ -114,7 +124,9 @@ class Simulation:
         self.gen_timeout = 0.6 * s
         self.requests = max(8, int(16 * 0.4 * s / 0.7))
         self.rng = random.Random(args.seed)
-        self.replicas = [RolloutReplica.remote(i, args.backend) for i in range(args.replicas)]
+        self.replicas = [RolloutReplica.remote(i, args.backend, args.project,
+                                               args.experiment_name)
+                         for i in range(args.replicas)]
         self.ranks = [TrainerRank.remote(r) for r in range(args.ranks)]
         self.tq = TransferQueueController.remote() if args.transfer_queue else None
         self.tracking = rl_insight.Tracking(args.project, args.experiment_name)

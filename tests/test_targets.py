@@ -76,3 +76,64 @@ def test_store_persists_and_hides_archived(tmp_path):
     again = TargetStore(tmp_path / "t.json", tmp_path / "sd2")
     assert again.load() == 2 and len(list((tmp_path / "sd2").glob("*.json"))) == 1
     assert again.remove(ts[:1]) == 1 and len(again.list()) == 1
+
+
+def sd_groups(sd_dir) -> list[dict]:
+    return [g for p in sorted(sd_dir.glob("*.json")) for g in json.loads(p.read_text())]
+
+
+def test_targets_registered_before_the_run_join_it_when_bound(tmp_path):
+    """verl registers its engines before init names the run: the targets wait, out of
+    discovery, until their owner's run is named, then carry it; later registrations of
+    that owner are bound at once; another owner (another Ray job) is never touched."""
+    state, sd = tmp_path / "targets.json", tmp_path / "sd"
+    store = TargetStore(state, sd, unbound_grace_s=60)
+    owner, other = "ray:session_1:01000000", "ray:session_1:02000000"
+    store.register(parse_registration({"job_name": "vllm", "targets": ["a:1", "b:2"],
+                                       "labels": [{"replica": 0}, {"replica": 1}],
+                                       "owner": owner}))
+    store.register(parse_registration({"job_name": "vllm", "targets": ["c:3"],
+                                       "owner": other}))
+    assert sd_groups(sd) == []  # held back: nothing scraped without its run yet
+    assert all(r["awaiting_run"] for r in store.list())
+    moved = store.bind(owner, "proj", "exp-1")
+    assert sorted(t.target for t in moved) == ["a:1", "b:2"]
+    groups = sd_groups(sd)
+    assert sorted(g["targets"][0] for g in groups) == ["a:1", "b:2"]
+    assert all(g["labels"]["project"] == "proj" and g["labels"]["experiment_name"] == "exp-1"
+               for g in groups)
+    store.register(parse_registration({"job_name": "transfer_queue", "targets": ["d:4"],
+                                       "owner": owner}))
+    assert {(r["target"], r["experiment_name"]) for r in store.list()} == {
+        ("a:1", "exp-1"), ("b:2", "exp-1"), ("c:3", ""), ("d:4", "exp-1")}
+    # the bindings survive a restart of the server
+    again = TargetStore(state, sd, unbound_grace_s=60)
+    again.load()
+    assert again.binding(owner) == ("proj", "exp-1")
+    again.register(parse_registration({"job_name": "sglang", "targets": ["e:5"],
+                                       "owner": owner}))
+    assert next(r for r in again.list() if r["target"] == "e:5")["project"] == "proj"
+
+
+def test_an_owner_that_never_names_its_run_is_scraped_after_the_grace(tmp_path):
+    store = TargetStore(tmp_path / "t.json", tmp_path / "sd", unbound_grace_s=0.2)
+    store.register(parse_registration({"job_name": "vllm", "targets": ["a:1"],
+                                       "owner": "proc:host:1"}))
+    assert sd_groups(tmp_path / "sd") == []
+    import time
+
+    time.sleep(0.3)
+    store.publish_due()  # what the server's housekeeping calls every few seconds
+    assert [g["targets"] for g in sd_groups(tmp_path / "sd")] == [["a:1"]]
+
+
+@pytest.mark.parametrize("body, msg", [
+    ({"project": "p", "experiment_name": "e"}, "owner is required"),
+    ({"owner": "bad owner!", "project": "p", "experiment_name": "e"}, "expected a key"),
+    ({"owner": "ray:s:1", "project": "p"}, "experiment_name must be"),
+])
+def test_bad_bindings_say_what_is_wrong(body, msg):
+    from rl_insight.server.targets import parse_binding
+
+    with pytest.raises(TargetError, match=msg):
+        parse_binding(body)

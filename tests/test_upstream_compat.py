@@ -1,0 +1,202 @@
+"""The client as upstream 0.3.0 code and verl 0.9.1 call it: the API level verl gates
+on, busy intervals, trace_state as a decorator, trace_op's extra_labels, the label-list
+check, init's upstream keys and the agent-loop session. verl's own RLInsightLogger is
+the caller wherever it has the call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from rl_insight.client import api
+from rl_insight.client.core import Client
+from rl_insight.config import ClientSettings
+from rl_insight.events import Metric, Span, StateChange
+
+verl_tracking = pytest.importorskip("verl.utils.tracking")
+RLInsightLogger = verl_tracking.RLInsightLogger
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The API with a real Client whose exporter records instead of sending."""
+    c = Client("http://127.0.0.1:1", "", "", ClientSettings())
+    got: list = []
+    c.buffer.export = lambda items, dropped: got.extend(items)
+    monkeypatch.setattr(api, "_client", c)
+    monkeypatch.setattr(api, "_env_checked", True)
+    monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
+    monkeypatch.setattr(RLInsightLogger, "_init_done", True)
+    monkeypatch.setattr(RLInsightLogger, "_warned_unsupported_features", set())
+    return c, got
+
+
+def of(got: list, kind: type) -> list:
+    return [e for e in got if type(e) is kind]
+
+
+def test_verl_version_gate_passes():
+    import rl_insight
+
+    assert RLInsightLogger._rl_insight_version() >= RLInsightLogger.MINIMUM_RL_INSIGHT_VERSION
+    assert rl_insight.__version__ == "0.3.0"
+    from rl_insight import agent_loop, api as upstream_api  # upstream's module paths
+
+    assert upstream_api.trace_state is api.trace_state
+    assert agent_loop.agent_loop_session is rl_insight.agent_loop_session
+
+
+def test_concurrent_generate_requests_are_one_busy_interval(recorded):
+    """verl wraps every request of its async generate in trace_state on the replica's
+    lane; 8 overlapping requests are one interval: one enter, one span."""
+    c, got = recorded
+    inside = threading.Barrier(8)
+
+    def request(i: int) -> None:
+        with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_0"):
+            inside.wait(10)  # all eight overlap
+
+    threads = [threading.Thread(target=request, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_1"):
+        pass  # another lane: its own interval
+    c.buffer.flush(5)
+    spans, enters = of(got, Span), of(got, StateChange)
+    assert [(s.name, s.lane) for s in spans] == [("vllm_generate", "replica_0"),
+                                                ("vllm_generate", "replica_1")]
+    assert [(e.lane, e.token) for e in enters] == [("replica_0", spans[0].span_id),
+                                                  ("replica_1", spans[1].span_id)]
+    attrs = dict(spans[0].attributes)
+    assert attrs["blocks"] == 8 and attrs["monitor.trace_segment"] == "state_interval"
+    assert spans[0].ends_state and spans[0].start_ns < spans[0].end_ns
+    assert not api._open  # every interval closed
+
+
+def test_sequential_blocks_stay_separate_and_per_request_detail(recorded):
+    c, got = recorded
+    c.settings.per_request_spans = True
+    for _ in range(2):  # not overlapping: two intervals
+        with api.trace_state("vllm_generate", state_lane_id="replica_0", step=1):
+            pass
+    with api.trace_state("vllm_generate", state_lane_id="replica_0"):
+        with pytest.raises(ValueError):
+            with api.trace_state("vllm_generate", state_lane_id="replica_0"):
+                raise ValueError("bad request")
+    c.buffer.flush(5)
+    intervals = [s for s in of(got, Span) if s.ends_state]
+    requests = [s for s in of(got, Span) if not s.ends_state]
+    assert len(intervals) == 3 and len(requests) == 4
+    assert dict(intervals[0].attributes)["step"] == 1
+    assert dict(intervals[2].attributes)["error"] == "ValueError"
+    assert dict(intervals[2].attributes)["errors"] == 1
+    for r in requests:  # each request a child of its interval, outside the lane's states
+        parent = next(i for i in intervals if i.span_id == r.parent_id)
+        assert r.trace_id == parent.trace_id and r.lane is None
+        assert dict(r.attributes)["state_lane_id"] == "replica_0"
+
+
+def test_trace_state_decorates_sync_and_async(recorded):
+    c, got = recorded
+
+    @api.trace_state("actor_update", state_lane_id="rank_0")
+    def update(x):
+        return x + 1
+
+    @api.trace_state("vllm_generate", state_lane_id="replica_3")
+    async def generate(x):
+        await asyncio.sleep(0)
+        return x * 2
+
+    async def many():
+        return await asyncio.gather(*[generate(i) for i in range(16)])
+
+    assert update(1) == 2 and update(2) == 3
+    assert asyncio.run(many()) == [i * 2 for i in range(16)]
+    c.buffer.flush(5)
+    spans = of(got, Span)
+    assert [s.name for s in spans].count("actor_update") == 2
+    gen = [s for s in spans if s.name == "vllm_generate"]
+    assert len(gen) == 1 and dict(gen[0].attributes)["blocks"] == 16
+
+
+def test_label_list_length_must_match_even_when_off(monkeypatch):
+    monkeypatch.setattr(api, "_client", None)
+    monkeypatch.setattr(api, "_env_checked", True)
+    with pytest.raises(ValueError, match="labels length must match"):
+        api.update_prometheus_config(["a:1", "b:2"], "vllm", [{"replica": 0}])
+    api.update_prometheus_config(["a:1", "b:2"], "vllm", [{"replica": 0}, None])  # fine
+
+
+def test_verl_trace_span_and_agent_loop_session_deliver(recorded, monkeypatch):
+    c, got = recorded
+    monkeypatch.setattr(RLInsightLogger, "_rl_insight_module", None)
+    RLInsightLogger.trace_span("tool_call", start_time_ns=1_000, end_time_ns=5_000,
+                               attributes={"state_lane_id": "req_7", "tool": "python"})
+    session = RLInsightLogger.agent_loop_session(experiment_name="exp", sample=3, session=1,
+                                                 traj=0, uid="u-9", global_steps=12)
+    assert session.identity["state_lane_id"] == "experiment=exp/sample=3/session=1/traj=0"
+
+    class Traj:  # what verl's agent loop hands over: chain_id, reward_score, num_turns
+        def __init__(self, chain_id, reward, turns):
+            self.chain_id, self.reward_score, self.num_turns = chain_id, reward, turns
+
+    session.finish(trajectories=[Traj(1, 1.0, 3), Traj(2, 0.0, 5)], status="ok",
+                   runner_name="react", reward_source="rule", finished=True)
+    c.buffer.flush(5)
+    assert not RLInsightLogger._warned_unsupported_features  # nothing was turned off
+    spans = {s.name: s for s in of(got, Span)}
+    assert spans["tool_call"].lane == "req_7"
+    assert dict(spans["tool_call"].attributes) == {"tool": "python"}
+    sess = spans["agent_session"]
+    attrs = dict(sess.attributes)
+    assert sess.lane == "experiment=exp/sample=3/session=1/traj=0"
+    assert (attrs["status"], attrs["num_trajectories"], attrs["reward_mean"]) == ("ok", 2, 0.5)
+    assert (attrs["uid"], attrs["finished"]) == ("u-9", True)
+    trajs = [s for s in of(got, Span) if s.name == "agent_trajectory"]
+    assert sorted(dict(t.attributes)["traj"] for t in trajs) == ["0", "1"]
+    metrics = of(got, Metric)
+    names = {m.name for m in metrics}
+    assert {"rl_insight_monitor_agent_loop_sessions_total",
+            "rl_insight_monitor_agent_loop_trajectory_reward",
+            "rl_insight_monitor_agent_loop_global_step"} <= names
+    # bounded: no label names a sample, session or trajectory
+    assert {k for m in metrics for k, _ in m.labels} <= {"status", "runner_name",
+                                                         "reward_source"}
+    reward = next(m for m in metrics if m.name.endswith("trajectory_reward"))
+    assert reward.buckets[0] < 0  # reward bounds, not seconds
+
+
+def test_init_honours_upstream_keys(monkeypatch, caplog):
+    for name in ("RL_INSIGHT_SERVER_URL", "RL_INSIGHT_OTLP_ENDPOINT"):
+        monkeypatch.setenv(name, "")  # restored afterwards, whatever init() sets
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(api, "_client", None)
+    monkeypatch.setattr(api, "_env_checked", False)
+    caplog.set_level(logging.WARNING, logger="rl_insight")
+    api.init(config={"server": {"url": "http://127.0.0.1:9", "namespace": "mine",
+                                "backend": "ray"},
+                     "prometheus": {"metrics_report_port": 9555},
+                     "flush_interval_s": 1.5, "client": {"lane_pool_size": 2},
+                     "mystery": 1})
+    c = api._client
+    try:
+        assert c is not None and c.server_url == "http://127.0.0.1:9"  # turned on by config
+        assert c.settings.metrics_port == 9555 and c.settings.flush_interval_s == 1.5
+        assert c.settings.lane_pool_size == 2
+        text = caplog.text
+        assert "server.namespace='mine' is not used" in text
+        assert "ignores unknown keys: mystery" in text
+    finally:
+        monkeypatch.setattr(api, "_client", None)
+    # the environment wins over server.url
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", "http://127.0.0.1:8")
+    monkeypatch.setattr(api, "_env_checked", False)
+    api.init(config={"server": {"url": "http://127.0.0.1:9"}})
+    assert api._client.server_url == "http://127.0.0.1:8"
+    monkeypatch.setattr(api, "_client", None)
