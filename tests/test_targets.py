@@ -120,11 +120,13 @@ def test_an_owner_that_never_names_its_run_is_scraped_after_the_grace(tmp_path):
     store.register(parse_registration({"job_name": "vllm", "targets": ["a:1"],
                                        "owner": "proc:host:1"}))
     assert sd_groups(tmp_path / "sd") == []
-    import time
+    from tests.conftest import wait_for
 
-    time.sleep(0.3)
-    store.publish_due()  # what the server's housekeeping calls every few seconds
-    assert [g["targets"] for g in sd_groups(tmp_path / "sd")] == [["a:1"]]
+    def published():
+        store.publish_due()  # what the server's housekeeping calls every few seconds
+        return sd_groups(tmp_path / "sd")
+
+    assert [g["targets"] for g in wait_for(published, 5, "the grace to run out")] == [["a:1"]]
 
 
 @pytest.mark.parametrize("body, msg", [

@@ -43,7 +43,8 @@ def test_verl_version_gate_passes():
 
     assert RLInsightLogger._rl_insight_version() >= RLInsightLogger.MINIMUM_RL_INSIGHT_VERSION
     assert rl_insight.__version__ == "0.3.0"
-    from rl_insight import agent_loop, api as upstream_api  # upstream's module paths
+    from rl_insight import agent_loop  # upstream's module paths
+    from rl_insight import api as upstream_api
 
     assert upstream_api.trace_state is api.trace_state
     assert agent_loop.agent_loop_session is rl_insight.agent_loop_session

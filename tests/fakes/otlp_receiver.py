@@ -66,6 +66,11 @@ class FakeTempo:
         with self._lock:
             return [a.get(key) for a, _ in self.spans]
 
+    def attr_maps(self) -> list[dict]:
+        """Every span's attributes, with its name under ``span_name``."""
+        with self._lock:
+            return [{**a, "span_name": s.name} for a, s in self.spans]
+
     def start(self) -> FakeTempo:
         handler = type("H", (_Handler,), {"receiver": self})
 

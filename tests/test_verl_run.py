@@ -1,0 +1,293 @@
+"""A stock verl 0.9.1 run, as verl really runs it, against the server, a real Prometheus
+and a real local Ray cluster. verl's own classes are the caller (``RLInsightLogger``,
+``Tracking``, ``DistProfiler.annotate``), in verl's order and structure:
+
+- the driver sets VERL_RL_INSIGHT_ENABLE=1 and hands the server URL to the workers in
+  the Ray runtime env; the trainer runs inside a ``TaskRunner`` actor; nobody calls
+  ``attach()``;
+- ``LLMServerManager``'s registration of the replicas' endpoints (job ``vllm``, labels
+  ``[{"replica": 0}, {"replica": 1}]``) comes *before* ``Tracking`` calls ``init``;
+- rollout server actors wrap each of many concurrent requests in
+  ``trace_state("vllm_generate", state_lane_id="replica_<r>")``; worker ranks run
+  ``DistProfiler.annotate`` methods; agent loops use ``agent_loop_session`` and
+  ``trace_span``.
+
+The rollout engines are FAKE (no GPU here): prometheus_client text format with vLLM's
+real metric names, as vLLM's own /metrics route serves it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import requests
+
+from dashboards import build
+from rl_insight import netaddr
+from tests.conftest import Cli, free_port_overrides, prom_query, wait_for
+from tests.fakes.otlp_receiver import FakeTempo
+from tests.raycluster import RayCluster
+from tests.test_simulation_e2e import query_range, substitute
+
+pytest.importorskip("verl.utils.tracking")
+pytestmark = pytest.mark.integration
+
+PROJECT, EXPERIMENT = "verl-stock", "gsm8k-grpo-1"
+CONCURRENCY = 24  # concurrent generate requests per replica
+
+DRIVER = r'''
+import asyncio, json, os, random, sys, time
+import ray
+
+sys.path.insert(0, os.path.join(os.environ["REPO"], "examples"))
+import fake_engines  # FAKE vLLM engines: vLLM's metric names, text format
+
+URL, PROJECT, EXPERIMENT, CONCURRENCY = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+# main_ppo: trainer.logger contains rl_insight -> the variable, forwarded to all workers
+os.environ["VERL_RL_INSIGHT_ENABLE"] = "1"
+ray.init(address="auto", runtime_env={"env_vars": {
+    "VERL_RL_INSIGHT_ENABLE": "1", "RL_INSIGHT_SERVER_URL": URL}})
+ray.cloudpickle.register_pickle_by_value(fake_engines)
+
+
+@ray.remote(num_cpus=0)
+class vLLMHttpServer:  # the shape of verl's rollout server actor
+    def __init__(self, replica_rank):
+        self.replica_rank = replica_rank
+        self.engine = fake_engines.FakeEngine("vllm", seed=replica_rank)
+
+    def address(self):
+        return f"127.0.0.1:{self.engine.port}"
+
+    async def generate(self, request_id):
+        from verl.utils.tracking import RLInsightLogger
+        with RLInsightLogger.trace_state("vllm_generate",
+                                         state_lane_id=f"replica_{self.replica_rank}"):
+            self.engine.submit(1)
+            await asyncio.sleep(0.2 + random.random() * 0.6)
+        return request_id
+
+    async def generate_batch(self, n):
+        await asyncio.gather(*[self.generate(i) for i in range(n)])
+        return n
+
+
+@ray.remote(num_cpus=0)
+class ActorRolloutRefWorker:  # a worker rank, its methods annotated as verl's are
+    def __init__(self, rank):
+        from verl.utils.profiler.profile import DistProfiler
+        self.profiler = DistProfiler(rank=rank)
+
+    def _work(self, seconds):
+        time.sleep(seconds)
+        return True
+
+    from verl.utils.profiler.profile import DistProfiler as _P
+
+    @_P.annotate(role="actor_compute_log_prob")
+    def compute_log_prob(self):
+        return self._work(0.3)
+
+    @_P.annotate(role="actor_update")
+    def update_actor(self):
+        return self._work(0.5)
+
+    @_P.annotate(role="update_weights")
+    def update_weights(self):
+        return self._work(0.2)
+
+
+@ray.remote(num_cpus=0)
+class AgentLoopWorker:
+    def run(self, step, n):
+        from verl.utils.rollout_trace import RolloutTraceConfig
+        from verl.utils.tracking import RLInsightLogger
+        RolloutTraceConfig.get_instance().project_name = PROJECT
+        RolloutTraceConfig.get_instance().experiment_name = EXPERIMENT
+        for i in range(n):
+            s = RLInsightLogger.agent_loop_session(sample=f"{step}-{i}", session=0,
+                                                   uid=f"u{i}", global_steps=step)
+            t0 = time.time_ns()
+            time.sleep(0.05)
+            RLInsightLogger.trace_span("tool_call", start_time_ns=t0,
+                                       end_time_ns=time.time_ns(),
+                                       attributes={"state_lane_id": s.identity["state_lane_id"],
+                                                   "tool": "python"})
+            s.finish(trajectories=[{"chain_id": 1, "reward_score": (i % 3) / 2,
+                                    "num_turns": 2 + i % 3}],
+                     status="ok", runner_name="tool_agent", reward_source="rule",
+                     finished=True)
+        return n
+
+
+@ray.remote(num_cpus=0)
+class TaskRunner:
+    def run(self):
+        from omegaconf import OmegaConf
+        from verl.utils.tracking import RLInsightLogger, Tracking
+
+        replicas = [vLLMHttpServer.remote(r) for r in range(2)]
+        workers = [ActorRolloutRefWorker.remote(r) for r in range(2)]
+        agents = AgentLoopWorker.remote()
+        addresses = ray.get([r.address.remote() for r in replicas])
+        # LLMServerManager (init_workers): engines registered before anyone calls init
+        RLInsightLogger.register_rollout_metrics(
+            addresses, "vllm", labels=[{"replica": r} for r in range(len(replicas))])
+        config = OmegaConf.create({"trainer": {"project_name": PROJECT,
+                                               "experiment_name": EXPERIMENT,
+                                               "logger": ["console", "rl_insight"],
+                                               "rl_insight": {}},
+                                   "transfer_queue": {"metrics": {"enabled": False}}})
+        tracking = Tracking(PROJECT, EXPERIMENT, default_backend=["console", "rl_insight"],
+                            config=config)
+        t_start = time.time()
+        for step in range(1, 5):
+            t0 = time.time()
+            ray.get([r.generate_batch.remote(CONCURRENCY) for r in replicas])
+            gen = time.time() - t0
+            ray.get([w.compute_log_prob.remote() for w in workers])
+            ray.get([w.update_actor.remote() for w in workers])
+            ray.get([w.update_weights.remote() for w in workers])
+            ray.get(agents.run.remote(step, 4))
+            data = {"actor/pg_loss": -0.01 * step, "actor/entropy": 1.5 - 0.1 * step,
+                    "actor/pg_clipfrac": 0.003, "actor/ppo_kl": 0.0007,
+                    "actor/grad_norm": 0.4, "actor/lr": 1e-6,
+                    "critic/score/mean": 0.3 + 0.05 * step,
+                    "critic/rewards/mean": 0.29 + 0.05 * step,
+                    "critic/advantages/mean": 0.0, "response_length/mean": 400.0,
+                    "response_length/clip_ratio": 0.02, "prompt_length/mean": 280.0,
+                    "timing_s/gen": gen, "timing_s/old_log_prob": 0.3,
+                    "timing_s/update_actor": 0.5, "timing_s/update_weights": 0.2,
+                    "timing_s/step": time.time() - t0,
+                    "perf/throughput": 1234.5, "perf/total_num_tokens": 54321,
+                    "perf/time_per_step": time.time() - t0,
+                    "training/global_step": step, "training/epoch": 0}
+            if step % 2 == 0:
+                data["val-core/openai/gsm8k/reward/mean@1"] = 0.4 + 0.05 * step
+                data["val-aux/openai/gsm8k/acc/mean@1"] = 0.39
+            tracking.log(data=data, step=step)
+        tracking.finish()
+        return {"t_start": t_start, "addresses": addresses}
+
+
+print("RESULT " + json.dumps(ray.get(TaskRunner.remote().run.remote())))
+'''
+
+
+@pytest.fixture(scope="module")
+def verl_run(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    cli = Cli(home, free_port_overrides())
+    tempo = FakeTempo(netaddr.free_port()).start()  # FAKE Tempo: real OTLP decoding
+    url = cli.start("prometheus.scrape_interval=1s", f"traces.relay_url={tempo.url}")
+    cluster = RayCluster(tmp_path_factory.mktemp("ray")).start()  # no RL_INSIGHT_* at all
+    try:
+        import time
+
+        from tests.conftest import REPO
+
+        r = cluster.run_driver(DRIVER, url, PROJECT, EXPERIMENT, str(CONCURRENCY),
+                               timeout=300, REPO=str(REPO))
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+        line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
+        result = json.loads(line[len("RESULT "):])
+        # the engines live as long as their (detached-free) actors: until the cluster stops,
+        # so Prometheus keeps scraping them while the test queries
+        result["t_done"] = time.time()
+        yield cli, url, result, tempo
+    finally:
+        cluster.stop()
+        cli.run("server", "stop")
+        tempo.stop()
+
+
+def test_engine_targets_registered_before_init_carry_the_run(verl_run):
+    cli, url, result, _ = verl_run
+    targets = requests.get(url + "/api/v1/prometheus/targets", timeout=5).json()["targets"]
+    engines = [t for t in targets if t["job_name"] == "vllm"]
+    assert sorted(t["target"] for t in engines) == sorted(result["addresses"])
+    assert {(t["project"], t["experiment_name"]) for t in engines} == {(PROJECT, EXPERIMENT)}
+    assert sorted(t["labels"]["replica"] for t in engines) == ["0", "1"]
+    q = f'vllm:num_requests_running{{project="{PROJECT}",experiment_name="{EXPERIMENT}"}}'
+    series = wait_for(lambda: prom_query(cli.prometheus, q), 30,
+                      "engine series under the run in Prometheus")
+    assert sorted(s["metric"]["replica"] for s in series) == ["0", "1"]
+    # no engine series without the run
+    assert not prom_query(cli.prometheus, 'vllm:num_requests_running{project=""}')
+
+
+def test_concurrent_requests_are_busy_intervals(verl_run):
+    """24 concurrent requests per replica and step: one vllm_generate span per replica and
+    step, not one per request; the rank lanes carry verl's roles."""
+    _, url, _, _ = verl_run
+
+    def lanes():
+        rows = requests.get(url + "/api/v1/lanes", params={"project": PROJECT,
+                            "experiment_name": EXPERIMENT}, timeout=5).json()["lanes"]
+        got = {r["lane"]: r for r in rows}
+        return got if {"replica_0", "replica_1", "rank_0", "rank_1"} <= set(got) else None
+
+    got = wait_for(lanes, 20, "replica and rank lanes of the run at the server")
+    for lane in ("replica_0", "replica_1"):
+        assert got[lane]["states"] == {"vllm_generate": 4}, got[lane]  # not 4 * 24
+    for lane in ("rank_0", "rank_1"):
+        assert got[lane]["states"] == {"actor_compute_log_prob": 4, "actor_update": 4,
+                                       "update_weights": 4}, got[lane]
+
+
+def test_every_dashboard_of_the_run_has_data(verl_run):
+    cli, _, result, _ = verl_run
+    prom = cli.prometheus
+    run = {"project": PROJECT, "experiment_name": EXPERIMENT}
+    q = (f'max(rl_insight_monitor_training_global_step{{project="{PROJECT}",'
+         f'experiment_name="{EXPERIMENT}"}})')
+    wait_for(lambda: any(float(x["value"][1]) == 4 for x in prom_query(prom, q)), 30,
+             "the last step of the verl run in Prometheus")
+    wait_for(lambda: prom_query(prom, f'rl_insight_monitor_agent_loop_sessions_total'
+                                      f'{{project="{PROJECT}"}}'), 30, "agent-loop sessions")
+    # what a stock verl 0.9.1 run does not produce: no TransferQueue here, no per-request
+    # lanes (verl opens none), no hardware exporters
+    not_in_stock_verl = {"Pooled lanes in each state"}
+    checked, empty = 0, []
+    for d in build.dashboards():
+        if d.uid not in ("rl-insight-training", "rl-insight-rollout-vllm",
+                         "rl-insight-timeline", "rl-insight-vllm-sync",
+                         "rl-insight-agent-loop"):
+            continue
+        for section in d.sections:
+            for panel in section.panels:
+                if panel.title in not_in_stock_verl:
+                    continue
+                for query in panel.queries:
+                    if query.datasource != "prometheus":
+                        continue
+                    expr = substitute(query.expr, run)
+                    checked += 1
+                    if not query_range(prom, expr, result["t_start"] - 5,
+                                       result["t_done"] + 10):
+                        empty.append(f"{d.uid} / {panel.title}: {expr}")
+    assert checked > 60
+    assert not empty, "panels without data for the verl run:\n" + "\n".join(empty)
+
+
+def test_spans_reach_the_trace_path_under_the_run(verl_run):
+    """trace_span and agent_loop_session, gated on the API level by verl, delivered to
+    the trace path (the server relays to the FAKE Tempo) under the run."""
+    _, _, _, tempo = verl_run
+
+    def named(name):
+        return [a for a in tempo.attr_maps() if a.get("span_name") == name]
+
+    sessions = wait_for(lambda: len(named("agent_session")) == 16 and named("agent_session"),
+                        20, "16 agent_session spans at the trace receiver")
+    assert {(a["project"], a["experiment_name"]) for a in sessions} == {(PROJECT, EXPERIMENT)}
+    assert all(re.fullmatch(r"experiment=.+/sample=\d-\d/session=0/traj=0",
+                            a["state_lane_id"]) for a in sessions)
+    assert {a["status"] for a in sessions} == {"ok"}
+    for name in ("tool_call", "agent_trajectory", "actor_update"):
+        assert named(name), name
+    generate = named("vllm_generate")
+    assert len(generate) == 8  # 2 replicas x 4 steps, each covering its step's requests
+    assert sum(a.get("blocks", 1) for a in generate) == 2 * 4 * CONCURRENCY
