@@ -10,7 +10,9 @@ STAMP  := $(VENV)/.rl-insight-installed
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on -e '.[test]'
+	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on -e '.[test,verl]'
+	@echo "== installing verl 0.9.1 (without its GPU dependencies) for the tests that drive its own classes"
+	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps 'verl==0.9.1'
 	@touch $(STAMP)
 
 setup: $(STAMP)

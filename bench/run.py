@@ -1,6 +1,7 @@
 """`make bench` / `make bench-quick`: every benchmark, one table, goals and verdicts.
 
-Runs bench/caller_cost.py and bench/pipeline.py (each in a process of its own), then
+Runs bench/caller_cost.py, bench/pipeline.py and bench/busy_intervals.py (each in a
+process of its own), then
 prints their rows with the goals of the performance issue as ratios or limits, and
 writes bench/results/summary.json.
 """
@@ -63,7 +64,7 @@ def verdict(ok: bool, value: float, goal: str) -> str:
 def main() -> int:
     quick = "--quick" in sys.argv
     flag = ["--quick"] if quick else []
-    for script in ("caller_cost.py", "pipeline.py"):
+    for script in ("caller_cost.py", "pipeline.py", "busy_intervals.py"):
         print(f"== bench/{script} {' '.join(flag)}", flush=True)
         subprocess.run([sys.executable, str(HERE / script), *flag], check=True)
     cost = json.loads((RESULTS / "caller_cost.json").read_text())
@@ -71,6 +72,11 @@ def main() -> int:
     print("\nEnd to end, memory and the server (same run)")
     for name, r in pipe["rows"].items():
         print(f"  {name:<66} {r['value']:>12,.2f} {r['unit']}")
+    busy = json.loads((RESULTS / "busy_intervals.json").read_text())
+    print(f"\nverl-like rollout trace volume ({busy['concurrency']} concurrent requests per "
+          "replica; the same load with and without per-request spans)")
+    for name, value in busy["ratios"].items():
+        print(f"  {name:<66} {value:>12,.1f}x")
     print("\nGoals (ratios against references measured in the same run)")
     rows = []
     for name, value, goal, ok, note in goals(cost, pipe):

@@ -476,3 +476,31 @@ def test_api_signatures_match_the_contract():
     assert sig["update_prometheus_config"].startswith(
         "(server_addresses: 'Sequence[str] | str', job_name: 'str | None' = None, labels")
     assert "state_lane_id" in str(inspect.signature(rl_insight.trace_state))
+
+
+SHORT_LIVED = '''
+import sys, rl_insight
+for i in range(10):
+    rl_insight.update_prometheus_config([f"127.0.0.1:{31000 + i}"], "vllm", [{"replica": i}])
+if sys.argv[1] == "init-after":  # verl's order: registration first, then the run is named
+    rl_insight.init(project="short", experiment_name="lived")
+if sys.argv[1] in ("finish", "init-after"):
+    rl_insight.finish()
+'''
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("ending", ["exit", "finish", "init-after"])
+def test_registrations_of_a_short_lived_process_arrive(cli, ending):
+    """A process that registers and exits at once still delivers every registration
+    (finish() and interpreter exit wait for them within the exit deadline)."""
+    url = cli.start("prometheus.enabled=false")
+    env = client_env(cli, RL_INSIGHT_SERVER_URL=url, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", SHORT_LIVED, ending], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = requests.get(url + "/api/v1/prometheus/targets", timeout=5).json()["targets"]
+    assert sorted(t["labels"]["replica"] for t in rows) == [str(i) for i in range(10)]
+    want = ("short", "lived") if ending == "init-after" else ("", "")
+    assert {(t["project"], t["experiment_name"]) for t in rows} == {want}
+    assert all(t["awaiting_run"] == (ending != "init-after") for t in rows)

@@ -16,7 +16,7 @@ from rl_insight.client.core import Client
 from rl_insight.config import ClientSettings
 from rl_insight.events import Metric, Span, StateChange
 
-verl_tracking = pytest.importorskip("verl.utils.tracking")
+import verl.utils.tracking as verl_tracking  # noqa: E402 - installed by `make setup`
 RLInsightLogger = verl_tracking.RLInsightLogger
 
 
