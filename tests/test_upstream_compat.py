@@ -10,13 +10,13 @@ import logging
 import threading
 
 import pytest
+import verl.utils.tracking as verl_tracking  # installed by `make setup`
 
 from rl_insight.client import api
 from rl_insight.client.core import Client
 from rl_insight.config import ClientSettings
 from rl_insight.events import Metric, Span, StateChange
 
-import verl.utils.tracking as verl_tracking  # noqa: E402 - installed by `make setup`
 RLInsightLogger = verl_tracking.RLInsightLogger
 
 

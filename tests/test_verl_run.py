@@ -31,7 +31,6 @@ from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster
 from tests.test_simulation_e2e import query_range, substitute
 
-
 pytestmark = pytest.mark.integration
 
 PROJECT, EXPERIMENT = "verl-stock", "gsm8k-grpo-1"
