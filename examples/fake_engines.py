@@ -21,15 +21,37 @@ MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+# SGLang 0.5.23, srt/observability/metrics_collector.py (bucket lists L1966, L1988)
+SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200,
+                       400)
+SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200,
+                      400, 600, 1200, 1800, 2400)
 
 
-def serve(registry: CollectorRegistry) -> tuple[object, int]:
-    """Start a /metrics endpoint on a free port of every interface. It always answers in
-    the text format 0.0.4, as vLLM does: prometheus_client 0.26's OpenMetrics output
-    would rewrite the colons of ``vllm:`` names into underscores."""
+def serve(registry: CollectorRegistry, negotiate: bool = False) -> tuple[object, int]:
+    """Start a /metrics endpoint on a free port of every interface.
+
+    ``negotiate=False``: always the text format 0.0.4, as vLLM 0.33's own /metrics route
+    answers. ``negotiate=True``: prometheus_client's own negotiating WSGI app, the library
+    path SGLang 0.5.23 serves through (``make_asgi_app``): a scraper asking for OpenMetrics
+    gets it, and prometheus_client >= 0.23 then writes ``sglang_num_running_reqs`` for
+    ``sglang:num_running_reqs``, exactly as the real engine does."""
     import http.server
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
     pc.disable_created_metrics()
+    if negotiate:
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *a):
+                pass
+
+        class Threading(socketserver.ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+
+        server = make_server("0.0.0.0", 0, pc.make_wsgi_app(registry), Threading, Quiet)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, server.server_address[1]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
@@ -75,26 +97,39 @@ class _Metrics:
     def __init__(self, backend: str, registry: CollectorRegistry) -> None:
         self.backend = backend
         if backend == "sglang":
-            labels = {"model_name": MODEL}
-            names = list(labels)
-            self.running = Gauge("sglang:num_running_reqs", "Running requests", names,
-                                 registry=registry).labels(**labels)
-            self.waiting = Gauge("sglang:num_queue_reqs", "Queued requests", names,
-                                 registry=registry).labels(**labels)
-            self.kv = Gauge("sglang:token_usage", "Token (KV cache) usage", names,
-                            registry=registry).labels(**labels)
-            self.throughput = Gauge("sglang:gen_throughput", "Generation tokens/s", names,
-                                    registry=registry).labels(**labels)
-            self.cache_hit = Gauge("sglang:cache_hit_rate", "Prefix cache hit rate", names,
-                                   registry=registry).labels(**labels)
-            self.prompt_tokens = Counter("sglang:prompt_tokens", "Prompt tokens", names,
-                                         registry=registry).labels(**labels)
-            self.gen_tokens = Counter("sglang:generation_tokens", "Generation tokens", names,
-                                      registry=registry).labels(**labels)
-            self.ttft = Histogram("sglang:time_to_first_token_seconds", "TTFT", names,
-                                  buckets=LATENCY_BUCKETS, registry=registry).labels(**labels)
-            self.e2e = Histogram("sglang:e2e_request_latency_seconds", "E2E latency", names,
-                                 buckets=LATENCY_BUCKETS, registry=registry).labels(**labels)
+            # SGLang 0.5.23, srt/observability/metrics_collector.py: scheduler gauges are
+            # labelled model_name, engine_type, tp_rank, pp_rank, moe_ep_rank ("unified"
+            # and rank "0" on one GPU; L364-404); tokenizer families model_name,
+            # engine_type, plus is_streaming (L1855-2067), with their own buckets
+            sched = {"model_name": MODEL, "engine_type": "unified", "tp_rank": "0",
+                     "pp_rank": "0", "moe_ep_rank": "0"}
+            tok = {"model_name": MODEL, "engine_type": "unified", "is_streaming": "false"}
+
+            def sg(name, doc):
+                return Gauge(name, doc, list(sched), registry=registry).labels(**sched)
+
+            def tc(name, doc):
+                return Counter(name, doc, list(tok), registry=registry).labels(**tok)
+
+            def th(name, doc, buckets):
+                return Histogram(name, doc, list(tok), buckets=buckets,
+                                 registry=registry).labels(**tok)
+
+            self.running = sg("sglang:num_running_reqs", "The number of running requests.")
+            self.waiting = sg("sglang:num_queue_reqs", "The number of requests in the "
+                              "waiting queue.")
+            self.kv = sg("sglang:token_usage", "The token usage.")
+            self.throughput = sg("sglang:gen_throughput", "The generation throughput "
+                                 "(token/s).")
+            self.cache_hit = sg("sglang:cache_hit_rate", "The prefix cache hit rate.")
+            self.prompt_tokens = tc("sglang:prompt_tokens", "Number of prefill tokens "
+                                    "processed.")
+            self.gen_tokens = tc("sglang:generation_tokens", "Number of generation tokens "
+                                 "processed.")
+            self.ttft = th("sglang:time_to_first_token_seconds", "Histogram of time to first "
+                           "token in seconds.", SGLANG_TTFT_BUCKETS)
+            self.e2e = th("sglang:e2e_request_latency_seconds", "Histogram of End-to-end "
+                          "request latency in seconds", SGLANG_E2E_BUCKETS)
             return
         labels = {"model_name": MODEL, "engine": "0"}
         names = list(labels)
@@ -155,7 +190,8 @@ class FakeEngine:
         self.lock = threading.Lock()
         self.finished = 0
         self._recent_tokens: list[tuple[float, int]] = []
-        self.server, self.port = serve(self.registry)
+        # SGLang answers through prometheus_client's negotiating app; vLLM in text
+        self.server, self.port = serve(self.registry, negotiate=backend == "sglang")
         threading.Thread(target=self._loop, daemon=True, name="fake-engine").start()
 
     # -- driven by the RL step ----------------------------------------------------------

@@ -140,3 +140,31 @@ def test_distribution_grafana_server_layout(settings, tmp_path):
     binary.write_text("")
     launch = SERVICES["grafana"].launch(settings, binary)
     assert launch.argv[1] == "--homepath"  # grafana-server takes no `server` subcommand
+
+
+def test_engine_names_survive_openmetrics_negotiation(home):
+    """2.49+ scrapes text first; every version restores `vllm:`/`sglang:` names that an
+    OpenMetrics answer of prometheus_client >= 0.23 rewrote, and names vLLM-Omni's own
+    replica label engine_replica."""
+    import re
+
+    from rl_insight.server.services.prometheus import TEXT_FIRST
+
+    s = config.load(overrides=["host=127.0.0.1"])
+    prom = SERVICES["prometheus"]
+    assert "scrape_protocols" not in prom.render(s, "2.42.0")["global"]  # Debian's refuses it
+    assert prom.render(s, "2.54.1")["global"]["scrape_protocols"] == TEXT_FIRST
+    job = next(j for j in prom.render(s)["scrape_configs"]
+               if j["job_name"] == "rl_insight_targets")
+    rule = job["metric_relabel_configs"][0]
+
+    def relabel(name: str) -> str:  # Prometheus anchors the regex; Go's ${1} is \1
+        m = re.fullmatch(rule["regex"], name)
+        return rule["replacement"].replace("${1}", m[1]).replace("${2}", m[2]) if m else name
+
+    assert relabel("sglang_num_running_reqs") == "sglang:num_running_reqs"
+    assert relabel("vllm_prompt_tokens_total") == "vllm:prompt_tokens_total"
+    assert relabel("vllm_omni_stage_gen_time_s_bucket") == "vllm_omni:stage_gen_time_s_bucket"
+    for kept in ("vllm:num_requests_running", "vllm_omni:stage_gen_time_s_count",
+                 "sglang:token_usage", "tq_partitions_total", "node_cpu_seconds_total"):
+        assert relabel(kept) == kept

@@ -12,9 +12,37 @@ import yaml
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
-from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
+from rl_insight.server.services.base import (
+    Launch,
+    PortUse,
+    Service,
+    Upstream,
+    version_at_least,
+    write_atomic,
+)
 
 SERVER_JOB = "rl_insight_server"
+# Prometheus 2.49 added `scrape_protocols` (config/config.go); Debian's 2.42 refuses it.
+SCRAPE_PROTOCOLS_SINCE = "2.49.0"
+# Text first: engines answering through prometheus_client's negotiating app (SGLang 0.5.x,
+# TransferQueue 0.1.11) keep `:` in names only in the text format; prometheus_client
+# >= 0.23 writes `sglang_num_running_reqs` when OpenMetrics is negotiated.
+TEXT_FIRST = ["PrometheusText0.0.4", "OpenMetricsText1.0.0", "OpenMetricsText0.0.1",
+              "PrometheusProto"]
+# Whatever the protocol, names an engine's OpenMetrics answer rewrote are restored, so the
+# dashboards read `vllm:` and `sglang:` names from every Prometheus version. Prefixes:
+# vLLM 0.33 `vllm:`, vLLM-Omni 0.30 `vllm_omni:`, SGLang 0.5.23 `sglang:` (upstream
+# metric definitions; see shared upstream tables). A name that already has a colon is
+# left alone (the `[^:]*`), so `vllm_omni:x` never becomes `vllm:omni:x`.
+ENGINE_NAME_RELABEL = [
+    {"source_labels": ["__name__"], "regex": "(vllm_omni|sglang|vllm)_([^:]*)",
+     "target_label": "__name__", "replacement": "${1}:${2}"},
+    # vLLM-Omni labels vllm:* with its own `replica` (and `stage`); Prometheus renames the
+    # engine's to exported_replica beside the RL replica of the target: name it clearly
+    {"source_labels": ["exported_replica"], "regex": "(.+)", "target_label":
+     "engine_replica", "replacement": "${1}"},
+    {"action": "labeldrop", "regex": "exported_replica"},
+]
 
 
 class Prometheus(Service):
@@ -35,19 +63,21 @@ class Prometheus(Service):
         """Where the server writes file_sd target files that Prometheus watches."""
         return settings.generated_dir / "targets"
 
-    def render(self, settings: Settings) -> dict:
-        """The prometheus.yml as plain data."""
+    def render(self, settings: Settings, version: str = "") -> dict:
+        """The prometheus.yml as plain data, for the binary's ``version`` (empty: the
+        oldest we accept, so nothing newer is written)."""
         p = settings.prometheus
         server = netaddr.join_host_port(netaddr.local_host(settings.bind_host("server")),
                                         settings.server.port)
         own = netaddr.join_host_port(netaddr.local_host(settings.bind_host("prometheus")),
                                      p.port)
         targets = self.targets_dir(settings)
+        glob: dict = {"scrape_interval": p.scrape_interval,
+                      "evaluation_interval": p.scrape_interval}
+        if version and version_at_least(version, SCRAPE_PROTOCOLS_SINCE):
+            glob["scrape_protocols"] = TEXT_FIRST
         return {
-            "global": {
-                "scrape_interval": p.scrape_interval,
-                "evaluation_interval": p.scrape_interval,
-            },
+            "global": glob,
             "scrape_configs": [
                 {
                     "job_name": SERVER_JOB,
@@ -61,6 +91,7 @@ class Prometheus(Service):
                     "file_sd_configs": [
                         {"files": [str(targets / "*.json")], "refresh_interval": "5s"}
                     ],
+                    "metric_relabel_configs": ENGINE_NAME_RELABEL,
                 },
             ],
         }
@@ -70,7 +101,10 @@ class Prometheus(Service):
         work = self.work_dir(settings)
         self.targets_dir(settings).mkdir(parents=True, exist_ok=True)
         config = work / "prometheus.yml"
-        write_atomic(config, yaml.safe_dump(self.render(settings), sort_keys=False))
+        from rl_insight.server.binaries import probe_version
+
+        write_atomic(config, yaml.safe_dump(self.render(settings, probe_version(binary) or ""),
+                                            sort_keys=False))
         data = self.data_dir(settings)
         data.mkdir(parents=True, exist_ok=True)
         host = settings.bind_host("prometheus")
