@@ -134,3 +134,18 @@ def cli(home: Path) -> Cli:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The client API with a real Client whose exporter records instead of sending."""
+    from rl_insight.client import api
+    from rl_insight.client.core import Client
+    from rl_insight.config import ClientSettings
+
+    c = Client("http://127.0.0.1:1", "", "", ClientSettings())
+    got: list = []
+    c.buffer.export = lambda items, dropped: got.extend(items)
+    monkeypatch.setattr(api, "_client", c)
+    monkeypatch.setattr(api, "_env_checked", True)
+    return c, got

@@ -14,8 +14,6 @@ import requests
 
 from rl_insight import naming
 from rl_insight.client import api
-from rl_insight.client.core import Client
-from rl_insight.config import ClientSettings
 from rl_insight.events import Metric, Span, StateChange
 from tests.conftest import REPO, prom_query, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
@@ -350,17 +348,6 @@ print(api._client is None, rl_insight.enabled())
 
 
 # -- in-process checks of what the API builds --------------------------------------------
-
-@pytest.fixture
-def recorded(monkeypatch):
-    """The API with a real Client whose exporter records instead of sending."""
-    c = Client("http://127.0.0.1:1", "", "", ClientSettings())
-    got: list = []
-    c.buffer.export = lambda items, dropped: got.extend(items)
-    monkeypatch.setattr(api, "_client", c)
-    monkeypatch.setattr(api, "_env_checked", True)
-    return c, got
-
 
 def test_trace_op_sync_async_nesting_and_errors(recorded):
     c, got = recorded

@@ -13,25 +13,18 @@ import pytest
 import verl.utils.tracking as verl_tracking  # installed by `make setup`
 
 from rl_insight.client import api
-from rl_insight.client.core import Client
-from rl_insight.config import ClientSettings
 from rl_insight.events import Metric, Span, StateChange
 
 RLInsightLogger = verl_tracking.RLInsightLogger
 
 
 @pytest.fixture
-def recorded(monkeypatch):
-    """The API with a real Client whose exporter records instead of sending."""
-    c = Client("http://127.0.0.1:1", "", "", ClientSettings())
-    got: list = []
-    c.buffer.export = lambda items, dropped: got.extend(items)
-    monkeypatch.setattr(api, "_client", c)
-    monkeypatch.setattr(api, "_env_checked", True)
+def verl_recorded(recorded, monkeypatch):
+    """``recorded``, with monitoring on for verl's RLInsightLogger in this process."""
     monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
     monkeypatch.setattr(RLInsightLogger, "_init_done", True)
     monkeypatch.setattr(RLInsightLogger, "_warned_unsupported_features", set())
-    return c, got
+    return recorded
 
 
 def of(got: list, kind: type) -> list:
@@ -50,10 +43,10 @@ def test_verl_version_gate_passes():
     assert agent_loop.agent_loop_session is rl_insight.agent_loop_session
 
 
-def test_concurrent_generate_requests_are_one_busy_interval(recorded):
+def test_concurrent_generate_requests_are_one_busy_interval(verl_recorded):
     """verl wraps every request of its async generate in trace_state on the replica's
     lane; 8 overlapping requests are one interval: one enter, one span."""
-    c, got = recorded
+    c, got = verl_recorded
     inside = threading.Barrier(8)
 
     def request(i: int) -> None:
@@ -79,8 +72,8 @@ def test_concurrent_generate_requests_are_one_busy_interval(recorded):
     assert not api._open  # every interval closed
 
 
-def test_sequential_blocks_stay_separate_and_per_request_detail(recorded):
-    c, got = recorded
+def test_sequential_blocks_stay_separate_and_per_request_detail(verl_recorded):
+    c, got = verl_recorded
     c.settings.per_request_spans = True
     for _ in range(2):  # not overlapping: two intervals
         with api.trace_state("vllm_generate", state_lane_id="replica_0", step=1):
@@ -102,8 +95,8 @@ def test_sequential_blocks_stay_separate_and_per_request_detail(recorded):
         assert dict(r.attributes)["state_lane_id"] == "replica_0"
 
 
-def test_trace_state_decorates_sync_and_async(recorded):
-    c, got = recorded
+def test_trace_state_decorates_sync_and_async(verl_recorded):
+    c, got = verl_recorded
 
     @api.trace_state("actor_update", state_lane_id="rank_0")
     def update(x):
@@ -134,8 +127,8 @@ def test_label_list_length_must_match_even_when_off(monkeypatch):
     api.update_prometheus_config(["a:1", "b:2"], "vllm", [{"replica": 0}, None])  # fine
 
 
-def test_verl_trace_span_and_agent_loop_session_deliver(recorded, monkeypatch):
-    c, got = recorded
+def test_verl_trace_span_and_agent_loop_session_deliver(verl_recorded, monkeypatch):
+    c, got = verl_recorded
     monkeypatch.setattr(RLInsightLogger, "_rl_insight_module", None)
     RLInsightLogger.trace_span("tool_call", start_time_ns=1_000, end_time_ns=5_000,
                                attributes={"state_lane_id": "req_7", "tool": "python"})
