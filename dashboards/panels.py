@@ -126,6 +126,18 @@ VLLM = (
              f"{{{REPLICA}}}[$__rate_interval])))", "generated"),
        Query(f"histogram_quantile(0.5, sum by (le) (rate(vllm:iteration_tokens_total_bucket"
              f"{{{REPLICA}}}[$__rate_interval])))", "per engine step")),
+    ts("Time per output token", *quantiles("vllm:request_time_per_output_token_seconds",
+                                           "replica", REPLICA, (0.5, 0.9)), unit="s"),
+    ts("Waiting requests by reason",
+       Query(f"sum by (reason) (vllm:num_requests_waiting_by_reason{{{REPLICA}}})",
+             "{{reason}}"),
+       description="capacity: no KV-cache room; deferred: held back by the scheduler."),
+    ts("Weight-update operations (p90)",
+       Query(f"histogram_quantile(0.9, sum by (le, operation) (rate("
+             f"vllm:rl_weight_update_operation_duration_seconds_bucket{{{REPLICA}}}"
+             "[$__rate_interval])))", "{{operation}}"), unit="s",
+       description="vLLM's own timing of RL weight sync (start, update, finish); vLLM "
+                   "exports it with VLLM_SERVER_DEV_MODE=1."),
     ts("Engine awake", Query(f'max by (replica) (vllm:engine_sleep_state{{{REPLICA},'
                              f'sleep_state="awake"}})', "replica {{replica}}"),
        kind="state-timeline", width=24, height=6,
@@ -154,6 +166,20 @@ SGLANG = (
                                                 "replica", REPLICA), unit="s"),
     ts("Prefix-cache hit rate", Query(f"avg by (replica) (sglang:cache_hit_rate{{{REPLICA}}})",
                                       "replica {{replica}}"), unit="percentunit"),
+    ts("Paused and retracted requests",
+       Query(f"sum by (replica) (sglang:num_paused_reqs{{{REPLICA}}})", "paused {{replica}}"),
+       Query(f"sum by (replica) (sglang:num_retracted_reqs{{{REPLICA}}})",
+             "retracted {{replica}}"),
+       description="Paused: held during an asynchronous weight sync. Retracted: sent back "
+                   "to the queue for want of KV cache (vLLM's preemptions)."),
+    ts("Queue time", *quantiles("sglang:queue_time_seconds", "replica", REPLICA, (0.5, 0.9)),
+       unit="s"),
+    ts("Inter-token latency", *quantiles("sglang:inter_token_latency_seconds", "replica",
+                                         REPLICA, (0.5, 0.9)), unit="s"),
+    ts("Latency per request stage (p90)",
+       Query(f"histogram_quantile(0.9, sum by (le, stage) (rate("
+             f"sglang:per_stage_req_latency_seconds_bucket{{{REPLICA}}}[$__rate_interval])))",
+             "{{stage}}"), unit="s"),
 )
 
 # -- TransferQueue ------------------------------------------------------------------------------

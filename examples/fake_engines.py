@@ -9,6 +9,7 @@ the sleep state follows the RL step. Nothing here is the real engine.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -21,7 +22,19 @@ MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
-# SGLang 0.5.23, srt/observability/metrics_collector.py (bucket lists L1966, L1988)
+# vLLM 0.33, entrypoints/rl/online/metrics.py and entrypoints/serve/dev/sleep/metrics.py
+OPERATION_BUCKETS = (0.01, 0.1, 1, 10, 30, 60, 120, 300, 600)
+# vLLM 0.33, v1/metrics/loggers.py L84 (inter-token latency, time per output token)
+VLLM_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                    5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+# SGLang 0.5.23, srt/observability/metrics_collector.py (bucket lists L1966, L1988, L2014,
+# L837, and exponential_buckets(0.001, 1.62, 30) at L884)
+SGLANG_ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
+                      0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
+SGLANG_QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15,
+                        20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700,
+                        800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000)
+SGLANG_STAGE_BUCKETS = tuple(0.001 * 1.62 ** i for i in range(30))
 SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200,
                        400)
 SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200,
@@ -130,6 +143,28 @@ class _Metrics:
                            "token in seconds.", SGLANG_TTFT_BUCKETS)
             self.e2e = th("sglang:e2e_request_latency_seconds", "Histogram of End-to-end "
                           "request latency in seconds", SGLANG_E2E_BUCKETS)
+            self.sched = sched
+            # L837 (scheduler labels), L884 (+stage), L2050 (tokenizer labels, no
+            # is_streaming); buckets as upstream
+            self.queue_time = Histogram("sglang:queue_time_seconds", "Histogram of queueing "
+                                        "time in seconds.", list(sched),
+                                        buckets=SGLANG_QUEUE_BUCKETS,
+                                        registry=registry).labels(**sched)
+            self.stage = Histogram("sglang:per_stage_req_latency_seconds", "The latency of "
+                                   "each stage of requests.", [*sched, "stage"],
+                                   buckets=SGLANG_STAGE_BUCKETS, registry=registry)
+            tl = {"model_name": MODEL, "engine_type": "unified"}
+            self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-"
+                                 "token latency in seconds.", list(tl),
+                                 buckets=SGLANG_ITL_BUCKETS, registry=registry).labels(**tl)
+            # L552/L573: these two have no multiprocess mode, so SGLang exposes them with
+            # a `pid` label as well
+            pid = {**sched, "pid": str(os.getpid())}
+            self.paused = Gauge("sglang:num_paused_reqs", "The number of paused requests "
+                                "by async weight sync.", list(pid),
+                                registry=registry).labels(**pid)
+            self.retracted = Gauge("sglang:num_retracted_reqs", "The number of retracted "
+                                   "requests.", list(pid), registry=registry).labels(**pid)
             return
         labels = {"model_name": MODEL, "engine": "0"}
         names = list(labels)
@@ -170,6 +205,26 @@ class _Metrics:
         self.iteration = h("vllm:iteration_tokens_total", "Tokens per engine step",
                            TOKEN_BUCKETS)
         self.labels = labels
+        # vLLM 0.33 with VLLM_SERVER_DEV_MODE=1 (what RL weight sync uses): per operation,
+        # no model/engine labels. entrypoints/rl/online/metrics.py L19/L26,
+        # entrypoints/serve/dev/sleep/metrics.py L21/L28; buckets as upstream
+        self.op_duration = {
+            fam: Histogram(f"vllm:{fam}_operation_duration_seconds", doc, ["operation"],
+                           buckets=OPERATION_BUCKETS, registry=registry)
+            for fam, doc in (("rl_weight_update", "Duration of RL weight-update operations"),
+                             ("sleep_mode", "Duration of sleep-mode operations"))}
+        self.op_in_flight = {
+            fam: Gauge(f"vllm:{fam}_operations_in_flight", doc, ["operation"],
+                       registry=registry)
+            for fam, doc in (("rl_weight_update", "RL weight-update operations running"),
+                             ("sleep_mode", "Sleep-mode operations running"))}
+        # loggers.py L548 (reasons pre-created) and L951 (TPOT, ITL buckets)
+        self.waiting_by_reason = g("vllm:num_requests_waiting_by_reason",
+                                   "Waiting requests by reason", ["reason"])
+        for reason in ("capacity", "deferred"):
+            self.waiting_by_reason.labels(**labels, reason=reason).set(0)
+        self.tpot = h("vllm:request_time_per_output_token_seconds", "Time per output token",
+                      VLLM_ITL_BUCKETS)
         for state in SLEEP_STATES:
             self.sleep.labels(**labels, sleep_state=state).set(1 if state == "awake" else 0)
         for reason in ("stop", "length"):
@@ -206,10 +261,23 @@ class FakeEngine:
         with self.lock:
             return bool(self.s.waiting or self.s.running)
 
+    def operation(self, family: str, operation: str, seconds: float) -> None:
+        """A vLLM dev-mode operation (``sleep_mode``: sleep, wake, release_kv_cache_memory;
+        ``rl_weight_update``: start, update, finish) taking ``seconds``."""
+        if self.backend == "sglang":
+            return
+        gauge = self.m.op_in_flight[family].labels(operation=operation)
+        gauge.inc()
+        time.sleep(seconds)
+        gauge.dec()
+        self.m.op_duration[family].labels(operation=operation).observe(seconds)
+
     def set_sleep(self, level: int) -> None:
         """0 awake, 1 weights offloaded, 2 everything discarded."""
         with self.lock:
             self.s.sleep_level = level
+            if self.backend == "sglang":  # requests wait out the weight sync paused
+                self.m.paused.set(len(self.s.waiting) if level else 0)
             if level:
                 self.m.kv.set(0)
         if self.backend != "sglang":
@@ -239,7 +307,12 @@ class FakeEngine:
                 used += r.prompt
                 s.running.append(r)
                 m.prompt_tokens.inc(r.prompt)
-                if self.backend != "sglang":
+                if self.backend == "sglang":
+                    m.queue_time.observe(now - r.arrived)
+                    m.stage.labels(**m.sched, stage="request_process").observe(0.002)
+                    m.stage.labels(**m.sched, stage="prefill_forward").observe(
+                        0.02 + r.prompt / 20_000)
+                else:
                     m.queue_time.observe(now - r.arrived)
                     m.prefill.observe(0.02 + r.prompt / 20_000)
                     m.req_prompt.observe(r.prompt)
@@ -260,21 +333,31 @@ class FakeEngine:
                 s.running.remove(r)
                 self.finished += 1
                 m.e2e.observe(now - r.arrived)
+                if self.backend == "sglang":
+                    m.itl.observe(self.TICK / s.tokens_per_tick)
                 if self.backend != "sglang":
                     m.success.labels(**m.labels, finished_reason="length" if r.target > 500
                                      else "stop").inc()
                     m.decode.observe(now - r.first_token)
                     m.req_gen.observe(r.generated)
                     m.itl.observe(self.TICK / s.tokens_per_tick)
+                    m.tpot.observe((now - r.first_token) / max(r.generated - 1, 1))
             used = sum(r.prompt + r.generated for r in s.running)
-            if used > s.kv_capacity_tokens * 0.95 and s.running and self.backend != "sglang":
+            retracted = 0
+            if used > s.kv_capacity_tokens * 0.95 and s.running:
                 victim = s.running.pop()  # preempted: back to the queue, recomputed later
                 victim.generated = 0
                 s.waiting.insert(0, victim)
-                m.preemptions.inc()
+                retracted = 1
+                if self.backend != "sglang":
+                    m.preemptions.inc()
+            if self.backend == "sglang":  # SGLang's name for it: retracted requests
+                m.retracted.set(retracted)
             m.gen_tokens.inc(step_tokens)
             m.running.set(len(s.running))
             m.waiting.set(len(s.waiting))
+            if self.backend != "sglang":  # the queue waits on KV capacity in this model
+                m.waiting_by_reason.labels(**m.labels, reason="capacity").set(len(s.waiting))
             m.kv.set(min(used / s.kv_capacity_tokens, 1.0))
             if self.backend != "sglang":
                 m.iteration.observe(step_tokens + sum(1 for _ in done))

@@ -86,7 +86,15 @@ class RolloutReplica:
         with rl_insight.trace_state(name, state_lane_id=self.lane, step=step):
             if sleep_level is not None:
                 self.engine.set_sleep(sleep_level)
-            time.sleep(seconds)
+            # the engine's own record of the same operation (vLLM's dev-mode metrics)
+            op = {"vllm_sleep": ("sleep_mode", "sleep"), "vllm_wake_up": ("sleep_mode", "wake"),
+                  "vllm_release_kv_cache": ("sleep_mode", "release_kv_cache_memory"),
+                  "vllm_resume_kv_cache": ("rl_weight_update", "update"),
+                  "switch_wait": ("rl_weight_update", "update")}.get(name)
+            if op is not None:
+                self.engine.operation(*op, seconds)
+            else:
+                time.sleep(seconds)
 
 
 @ray.remote(num_cpus=0)
