@@ -162,7 +162,7 @@ HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
 RUN_VARS = ("project", "experiment_name")
 BACKENDS = {  # backend -> (title, rollout panels, the metric that lists its replicas)
     "vllm": ("vLLM", P.VLLM, "vllm:num_requests_running"),
-    "vllm-omni": ("vLLM-Omni", P.VLLM, "vllm:num_requests_running"),
+    "vllm-omni": ("vLLM-Omni", P.VLLM_OMNI, "vllm:num_requests_running"),
     "sglang": ("SGLang", P.SGLANG, "sglang:num_running_reqs"),
 }
 
@@ -176,6 +176,11 @@ def dashboards() -> list[Dashboard]:
                   "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",
                   [Section("Rollout (vLLM)", P.VLLM)], RUN_VARS + ("replica",),
                   BACKENDS["vllm"][2]),
+        Dashboard("rl-insight-rollout-vllm-omni", "RL-Insight · Rollout · vLLM-Omni",
+                  "Every vLLM-Omni replica, per pipeline stage: the LLM stage's engine "
+                  "metrics, diffusion, cross-stage transfer, images.",
+                  [Section("Rollout (vLLM-Omni)", P.VLLM_OMNI)], RUN_VARS + ("replica",),
+                  BACKENDS["vllm-omni"][2]),
         Dashboard("rl-insight-rollout-sglang", "RL-Insight · Rollout · SGLang",
                   "Every SGLang replica: requests, token usage, throughput, latency.",
                   [Section("Rollout (SGLang)", P.SGLANG)], RUN_VARS + ("replica",),

@@ -7,7 +7,7 @@ $replica and $node, and Grafana's $__rate_interval and $__range.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
 REPLICA = RUN + ',replica=~"$replica"'
@@ -146,6 +146,74 @@ VLLM = (
        options={"mappings": {"0": ("asleep", "blue"), "1": ("awake", "green")}}),
 )
 
+# -- rollout: vLLM-Omni (vllm-omni 0.30.0, vllm_omni/metrics/: vllm:* labelled stage and the
+# engine's own replica, which arrives as engine_replica; its own vllm_omni:* families) ---------
+VLLM_ONLY = ("Weight-update operations (p90)",)  # vLLM's dev-mode routes, not vLLM-Omni's
+
+
+def per_stage(panel: Panel) -> Panel:
+    """A vLLM panel split by pipeline stage as well as by RL replica."""
+    def split(q: Query) -> Query:
+        expr = q.expr.replace("by (replica)", "by (replica, stage)").replace(
+            "by (le, replica)", "by (le, replica, stage)")
+        return Query(expr, q.legend.replace("{{replica}}", "{{replica}} stage {{stage}}"),
+                     q.datasource)
+    return replace(panel, queries=tuple(split(q) for q in panel.queries))
+
+
+VO = "vllm_omni:"
+OMNI = (
+    ts("Pipeline requests",
+       Query(f"sum by (replica) ({VO}num_requests_running{{{REPLICA}}})", "running {{replica}}"),
+       Query(f"sum by (replica) ({VO}num_requests_waiting{{{REPLICA}}})", "waiting {{replica}}"),
+       description="Requests anywhere in the pipeline, and waiting to enter it."),
+    ts("Pipeline end-to-end latency", *quantiles(f"{VO}e2e_request_latency_s", "replica",
+                                                 REPLICA), unit="s"),
+    ts("Finished and failed requests",
+       Query(f"sum by (finished_reason) (rate({VO}requests_success_total{{{REPLICA}}}"
+             "[$__rate_interval]))", "{{finished_reason}}"),
+       Query(f"sum by (reason) (rate({VO}requests_failed_total{{{REPLICA}}}"
+             f'[$__rate_interval])) or label_replace(0 * sum(rate({VO}requests_success_total'
+             f'{{{REPLICA}}}[$__rate_interval])), "reason", "none", "", "")',
+             "failed: {{reason}}"), unit="reqps",
+       description="Failures by reason (client_abort, client_disconnect, stage_error, "
+                   "unknown); a 0 line labelled none while nothing fails."),
+    ts("Generation time per stage (p90)",
+       Query(f"histogram_quantile(0.9, sum by (le, stage, stage_type) (rate("
+             f"{VO}stage_gen_time_s_bucket{{{REPLICA}}}[$__rate_interval])))",
+             "stage {{stage}} ({{stage_type}})"), unit="s"),
+    ts("Waiting per stage",
+       Query(f"sum by (stage) ({VO}stage_waiting_requests{{{REPLICA}}})", "stage {{stage}}"),
+       Query(f"histogram_quantile(0.9, sum by (le) (rate({VO}request_queue_wait_s_bucket"
+             f"{{{REPLICA}}}[$__rate_interval])))", "queue wait p90 (s)")),
+    ts("Diffusion time (p90)",
+       *(Query(f"histogram_quantile(0.9, sum by (le) (rate({VO}{name}_bucket{{{REPLICA}}}"
+               "[$__rate_interval])))", legend)
+         for name, legend in (("diffusion_exec_s", "denoising"), ("vae_decode_s", "VAE decode"),
+                              ("diffusion_preprocess_s", "preprocess"),
+                              ("stage_in_queue_s", "scheduler queue"))), unit="s"),
+    ts("Denoise step latency", *quantiles(f"{VO}denoise_step_latency_s", "stage", REPLICA,
+                                          (0.5, 0.9)), unit="s"),
+    ts("Diffusion steps per request", *quantiles(f"{VO}num_inference_steps", "replica",
+                                                 REPLICA, (0.5,))),
+    ts("Images generated", Query(f"sum by (replica) (rate({VO}image_count_total{{{REPLICA}}}"
+                                 "[$__rate_interval]))", "replica {{replica}}"),
+       unit="short"),
+    ts("Cross-stage transfer (p90)",
+       *(Query(f"histogram_quantile(0.9, sum by (le, from_stage, to_stage) (rate("
+               f"{VO}transfer_{name}_s_bucket{{{REPLICA}}}[$__rate_interval])))",
+               f"{name} {{{{from_stage}}}}→{{{{to_stage}}}}")
+         for name in ("tx", "rx", "in_flight")),
+       unit="s"),
+    ts("Transfer size (p50)",
+       Query(f"histogram_quantile(0.5, sum by (le, from_stage, to_stage) (rate("
+             f"{VO}transfer_size_bytes_bucket{{{REPLICA}}}[$__rate_interval])))",
+             "{{from_stage}}→{{to_stage}}"), unit="bytes"),
+    ts("Peak GPU memory per stage", Query(f"max by (stage) ({VO}peak_memory_mb{{{REPLICA}}})",
+                                          "stage {{stage}}"), unit="decmbytes"),
+)
+VLLM_OMNI = tuple(per_stage(p) for p in VLLM if p.title not in VLLM_ONLY) + OMNI
+
 # -- rollout: SGLang ----------------------------------------------------------------------------
 SGLANG = (
     ts("Running requests", Query(f"sum by (replica) (sglang:num_running_reqs{{{REPLICA}}})",
@@ -182,29 +250,66 @@ SGLANG = (
              "{{stage}}"), unit="s"),
 )
 
-# -- TransferQueue ------------------------------------------------------------------------------
+# -- TransferQueue (transferqueue 0.1.11, transfer_queue/metrics.py: the controller's
+# endpoint, job transfer_queue; each storage unit's own, job transfer_queue_storage) -----------
+TQ_REQ = '{__name__=~"tq_(controller|storage)_request_%s",' + RUN + "}"
 TQ = (
-    ts("Partitions", Query(f"max(tq_partitions_total{{{RUN}}})", "partitions")),
+    ts("Partitions", Query(f"max(tq_partitions_total{{{RUN}}})", "partitions"),
+       description="Live partitions (verl: train and val)."),
     ts("Samples per partition", Query(f"max by (partition_id) (tq_partition_samples_total"
                                       f"{{{RUN}}})", "{{partition_id}}")),
-    ts("Production progress", Query(f"min by (task_name) (tq_partition_production_progress"
-                                    f"{{{RUN}}})", "{{task_name}}"), unit="percentunit",
-       description="The least-produced partition's progress per task."),
-    ts("Consumption progress", Query(f"min by (task_name) (tq_partition_consumption_progress"
-                                     f"{{{RUN}}})", "{{task_name}}"), unit="percentunit"),
+    ts("Production progress",
+       Query(f"min by (partition_id, task_name) (tq_partition_production_progress{{{RUN}}})",
+             "{{partition_id}} {{task_name}}"), unit="percentunit",
+       description="Share of a partition's samples with data written; task all counts "
+                   "every sample."),
+    ts("Consumption progress",
+       Query(f"min by (partition_id, task_name) (tq_partition_consumption_progress"
+             f"{{{RUN}}})", "{{partition_id}} {{task_name}}"), unit="percentunit",
+       description="Share of a partition's samples each consumer task has read. Counted "
+                   "for readers that name a task (get_meta with task_name); verl 0.9.1's V1 "
+                   "trainer reads by key, which shows under samples produced and cleared."),
+    ts("Samples produced and cleared",
+       Query(f'sum(rate(tq_controller_request_samples_total{{{RUN},'
+             f'op_type="NOTIFY_DATA_UPDATE"}}[$__rate_interval]))', "produced"),
+       Query(f'sum(rate(tq_controller_request_samples_total{{{RUN},op_type="CLEAR_META"}}'
+             "[$__rate_interval]))", "cleared"),
+       description="Samples per second written (data updates) and cleared; cleared "
+                   "lagging produced means the queue grows."),
     ts("Controller requests", Query(f"sum by (op_type) (rate(tq_controller_request_total"
                                     f"{{{RUN}}}[$__rate_interval]))", "{{op_type}}"),
        unit="reqps"),
     ts("Controller request duration (p99)",
        *quantiles("tq_controller_request_duration_seconds", "op_type", RUN, (0.99,)),
        unit="s"),
+    ts("Request errors",
+       Query(f"sum by (op_type) (rate({TQ_REQ % 'errors_total'}[$__rate_interval])) or "
+             f"0 * sum by (op_type) (rate({TQ_REQ % 'total'}[$__rate_interval]))",
+             "{{op_type}}"), unit="reqps",
+       description="Failed controller and storage requests per second, by request type "
+                   "(0 for each type served without error)."),
+    ts("Storage requests", Query(f"sum by (op_type) (rate(tq_storage_request_total{{{RUN}}}"
+                                 "[$__rate_interval]))", "{{op_type}}"), unit="reqps",
+       description="PUT_DATA, GET_DATA and CLEAR_DATA, from every storage unit's own "
+                   "endpoint."),
+    ts("Storage request latency (p99)",
+       *quantiles("tq_storage_request_duration_seconds", "op_type", RUN, (0.99,)), unit="s"),
+    ts("Storage keys and capacity",
+       Query(f"sum by (storage_unit_id) (tq_storage_active_keys_total{{{RUN}}})",
+             "keys {{storage_unit_id}}"),
+       Query(f"sum(tq_storage_capacity_total{{{RUN}}})", "capacity (all units)"),
+       description="Active keys per storage unit; capacity is reported when "
+                   "total_storage_size is set (verl's default: 100000)."),
     ts("Storage utilisation", Query(f"max by (storage_unit_id) (tq_storage_utilization_ratio"
                                     f"{{{RUN}}})", "{{storage_unit_id}}"), unit="percentunit"),
-    ts("Storage request latency (p99)",
-       Query(f"max by (storage_unit_id, op_type) (tq_storage_request_latency_p99{{{RUN}}})",
-             "{{storage_unit_id}} {{op_type}}"), unit="s"),
-    ts("Controller memory",
-       Query(f"max(tq_controller_memory_rss_bytes{{{RUN}}})", "RSS"), unit="bytes"),
+    ts("Global indexes",
+       Query(f"max(tq_global_index_allocated_total{{{RUN}}})", "allocated"),
+       Query(f"max(tq_global_index_reusable_total{{{RUN}}})", "reusable"),
+       description="Sample slots the controller has handed out, and cleared ones "
+                   "waiting for reuse."),
+    ts("Memory", Query(f"max(tq_controller_memory_rss_bytes{{{RUN}}})", "controller"),
+       Query(f"max by (storage_unit_id) (tq_storage_memory_rss_bytes{{{RUN}}})",
+             "{{storage_unit_id}}"), unit="bytes"),
 )
 
 # -- state timeline -----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""FAKE rollout engines and a FAKE TransferQueue controller for the simulated RL run.
+"""FAKE rollout engines for the simulated RL run.
 
-vLLM, SGLang and TransferQueue cannot run on a laptop without GPUs, so these stand-ins
-serve real /metrics endpoints with the real metric names and labels (vLLM V1:
-``model_name``, ``engine``; SGLang: ``model_name``; TransferQueue: ``tq_``), whose values
+vLLM, vLLM-Omni and SGLang cannot run on a laptop without GPUs, so these stand-ins
+serve real /metrics endpoints with the real metric names and labels (read from each
+upstream's source at the version named beside it), whose values
 follow a simulated load: requests arrive, queue, run and finish, the KV cache fills, and
 the sleep state follows the RL step. Nothing here is the real engine.
 """
@@ -39,6 +39,115 @@ SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 8
                        400)
 SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200,
                       400, 600, 1200, 1800, 2400)
+# vllm-omni 0.30.0, vllm_omni/metrics/definitions.py SECONDS_BUCKETS, SECONDS_FAST_BUCKETS,
+# BYTES_BUCKETS
+OMNI_SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+OMNI_FAST = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
+OMNI_BYTES = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+              268435456)
+
+
+class OmniPipeline:
+    """vLLM-Omni's own ``vllm_omni:*`` families for a two-stage pipeline: stage 0 the
+    autoregressive LLM (whose ``vllm:*`` metrics the engine serves), stage 1 a diffusion
+    stage turning its output into an image. Names, label sets, types and buckets: vllm-omni
+    0.30.0, vllm_omni/metrics/prometheus.py (pipeline and service families, labels
+    model_name[, finished_reason | reason | stage | stage, stage_type]), modality.py
+    (diffusion families, labels model_name, stage, replica) and transfer.py (labels
+    model_name, from_stage, from_replica, to_stage, to_replica)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        m = {"model_name": MODEL}
+        stage = ["model_name", "stage", "replica"]
+
+        def hist(name, doc, labels, buckets=None):
+            kw = {"buckets": buckets} if buckets else {}
+            return Histogram(name, doc, labels, registry=registry, **kw)
+
+        self.running = Gauge("vllm_omni:num_requests_running", "Requests running across "
+                             "all stages", list(m), registry=registry).labels(**m)
+        self.waiting = Gauge("vllm_omni:num_requests_waiting", "Requests waiting",
+                             list(m), registry=registry).labels(**m)
+        self.e2e = hist("vllm_omni:e2e_request_latency_s", "Pipeline e2e latency", list(m),
+                        OMNI_SECONDS).labels(**m)
+        self.success = Counter("vllm_omni:requests_success", "Requests by finish reason",
+                               [*m, "finished_reason"], registry=registry)
+        self.failed = Counter("vllm_omni:requests_failed", "Requests by failure reason",
+                              [*m, "reason"], registry=registry)
+        self.prompt_tokens = Counter("vllm_omni:prompt_tokens", "Prompt tokens", list(m),
+                                     registry=registry).labels(**m)
+        self.gen_tokens = Counter("vllm_omni:generation_tokens", "Generated tokens",
+                                  list(m), registry=registry).labels(**m)
+        self.stage_gen = hist("vllm_omni:stage_gen_time_s", "Generation time per stage",
+                              [*m, "stage", "stage_type"], OMNI_SECONDS)
+        self.queue_wait = hist("vllm_omni:request_queue_wait_s", "Queue wait before the "
+                               "first stage", list(m), OMNI_SECONDS).labels(**m)
+        self.stage_waiting = Gauge("vllm_omni:stage_waiting_requests", "Waiting per stage",
+                                   [*m, "stage"], registry=registry)
+        self.steps = hist("vllm_omni:num_inference_steps", "Diffusion steps per request",
+                          list(m)).labels(**m)
+        self.images = Counter("vllm_omni:image_count", "Images", list(m),
+                              registry=registry).labels(**m)
+        self.pixels = hist("vllm_omni:image_pixels", "Pixels per image", list(m)).labels(**m)
+        self.peak_memory = Gauge("vllm_omni:peak_memory_mb", "Peak GPU memory per stage",
+                                 [*m, "stage"], registry=registry)
+        self.in_queue = hist("vllm_omni:stage_in_queue_s", "Diffusion scheduler queue time",
+                             [*m, "stage"], OMNI_FAST)
+        self.diffusion = {
+            name: hist(f"vllm_omni:{name}", name, stage, buckets)
+            for name, buckets in (("diffusion_exec_s", OMNI_SECONDS),
+                                  ("diffusion_exec_per_step_s", OMNI_FAST),
+                                  ("diffusion_preprocess_s", OMNI_FAST),
+                                  ("diffusion_postprocess_s", OMNI_FAST),
+                                  ("vae_decode_s", OMNI_SECONDS),
+                                  ("denoise_step_latency_s", OMNI_FAST))}
+        hop = ["model_name", "from_stage", "from_replica", "to_stage", "to_replica"]
+        self.transfer = {name: hist(f"vllm_omni:{name}", name, hop,
+                                    OMNI_BYTES if name.endswith("bytes") else OMNI_FAST)
+                         for name in ("transfer_size_bytes", "transfer_tx_s",
+                                      "transfer_rx_s", "transfer_in_flight_s")}
+        for s_id, mb in (("0", 18_000.0), ("1", 9_500.0)):
+            self.peak_memory.labels(**m, stage=s_id).set(mb)
+            self.stage_waiting.labels(**m, stage=s_id).set(0)
+
+    def queue(self, waiting: int, running: int) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.stage_waiting.labels(model_name=MODEL, stage="0").set(waiting)
+
+    def finished(self, rng: random.Random, arrived: float, scheduled: float, now: float,
+                 prompt: int, generated: int, reason: str) -> None:
+        """One request through both stages: the LLM stage just finished; the diffusion
+        stage is simulated from it."""
+        steps = rng.randint(20, 50)
+        per_step = rng.uniform(0.01, 0.03)
+        vae = rng.uniform(0.03, 0.06)
+        diffusion = steps * per_step + vae
+        m = {"model_name": MODEL}
+        at = {**m, "stage": "1", "replica": "0"}
+        hop = {**m, "from_stage": "0", "from_replica": "0", "to_stage": "1",
+               "to_replica": "0"}
+        self.transfer["transfer_size_bytes"].labels(**hop).observe(generated * 4096)
+        self.transfer["transfer_tx_s"].labels(**hop).observe(0.001 + generated / 2e6)
+        self.transfer["transfer_rx_s"].labels(**hop).observe(0.0005 + generated / 4e6)
+        self.transfer["transfer_in_flight_s"].labels(**hop).observe(0.002 + generated / 1e6)
+        self.in_queue.labels(**m, stage="1").observe(0.0)
+        for name, value in (("diffusion_exec_s", steps * per_step),
+                            ("diffusion_exec_per_step_s", per_step),
+                            ("diffusion_preprocess_s", 0.004),
+                            ("diffusion_postprocess_s", vae),
+                            ("vae_decode_s", vae), ("denoise_step_latency_s", per_step)):
+            self.diffusion[name].labels(**at).observe(value)
+        self.steps.observe(steps)
+        self.images.inc()
+        self.pixels.observe(1024 * 1024)
+        self.stage_gen.labels(**m, stage="0", stage_type="llm").observe(now - scheduled)
+        self.stage_gen.labels(**m, stage="1", stage_type="diffusion").observe(diffusion)
+        self.queue_wait.observe(scheduled - arrived)
+        self.e2e.observe(now - arrived + diffusion)
+        self.prompt_tokens.inc(prompt)
+        self.gen_tokens.inc(generated)
+        self.success.labels(**m, finished_reason=reason).inc()
 
 
 def serve(registry: CollectorRegistry, negotiate: bool = False) -> tuple[object, int]:
@@ -109,6 +218,7 @@ class _Metrics:
 
     def __init__(self, backend: str, registry: CollectorRegistry) -> None:
         self.backend = backend
+        self.omni: OmniPipeline | None = None
         if backend == "sglang":
             # SGLang 0.5.23, srt/observability/metrics_collector.py: scheduler gauges are
             # labelled model_name, engine_type, tp_rank, pp_rank, moe_ep_rank ("unified"
@@ -166,8 +276,13 @@ class _Metrics:
             self.retracted = Gauge("sglang:num_retracted_reqs", "The number of retracted "
                                    "requests.", list(pid), registry=registry).labels(**pid)
             return
-        labels = {"model_name": MODEL, "engine": "0"}
+        # vLLM 0.33 labels its engine metrics model_name, engine; vLLM-Omni 0.30.0's
+        # OmniPrometheusStatLogger (metrics/stat_logger.py) replaces engine with the
+        # pipeline stage and its own replica index: stage 0 (the LLM), replica 0
+        labels = {"model_name": MODEL, "stage": "0", "replica": "0"} \
+            if backend == "vllm_omni" else {"model_name": MODEL, "engine": "0"}
         names = list(labels)
+        self.omni = OmniPipeline(registry) if backend == "vllm_omni" else None
 
         def g(name, doc, extra=()):
             return Gauge(name, doc, names + list(extra), registry=registry)
@@ -264,7 +379,8 @@ class FakeEngine:
     def operation(self, family: str, operation: str, seconds: float) -> None:
         """A vLLM dev-mode operation (``sleep_mode``: sleep, wake, release_kv_cache_memory;
         ``rl_weight_update``: start, update, finish) taking ``seconds``."""
-        if self.backend == "sglang":
+        if self.backend != "vllm":  # SGLang and vLLM-Omni: no such metrics
+            time.sleep(seconds)
             return
         gauge = self.m.op_in_flight[family].labels(operation=operation)
         gauge.inc()
@@ -342,6 +458,9 @@ class FakeEngine:
                     m.req_gen.observe(r.generated)
                     m.itl.observe(self.TICK / s.tokens_per_tick)
                     m.tpot.observe((now - r.first_token) / max(r.generated - 1, 1))
+                if m.omni is not None:
+                    m.omni.finished(self.rng, r.arrived, r.scheduled, now, r.prompt,
+                                    r.generated, "length" if r.target > 500 else "stop")
             used = sum(r.prompt + r.generated for r in s.running)
             retracted = 0
             if used > s.kv_capacity_tokens * 0.95 and s.running:
@@ -356,6 +475,8 @@ class FakeEngine:
             m.gen_tokens.inc(step_tokens)
             m.running.set(len(s.running))
             m.waiting.set(len(s.waiting))
+            if m.omni is not None:
+                m.omni.queue(len(s.waiting), len(s.running))
             if self.backend != "sglang":  # the queue waits on KV capacity in this model
                 m.waiting_by_reason.labels(**m.labels, reason="capacity").set(len(s.waiting))
             m.kv.set(min(used / s.kv_capacity_tokens, 1.0))
@@ -366,68 +487,3 @@ class FakeEngine:
                 self._recent_tokens = [(t, k) for t, k in self._recent_tokens if now - t < 2]
                 m.throughput.set(sum(k for _, k in self._recent_tokens) / 2)
                 m.cache_hit.set(0.3 + 0.1 * self.rng.random())
-
-
-class FakeTransferQueue:
-    """A FAKE TransferQueue controller: partitions per step, producers and consumers
-    per task, storage units, and its request counters, under the tq_ names."""
-
-    TASKS = ("generate_sequences", "compute_log_prob", "update_actor")
-    OPS = ("put", "get", "clear")
-
-    def __init__(self, storage_units: int = 2) -> None:
-        self.registry = r = CollectorRegistry()
-        self.started = time.time()
-        self.uptime = Gauge("tq_controller_uptime_seconds", "Controller uptime", registry=r)
-        self.rss = Gauge("tq_controller_memory_rss_bytes", "Controller RSS", registry=r)
-        self.partitions = Gauge("tq_partitions_total", "Partitions", registry=r)
-        self.samples = Gauge("tq_partition_samples_total", "Samples per partition",
-                             ["partition_id"], registry=r)
-        self.produced = Gauge("tq_partition_production_progress",
-                              "Fraction of a partition's samples produced, per task",
-                              ["partition_id", "task_name"], registry=r)
-        self.consumed = Gauge("tq_partition_consumption_progress",
-                              "Fraction of a partition's samples consumed, per task",
-                              ["partition_id", "task_name"], registry=r)
-        self.requests = Counter("tq_controller_request", "Controller requests", ["op_type"],
-                                registry=r)
-        self.duration = Histogram("tq_controller_request_duration_seconds",
-                                  "Controller request duration", ["op_type"],
-                                  buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5),
-                                  registry=r)
-        self.util = Gauge("tq_storage_utilization_ratio", "Storage unit utilisation",
-                          ["storage_unit_id"], registry=r)
-        self.p99 = Gauge("tq_storage_request_latency_p99", "Storage request latency p99",
-                         ["storage_unit_id", "op_type"], registry=r)
-        self.units = [f"storage_{i}" for i in range(storage_units)]
-        self.rng = random.Random(7)
-        self.server, self.port = serve(r)
-        self.live: set[str] = set()
-
-    def step(self, step: int, batch: int, produced: float, consumed: float) -> None:
-        """Record one step's partition and traffic; ``produced`` and ``consumed`` are
-        fractions of the batch."""
-        pid = f"train_{step}"
-        self.live.add(pid)
-        self.partitions.set(len(self.live))
-        self.samples.labels(pid).set(batch)
-        for task in self.TASKS:
-            self.produced.labels(pid, task).set(produced)
-            self.consumed.labels(pid, task).set(consumed)
-        for op in self.OPS:
-            n = batch if op != "clear" else 1
-            self.requests.labels(op).inc(n)
-            for _ in range(min(n, 50)):
-                self.duration.labels(op).observe(self.rng.uniform(0.0003, 0.02))
-        for unit in self.units:
-            self.util.labels(unit).set(min(0.1 + 0.05 * len(self.live), 0.95))
-            for op in ("put", "get"):
-                self.p99.labels(unit, op).set(self.rng.uniform(0.002, 0.03))
-        self.uptime.set(time.time() - self.started)
-        import resource
-
-        self.rss.set(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-
-    def clear(self, step: int) -> None:
-        self.live.discard(f"train_{step}")
-        self.partitions.set(len(self.live))

@@ -1,6 +1,7 @@
 """A simulated verl-style RL run on Ray, monitored by RL-Insight, for a laptop without
-GPUs: rollout replicas (FAKE vLLM or SGLang engines serving real /metrics), a FAKE
-TransferQueue controller, trainer ranks, and a trainer loop that logs verl's keys.
+GPUs: rollout replicas (FAKE vLLM, vLLM-Omni or SGLang engines serving real /metrics),
+the real TransferQueue (on CPU, driven as verl's V1 trainer drives it), trainer ranks, and
+a trainer loop that logs verl's keys.
 
     python examples/simulate_rl.py --steps 5 --replicas 2 --ranks 2 --mode sync
     python examples/simulate_rl.py --mode async --backend sglang --step-seconds 4
@@ -25,11 +26,13 @@ from pathlib import Path
 import ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import data_queue  # noqa: E402
 import fake_engines  # noqa: E402
 
 import rl_insight  # noqa: E402
 
-ray.cloudpickle.register_pickle_by_value(fake_engines)  # workers need not import it
+for _module in (fake_engines, data_queue):  # workers need not import them
+    ray.cloudpickle.register_pickle_by_value(_module)
 
 
 @ray.remote(num_cpus=0)
@@ -47,7 +50,10 @@ class RolloutReplica:
     def address(self) -> str:
         return f"{ray.util.get_node_ip_address()}:{self.engine.port}"
 
-    def generate(self, n: int, timeout: float, step: int, phase: str = "train") -> float:
+    def generate(self, n: int, timeout: float, step: int, phase: str = "train",
+                 keys: list[str] | None = None) -> float:
+        """Generate ``n`` requests; with ``keys``, write the responses to TransferQueue
+        (partition ``train`` or ``val``) as a V1 rollout worker does."""
         t0 = time.perf_counter()
         with rl_insight.trace_state(self.generate_state, state_lane_id=self.lane, step=step,
                                     phase=phase, requests=n):
@@ -61,6 +67,10 @@ class RolloutReplica:
                 time.sleep(0.02)
             for a in agents:
                 a.join()
+        if keys:
+            rng = random.Random(step * 1000 + self.index)
+            data_queue.put_responses("val" if phase == "validation" else "train", keys,
+                                     step, [rng.randint(32, 600) for _ in keys])
         return time.perf_counter() - t0
 
     def agent_loop(self, step: int, i: int) -> None:
@@ -107,20 +117,6 @@ class TrainerRank:
             time.sleep(seconds)
 
 
-@ray.remote(num_cpus=0)
-class TransferQueueController:
-    def __init__(self) -> None:
-        self.tq = fake_engines.FakeTransferQueue()
-
-    def address(self) -> str:
-        return f"{ray.util.get_node_ip_address()}:{self.tq.port}"
-
-    def step(self, step: int, batch: int, produced: float, consumed: float) -> None:
-        self.tq.step(step, batch, produced, consumed)
-        if step > 2:
-            self.tq.clear(step - 2)
-
-
 class Simulation:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -136,7 +132,9 @@ class Simulation:
                                                args.experiment_name)
                          for i in range(args.replicas)]
         self.ranks = [TrainerRank.remote(r) for r in range(args.ranks)]
-        self.tq = TransferQueueController.remote() if args.transfer_queue else None
+        self.tq = data_queue.config() if args.transfer_queue else None
+        self.tq_endpoint: str | None = None
+        self.live: list[tuple[str, list[str]]] = []  # batches in TransferQueue
         self.tracking = rl_insight.Tracking(args.project, args.experiment_name)
         self.total_tokens = 0
 
@@ -146,9 +144,10 @@ class Simulation:
         rl_insight.register_rollout_replicas(addresses, self.args.backend,
                                              disable_log_stats=False)
         out = {"replicas": addresses}
-        if self.tq is not None:
-            out["transfer_queue"] = ray.get(self.tq.address.remote())
-            rl_insight.register_transfer_queue(out["transfer_queue"])
+        if self.tq is not None:  # verl: tq.init in the TaskRunner, then Tracking registers
+            self.tq_endpoint = data_queue.start(self.tq)
+            out["transfer_queue"] = self.tq_endpoint
+            rl_insight.update_prometheus_config([self.tq_endpoint], "transfer_queue", None)
         return out
 
     # -- phases ---------------------------------------------------------------------------
@@ -162,8 +161,29 @@ class Simulation:
         ray.get([r.state.remote(name, seconds, step, sleep_level) for r in self.replicas])
 
     def generate(self, step: int, phase: str = "train"):
-        return [r.generate.remote(self.requests, self.gen_timeout, step, phase)
-                for r in self.replicas]
+        """Dispatch a batch to every replica; with TransferQueue, its prompts are put
+        first and the replicas write the responses."""
+        keys = [[f"{phase}-{step}-r{i}-{j}" for j in range(self.requests)]
+                for i in range(len(self.replicas))] if self.tq is not None else \
+            [None] * len(self.replicas)
+        if self.tq is not None:
+            partition = "val" if phase == "validation" else "train"
+            batch = [k for ks in keys for k in ks]
+            data_queue.submit(partition, batch, step)
+            self.live.append((partition, batch))
+        return [r.generate.remote(self.requests, self.gen_timeout, step, phase, ks)
+                for r, ks in zip(self.replicas, keys, strict=True)]
+
+    def read_batch(self, step: int, phase: str = "train") -> None:
+        """The trainer reads the finished batch of ``step`` from TransferQueue."""
+        for partition, batch in self.live if self.tq is not None else []:
+            if batch and batch[0].startswith(f"{phase}-{step}-"):
+                data_queue.consume(partition, batch)
+
+    def clear_batches(self, keep: int = 0) -> None:
+        """Clear finished batches from TransferQueue, keeping the newest ``keep``."""
+        while self.tq is not None and len(self.live) > keep:
+            data_queue.clear(*self.live.pop(0))
 
     def timed(self, key: str) -> float:
         time.sleep(self.t[key])
@@ -174,6 +194,7 @@ class Simulation:
         timing = {}
         t_step = time.perf_counter()
         timing["gen"] = max(ray.get(self.generate(step)))
+        self.read_batch(step)
         t0 = time.perf_counter()
         self.replicas_state("vllm_release_kv_cache", self.t["sleep"] / 2, step)
         self.replicas_state("vllm_sleep", self.t["sleep"] / 2, step, sleep_level=1)
@@ -193,8 +214,7 @@ class Simulation:
         self.replicas_state("vllm_resume_kv_cache", self.t["update_weights"] / 3, step)
         ray.get(weights)
         timing["update_weights"] = time.perf_counter() - t0
-        if self.tq is not None:
-            ray.get(self.tq.step.remote(step, self.requests * len(self.replicas), 1.0, 1.0))
+        self.clear_batches()
         timing["step"] = time.perf_counter() - t_step
         return timing
 
@@ -204,8 +224,7 @@ class Simulation:
         timing = {}
         t_step = time.perf_counter()
         timing["gen"] = max(ray.get(pending))
-        if self.tq is not None:
-            ray.get(self.tq.step.remote(step, self.requests * len(self.replicas), 1.0, 0.0))
+        self.read_batch(step)
         nxt = self.generate(step + 1) if step < self.args.steps else []
         timing["switch_to_trainer"] = self.ranks_phase("switch_to_trainer", step, "switch")
         timing["old_log_prob"] = self.ranks_phase("actor_compute_log_prob", step,
@@ -222,13 +241,13 @@ class Simulation:
                  for r in self.ranks])
         ray.get(waits)
         timing["update_weights"] = time.perf_counter() - t0
-        if self.tq is not None:
-            ray.get(self.tq.step.remote(step, self.requests * len(self.replicas), 1.0, 1.0))
+        self.clear_batches(keep=1)  # the next batch is still being generated
         timing["step"] = time.perf_counter() - t_step
         return timing, nxt
 
     def validate(self, step: int) -> dict:
         ray.get(self.generate(step, phase="validation"))
+        self.read_batch(step, "validation")
         score = self.score(step) + 0.05
         return {"val-core/gsm8k/reward/mean@1": score,
                 "val-aux/gsm8k/reward/mean@1": score - 0.02,
@@ -288,7 +307,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--step-seconds", type=float, default=6.0)
     ap.add_argument("--val-every", type=int, default=2)
     ap.add_argument("--transfer-queue", action=argparse.BooleanOptionalAction, default=True,
-                    help="run the FAKE TransferQueue controller (V1 trainer)")
+                    help="run the real TransferQueue as verl's V1 trainer does (its "
+                    "controller and two storage units take a CPU each)")
     ap.add_argument("--project", default="rl-insight-demo")
     ap.add_argument("--experiment-name", default=None,
                     help="default: sim-<mode>-<backend>-<time>")
@@ -308,8 +328,15 @@ def main(argv=None) -> int:
         print("simulate_rl: set RL_INSIGHT_SERVER_URL to the server's address "
               "(`rl-insight server start` prints it)", file=sys.stderr)
         return 2
+    base, local = {}, {}
+    if args.transfer_queue:
+        # how often the controller refreshes its gauges (TransferQueue's default: 10 s)
+        base = {"env_vars": {"TQ_METRICS_COLLECT_INTERVAL":
+                             os.environ.get("TQ_METRICS_COLLECT_INTERVAL", "2")}}
+        if not os.environ.get("RAY_ADDRESS"):  # a local cluster: room for the controller
+            local = {"num_cpus": max(4, os.cpu_count() or 1)}  # and 2 units (1 CPU each)
     att = rl_insight.ray.attach(project=args.project, experiment_name=args.experiment_name,
-                                log_to_driver=False)
+                                runtime_env_base=base, log_to_driver=False, **local)
     if not att.enabled:
         print(f"simulate_rl: {att.message}", file=sys.stderr)
         return 2
@@ -326,6 +353,9 @@ def main(argv=None) -> int:
         print(f"keeping the endpoints up for {args.linger:.0f}s", flush=True)
         time.sleep(args.linger)
     sim.tracking.finish()
+    if sim.tq is not None:
+        sim.clear_batches()
+        data_queue.close()
     print("SIMULATION " + json.dumps({"project": args.project,
                                       "experiment_name": args.experiment_name,
                                       "mode": args.mode, "backend": args.backend,

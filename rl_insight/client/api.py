@@ -20,9 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rl_insight import naming
+from rl_insight.client import transfer_queue as tq_units
 from rl_insight.client.core import Client, endpoints, load_settings
 from rl_insight.client.registration import (
     ROLLOUT_JOBS,
+    TQ_JOB,
     check_rollout_stats,
     registration_body,
 )
@@ -452,7 +454,20 @@ def update_prometheus_config(server_addresses: Sequence[str] | str,
         body = registration_body(server_addresses, job_name or "rollout", labels, project,
                                  experiment_name)
         body["owner"] = c.owner_key()
-        c.registrar().submit(body)
+        registrar = c.registrar()
+        if registrar.submit(body) and body["job_name"] == TQ_JOB:
+            # verl names only the controller; each storage unit serves its own metrics
+            def units(found: list[str], body: dict = body) -> None:
+                labels = body.get("labels")
+                unit = {k: v for k, v in body.items() if k != "labels"}
+                if isinstance(labels, list) and len(labels) == 1:
+                    labels = labels[0]
+                if isinstance(labels, dict):
+                    unit["labels"] = labels
+                registrar.submit({**unit, "job_name": tq_units.STORAGE_JOB,
+                                  "targets": found})
+
+            tq_units.register_storage_units_later(units)
     except Exception:
         _failed("update_prometheus_config")
 
@@ -472,5 +487,6 @@ def register_rollout_replicas(server_addresses: Sequence[str], backend: str = "v
 
 
 def register_transfer_queue(address: str, **labels: Any) -> None:
-    """Register the TransferQueue controller's metrics endpoint (job ``transfer_queue``)."""
-    update_prometheus_config([address], "transfer_queue", labels or None)
+    """Register the TransferQueue controller's metrics endpoint (job ``transfer_queue``);
+    its storage units' endpoints are found and registered too (``transfer_queue_storage``)."""
+    update_prometheus_config([address], TQ_JOB, labels or None)

@@ -15,6 +15,7 @@ from rl_insight.collector.push import Sender
 
 log = logging.getLogger("rl_insight")
 
+TQ_JOB = "transfer_queue"
 ROLLOUT_JOBS = {"vllm": "vllm", "vllm_omni": "vllm", "vllm-omni": "vllm", "sglang": "sglang"}
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 DASHBOARDS = (("rl-insight-training", "Training overview"),
               ("rl-insight-rollout-vllm", "Rollout · vLLM"),
+              ("rl-insight-rollout-vllm-omni", "Rollout · vLLM-Omni"),
               ("rl-insight-rollout-sglang", "Rollout · SGLang"),
               ("rl-insight-transfer-queue", "TransferQueue"),
               ("rl-insight-timeline", "State timeline"),
