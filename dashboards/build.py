@@ -211,7 +211,9 @@ def dashboards() -> list[Dashboard]:
                 f"rl-insight-{key}-{mode}", f"RL-Insight · {name} · {mode_title}",
                 f"A {mode_title} RL run with {name} rollout: training, rollout, "
                 "timeline" + (", TransferQueue" if extra else "") + ".",
-                [TRAINING, Section(f"Rollout ({name})", rollout), *extra, TIMELINE],
+                [TRAINING, Section(f"Rollout ({name})", tuple(rollout) + (
+                    P.VLLM_SYNC if (key, mode) == ("vllm", "sync") else ())),
+                 *extra, TIMELINE],
                 RUN_VARS + ("replica",), replica_metric))
     return out
 

@@ -92,7 +92,9 @@ VLLM = (
                                  "replica {{replica}}")),
     ts("Waiting requests", Query(f"sum by (replica) (vllm:num_requests_waiting{{{REPLICA}}})",
                                  "replica {{replica}}")),
-    ts("KV-cache usage", Query(f"max by (replica) (vllm:kv_cache_usage_perc{{{REPLICA}}})",
+    # vLLM < 0.9 spelled it vllm:gpu_cache_usage_perc: either is read
+    ts("KV-cache usage", Query(f"max by (replica) (vllm:kv_cache_usage_perc{{{REPLICA}}} or "
+                               f"vllm:gpu_cache_usage_perc{{{REPLICA}}})",
                                "replica {{replica}}"), unit="percentunit"),
     ts("Token throughput",
        Query(f"sum by (replica) (rate(vllm:generation_tokens_total{{{REPLICA}}}"
@@ -115,10 +117,11 @@ VLLM = (
     ts("Finished requests by reason",
        Query(f"sum by (finished_reason) (rate(vllm:request_success_total{{{REPLICA}}}"
              "[$__rate_interval]))", "{{finished_reason}}"), unit="reqps"),
-    ts("Prefix-cache hit rate",
-       Query(f"sum by (replica) (rate(vllm:prefix_cache_hits_total{{{REPLICA}}}"
-             f"[$__rate_interval])) / sum by (replica) (rate(vllm:prefix_cache_queries_total"
-             f"{{{REPLICA}}}[$__rate_interval]))", "replica {{replica}}"), unit="percentunit"),
+    ts("Prefix-cache hit rate",  # vLLM < 0.9: vllm:gpu_prefix_cache_{hits,queries}
+       Query(f"sum by (replica) (rate({{__name__=~\"vllm:(gpu_)?prefix_cache_hits_total\","
+             f"{REPLICA}}}[$__rate_interval])) / sum by (replica) (rate({{__name__=~"
+             f"\"vllm:(gpu_)?prefix_cache_queries_total\",{REPLICA}}}[$__rate_interval]))",
+             "replica {{replica}}"), unit="percentunit"),
     ts("Tokens per request (p50)",
        Query(f"histogram_quantile(0.5, sum by (le) (rate(vllm:request_prompt_tokens_bucket"
              f"{{{REPLICA}}}[$__rate_interval])))", "prompt"),
@@ -138,6 +141,23 @@ VLLM = (
              "[$__rate_interval])))", "{{operation}}"), unit="s",
        description="vLLM's own timing of RL weight sync (start, update, finish); vLLM "
                    "exports it with VLLM_SERVER_DEV_MODE=1."),
+    ts("Speculative decoding: accepted share",
+       Query(f"sum by (replica) (rate(vllm:spec_decode_num_accepted_tokens_total{{{REPLICA}}}"
+             f"[$__rate_interval])) / sum by (replica) (rate("
+             f"vllm:spec_decode_num_draft_tokens_total{{{REPLICA}}}[$__rate_interval]))",
+             "all positions {{replica}}"),
+       Query(f"sum by (position) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total"
+             f"{{{REPLICA}}}[$__rate_interval])) / ignoring (position) group_left sum(rate("
+             f"vllm:spec_decode_num_drafts_total{{{REPLICA}}}[$__rate_interval]))",
+             "position {{position}}"), unit="percentunit",
+       description="Share of drafted tokens the target model accepted, overall and per "
+                   "draft position; only with speculative decoding configured."),
+    ts("Speculative decoding: tokens per draft",
+       Query(f"1 + sum by (replica) (rate(vllm:spec_decode_num_accepted_tokens_total"
+             f"{{{REPLICA}}}[$__rate_interval])) / sum by (replica) (rate("
+             f"vllm:spec_decode_num_drafts_total{{{REPLICA}}}[$__rate_interval]))",
+             "replica {{replica}}"),
+       description="Mean tokens emitted per verification step (1 + accepted per draft)."),
     ts("Engine awake", Query(f'max by (replica) (vllm:engine_sleep_state{{{REPLICA},'
                              f'sleep_state="awake"}})', "replica {{replica}}"),
        kind="state-timeline", width=24, height=6,
@@ -148,7 +168,18 @@ VLLM = (
 
 # -- rollout: vLLM-Omni (vllm-omni 0.30.0, vllm_omni/metrics/: vllm:* labelled stage and the
 # engine's own replica, which arrives as engine_replica; its own vllm_omni:* families) ---------
-VLLM_ONLY = ("Weight-update operations (p90)",)  # vLLM's dev-mode routes, not vLLM-Omni's
+# vLLM's dev-mode routes, and a speculative config vLLM-Omni's LLM stage does not run here
+VLLM_ONLY = ("Weight-update operations (p90)", "Speculative decoding: accepted share",
+             "Speculative decoding: tokens per draft")
+# a synchronous (colocated) run sleeps its engines between generation phases
+VLLM_SYNC = (
+    ts("Sleep and wake operations (p90)",
+       Query(f"histogram_quantile(0.9, sum by (le, operation) (rate("
+             f"vllm:sleep_mode_operation_duration_seconds_bucket{{{REPLICA}}}"
+             "[$__rate_interval])))", "{{operation}}"), unit="s",
+       description="vLLM's own timing of sleep, wake and KV-cache release between "
+                   "generation phases; exported with VLLM_SERVER_DEV_MODE=1."),
+)
 
 
 def per_stage(panel: Panel) -> Panel:
@@ -234,6 +265,11 @@ SGLANG = (
                                                 "replica", REPLICA), unit="s"),
     ts("Prefix-cache hit rate", Query(f"avg by (replica) (sglang:cache_hit_rate{{{REPLICA}}})",
                                       "replica {{replica}}"), unit="percentunit"),
+    ts("Cached prompt tokens",
+       Query(f"sum by (cache_source) (rate(sglang:cached_tokens_total{{{REPLICA}}}"
+             "[$__rate_interval]))", "{{cache_source}}"),
+       description="Prompt tokens per second served from the prefix cache, by where they "
+                   "were found (device, host, storage)."),
     ts("Paused and retracted requests",
        Query(f"sum by (replica) (sglang:num_paused_reqs{{{REPLICA}}})", "paused {{replica}}"),
        Query(f"sum by (replica) (sglang:num_retracted_reqs{{{REPLICA}}})",

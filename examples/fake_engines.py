@@ -227,6 +227,7 @@ class _Metrics:
             sched = {"model_name": MODEL, "engine_type": "unified", "tp_rank": "0",
                      "pp_rank": "0", "moe_ep_rank": "0"}
             tok = {"model_name": MODEL, "engine_type": "unified", "is_streaming": "false"}
+            self.tok = tok
 
             def sg(name, doc):
                 return Gauge(name, doc, list(sched), registry=registry).labels(**sched)
@@ -245,6 +246,9 @@ class _Metrics:
             self.throughput = sg("sglang:gen_throughput", "The generation throughput "
                                  "(token/s).")
             self.cache_hit = sg("sglang:cache_hit_rate", "The prefix cache hit rate.")
+            # cached prompt tokens by where the prefix came from (device, host, storage)
+            self.cached_tokens = Counter("sglang:cached_tokens", "Number of cached prompt "
+                                         "tokens", [*tok, "cache_source"], registry=registry)
             self.prompt_tokens = tc("sglang:prompt_tokens", "Number of prefill tokens "
                                     "processed.")
             self.gen_tokens = tc("sglang:generation_tokens", "Number of generation tokens "
@@ -338,6 +342,21 @@ class _Metrics:
                                    "Waiting requests by reason", ["reason"])
         for reason in ("capacity", "deferred"):
             self.waiting_by_reason.labels(**labels, reason=reason).set(0)
+        # vLLM 0.33 v1/spec_decode/metrics.py (SpecDecodingProm), with
+        # --speculative-config num_speculative_tokens=3: the FAKE vLLM drafts 3 tokens per
+        # running request and engine step (vLLM-Omni's LLM stage here runs without it)
+        self.spec = None
+        if backend == "vllm":
+            self.spec = {
+                "drafts": c("vllm:spec_decode_num_drafts", "Drafts").labels(**labels),
+                "draft_tokens": c("vllm:spec_decode_num_draft_tokens", "Draft tokens"
+                                  ).labels(**labels),
+                "accepted": c("vllm:spec_decode_num_accepted_tokens", "Accepted tokens"
+                              ).labels(**labels),
+                "per_pos": c("vllm:spec_decode_num_accepted_tokens_per_pos",
+                             "Accepted tokens per draft position", ["position"])}
+            self.spec["per_pos"] = [self.spec["per_pos"].labels(**labels, position=str(p))
+                                    for p in range(3)]
         self.tpot = h("vllm:request_time_per_output_token_seconds", "Time per output token",
                       VLLM_ITL_BUCKETS)
         for state in SLEEP_STATES:
@@ -401,6 +420,18 @@ class FakeEngine:
                 self.m.sleep.labels(**self.m.labels, sleep_state=state).set(
                     1 if i == level else 0)
 
+    def _speculate(self, drafts: int) -> None:
+        """One engine step's drafts: position p is accepted only after p-1 was (p=0.7)."""
+        spec = self.m.spec
+        spec["drafts"].inc(drafts)
+        spec["draft_tokens"].inc(3 * drafts)
+        for _ in range(drafts):
+            for pos in range(3):
+                if self.rng.random() > 0.7:
+                    break
+                spec["per_pos"][pos].inc()
+                spec["accepted"].inc()
+
     # -- the engine -----------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
@@ -424,6 +455,8 @@ class FakeEngine:
                 s.running.append(r)
                 m.prompt_tokens.inc(r.prompt)
                 if self.backend == "sglang":
+                    m.cached_tokens.labels(**m.tok, cache_source="device").inc(
+                        int(r.prompt * 0.3))
                     m.queue_time.observe(now - r.arrived)
                     m.stage.labels(**m.sched, stage="request_process").observe(0.002)
                     m.stage.labels(**m.sched, stage="prefill_forward").observe(
@@ -482,6 +515,8 @@ class FakeEngine:
             m.kv.set(min(used / s.kv_capacity_tokens, 1.0))
             if self.backend != "sglang":
                 m.iteration.observe(step_tokens + sum(1 for _ in done))
+                if m.spec is not None and s.running:
+                    self._speculate(len(s.running))
             else:
                 self._recent_tokens.append((now, step_tokens))
                 self._recent_tokens = [(t, k) for t, k in self._recent_tokens if now - t < 2]

@@ -20,7 +20,11 @@ from tests.conftest import REPO, Cli, free_port_overrides, wait_for
 from tests.raycluster import RayCluster
 
 pytestmark = pytest.mark.integration
-RUNS = {"vllm": ("async", "e2e-vllm-async"), "sglang": ("sync", "e2e-sglang-sync")}
+# each backend's FAKE engine through its real serving path, every run with the real
+# TransferQueue driven as verl's V1 trainer drives it; vLLM synchronous, so its engines
+# sleep and wake between generation phases
+RUNS = {"vllm": ("sync", "e2e-vllm-sync"), "sglang": ("async", "e2e-sglang-async"),
+        "vllm_omni": ("async", "e2e-vllm-omni-async")}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +43,8 @@ def world(tmp_path_factory):
             "labels": {"node": "node-a"}}, timeout=5)
         assert r.status_code == 200, r.text
     cluster = RayCluster(tmp_path_factory.mktemp("ray"),
-                         extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
+                         extra_env={"RL_INSIGHT_SERVER_URL": url,
+                                    "TQ_METRICS_COLLECT_INTERVAL": "1"}).start()
     runs = {}
     try:
         for backend, (mode, exp) in RUNS.items():
@@ -86,7 +91,10 @@ def query_range(prom: str, expr: str, start: float, end: float) -> list:
 def run_for(uid: str, runs: dict) -> dict | None:
     if uid in ("rl-insight-hardware", "rl-insight-self"):
         return None
-    return runs["sglang"] if "sglang" in uid else runs["vllm"]
+    for backend in ("sglang", "vllm-omni", "vllm"):
+        if backend in uid:
+            return runs[backend.replace("-", "_")]
+    return runs["vllm"]
 
 
 def test_every_panel_query_returns_data_for_the_run(world):
@@ -140,3 +148,26 @@ def test_dashboard_variables_list_the_run(world):
             assert r["status"] == "success" and r["data"], (d.uid, var["name"], selector)
             if run and label in ("project", "experiment_name"):
                 assert run[label] in r["data"]
+
+
+def test_transfer_queue_storage_units_found_and_scraped(world):
+    """verl registers only the controller; the client finds both storage units of the real
+    TransferQueue and registers them, and their request types are TransferQueue's own."""
+    cli, _, runs = world
+    run = runs["vllm"]
+    sel = f'project="e2e",experiment_name="{run["experiment_name"]}"'
+    r = requests.get(cli.prometheus + "/api/v1/query_range", params={
+        "query": f'count by (job) (up{{job=~"transfer_queue.*",{sel}}} == 1)',
+        "start": run["t_start"], "end": run["t_done"], "step": "1s"}, timeout=10).json()
+    seen = {x["metric"]["job"]: max(int(v) for _, v in x["values"])
+            for x in r["data"]["result"]}
+    assert seen == {"transfer_queue": 1, "transfer_queue_storage": 2}, seen
+    series = requests.get(cli.prometheus + "/api/v1/series", params={
+        "match[]": f"tq_storage_request_total{{{sel}}}", "start": run["t_start"],
+        "end": run["t_done"]}, timeout=10).json()["data"]
+    assert {s["op_type"] for s in series} >= {"PUT_DATA", "GET_DATA", "CLEAR_DATA"}
+    ops = requests.get(cli.prometheus + "/api/v1/series", params={
+        "match[]": f"tq_controller_request_total{{{sel}}}", "start": run["t_start"],
+        "end": run["t_done"]}, timeout=10).json()["data"]
+    assert {"NOTIFY_DATA_UPDATE", "GET_META", "KV_LIST", "CLEAR_META"} <= \
+        {s["op_type"] for s in ops}

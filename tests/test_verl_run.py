@@ -47,7 +47,8 @@ URL, PROJECT, EXPERIMENT, CONCURRENCY = sys.argv[1], sys.argv[2], sys.argv[3], i
 # main_ppo: trainer.logger contains rl_insight -> the variable, forwarded to all workers
 os.environ["VERL_RL_INSIGHT_ENABLE"] = "1"
 ray.init(address="auto", runtime_env={"env_vars": {
-    "VERL_RL_INSIGHT_ENABLE": "1", "RL_INSIGHT_SERVER_URL": URL}})
+    "VERL_RL_INSIGHT_ENABLE": "1", "RL_INSIGHT_SERVER_URL": URL,
+    "TQ_METRICS_COLLECT_INTERVAL": "1"}})  # TransferQueue's gauges: every 1 s, not 10
 ray.cloudpickle.register_pickle_by_value(fake_engines)
 
 
@@ -68,8 +69,18 @@ class vLLMHttpServer:  # the shape of verl's rollout server actor
             await asyncio.sleep(0.2 + random.random() * 0.6)
         return request_id
 
-    async def generate_batch(self, n):
+    async def generate_batch(self, n, keys):
         await asyncio.gather(*[self.generate(i) for i in range(n)])
+        # agent_loop_tq.py: workers join TransferQueue and put what they generated
+        import torch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+        tq.init()
+        fields = TensorDict({"prompts": torch.ones((len(keys), 8), dtype=torch.int64),
+                             "responses": torch.ones((len(keys), 32), dtype=torch.int64)},
+                            batch_size=len(keys))
+        await tq.async_kv_batch_put(keys=keys, fields=fields, partition_id="train",
+                                    tags=[{"status": "success"} for _ in keys])
         return n
 
 
@@ -124,6 +135,7 @@ class AgentLoopWorker:
 @ray.remote(num_cpus=0)
 class TaskRunner:
     def run(self):
+        import transfer_queue as tq
         from omegaconf import OmegaConf
         from verl.utils.tracking import RLInsightLogger, Tracking
 
@@ -138,13 +150,31 @@ class TaskRunner:
                                                "experiment_name": EXPERIMENT,
                                                "logger": ["console", "rl_insight"],
                                                "rl_insight": {}},
-                                   "transfer_queue": {"metrics": {"enabled": False}}})
+                                   "transfer_queue": {
+                                       "enable": True, "metrics": {"enabled": True, "port": 0},
+                                       "backend": {"storage_backend": "SimpleStorage",
+                                                   "SimpleStorage": {
+                                                       "total_storage_size": 100000,
+                                                       "num_data_storage_units": 2}}}})
+        # main_ppo TaskRunner.run: tq.init(config.transfer_queue) before the trainer, whose
+        # Tracking registers tq.get_metrics_endpoint() (job transfer_queue) after init
+        tq.init(config.transfer_queue)
         tracking = Tracking(PROJECT, EXPERIMENT, default_backend=["console", "rl_insight"],
                             config=config)
         t_start = time.time()
         for step in range(1, 5):
             t0 = time.time()
-            ray.get([r.generate_batch.remote(CONCURRENCY) for r in replicas])
+            keys = [[f"{step}-{r}-{i}" for i in range(CONCURRENCY)] for r in range(2)]
+            every = [k for ks in keys for k in ks]
+            # trainer_base.py: prompts registered as tags, then dispatched for generation
+            tq.kv_batch_put(keys=every, partition_id="train",
+                            tags=[{"is_prompt": True, "status": "pending",
+                                   "global_steps": step} for _ in every])
+            ray.get([r.generate_batch.remote(CONCURRENCY, ks)
+                     for r, ks in zip(replicas, keys)])
+            ready = [k for k, v in tq.kv_list("train")["train"].items()
+                     if v.get("status") == "success"]
+            tq.kv_batch_get(keys=ready, partition_id="train", select_fields=["responses"])
             gen = time.time() - t0
             ray.get([w.compute_log_prob.remote() for w in workers])
             ray.get([w.update_actor.remote() for w in workers])
@@ -167,7 +197,11 @@ class TaskRunner:
                 data["val-core/openai/gsm8k/reward/mean@1"] = 0.4 + 0.05 * step
                 data["val-aux/openai/gsm8k/acc/mean@1"] = 0.39
             tracking.log(data=data, step=step)
+            time.sleep(1.5)  # TransferQueue's gauges see the batch before it is cleared
+            tq.kv_clear(keys=every, partition_id="train")
+        time.sleep(3)  # and its counters reach a scrape
         tracking.finish()
+        tq.close()
         return {"t_start": t_start, "addresses": addresses}
 
 
@@ -217,6 +251,19 @@ def test_engine_targets_registered_before_init_carry_the_run(verl_run):
     assert not query_range(cli.prometheus, 'vllm:num_requests_running{project=""}', start, end)
 
 
+def test_transfer_queue_registered_as_verl_does_with_its_storage_units(verl_run):
+    """verl's Tracking registers only tq.get_metrics_endpoint(); the storage units that
+    serve their own request metrics are found and registered under the run as well."""
+    _, url, _, _ = verl_run
+    targets = requests.get(url + "/api/v1/prometheus/targets", timeout=5).json()["targets"]
+    jobs = {}
+    for t in targets:
+        if t["job_name"].startswith("transfer_queue"):
+            assert (t["project"], t["experiment_name"]) == (PROJECT, EXPERIMENT), t
+            jobs[t["job_name"]] = jobs.get(t["job_name"], 0) + 1
+    assert jobs == {"transfer_queue": 1, "transfer_queue_storage": 2}, jobs
+
+
 def test_concurrent_requests_are_busy_intervals(verl_run):
     """24 concurrent requests per replica and step: one vllm_generate span per replica and
     step, not one per request; the rank lanes carry verl's roles."""
@@ -246,15 +293,17 @@ def test_every_dashboard_of_the_run_has_data(verl_run):
              "the last step of the verl run in Prometheus")
     wait_for(lambda: prom_query(prom, f'rl_insight_monitor_agent_loop_sessions_total'
                                       f'{{project="{PROJECT}"}}'), 30, "agent-loop sessions")
-    # what a stock verl 0.9.1 run does not produce: no TransferQueue here, no per-request
-    # lanes (verl opens none), no hardware exporters; vLLM registers its weight-update and
-    # sleep-mode families only with VLLM_SERVER_DEV_MODE=1, and this run syncs no weights
-    not_in_stock_verl = {"Pooled lanes in each state", "Weight-update operations (p90)"}
+    # what a stock verl 0.9.1 run does not produce: no per-request lanes (verl opens none),
+    # no hardware exporters; vLLM registers its weight-update and sleep-mode families only
+    # with VLLM_SERVER_DEV_MODE=1, and this run syncs no weights; verl reads TransferQueue
+    # by key, which TransferQueue does not count as any task's consumption
+    not_in_stock_verl = {"Pooled lanes in each state", "Weight-update operations (p90)",
+                         "Consumption progress"}
     checked, empty = 0, []
     for d in build.dashboards():
         if d.uid not in ("rl-insight-training", "rl-insight-rollout-vllm",
-                         "rl-insight-timeline", "rl-insight-vllm-sync",
-                         "rl-insight-agent-loop"):
+                         "rl-insight-timeline", "rl-insight-vllm-async",
+                         "rl-insight-agent-loop", "rl-insight-transfer-queue"):
             continue
         for section in d.sections:
             for panel in section.panels:
@@ -268,7 +317,7 @@ def test_every_dashboard_of_the_run_has_data(verl_run):
                     if not query_range(prom, expr, result["t_start"] - 5,
                                        result["t_done"] + 10):
                         empty.append(f"{d.uid} / {panel.title}: {expr}")
-    assert checked > 60
+    assert checked > 80
     assert not empty, "panels without data for the verl run:\n" + "\n".join(empty)
 
 
