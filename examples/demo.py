@@ -51,8 +51,8 @@ DASHBOARDS = [
     ("RL-Insight · Training overview", "rewards, losses, KL, step time by phase, throughput"),
     ("RL-Insight · Rollout · vLLM", "each replica's running and waiting requests, KV cache, "
      "tokens/s, TTFT and latency quantiles, preemptions, sleep state"),
-    ("RL-Insight · TransferQueue", "partitions, production and consumption progress, "
-     "requests, storage"),
+    ("RL-Insight · TransferQueue", "the real TransferQueue of the run: partitions, "
+     "production and consumption, requests, storage units"),
     ("RL-Insight · State timeline", "which replica generated, slept or woke, and which rank "
      "updated, when (Prometheus, and Tempo spans when Tempo runs)"),
     ("RL-Insight · Hardware", "CPU, memory, network, GPUs and NPUs of every node"),
@@ -85,7 +85,7 @@ def show(prom: str, server: str) -> None:
     print("\ndemo: what reached Prometheus for run rl-insight-demo/demo:")
     for what, query in (("trainer scalars", f'{{job="rl_insight",{sel}}}'),
                         ("rollout engine series", f'{{job="vllm",{sel}}}'),
-                        ("TransferQueue series", f'{{job="transfer_queue",{sel}}}'),
+                        ("TransferQueue series", f'{{job=~"transfer_queue.*",{sel}}}'),
                         ("lane state series", f'{{job="rl_insight_lanes",{sel}}}')):
         print(f"  {what:<24} {count(query):>5}")
     print(f"\nWhere to look:\n  Prometheus  {prom}/graph  (try: "

@@ -6,6 +6,7 @@ text format whatever is asked."""
 from __future__ import annotations
 
 import sys
+import time
 
 import requests
 
@@ -44,3 +45,25 @@ def test_sglang_negotiates_and_vllm_answers_text():
     finally:
         for e in (sglang, vllm):
             e.server.shutdown()
+
+
+def test_vllm_omni_labels_by_stage_and_its_own_replica():
+    """vLLM-Omni's engine metrics carry stage and the engine's replica instead of engine
+    (OmniPrometheusStatLogger), beside its own vllm_omni:* families, in the text format."""
+    omni = fake_engines.FakeEngine("vllm_omni")
+    try:
+        omni.submit(4)
+        text = ""
+        for _ in range(100):  # the requests finish within a few 50 ms ticks
+            text = scrape(omni.port, PROMETHEUS_ACCEPT)
+            if 'stage_type="diffusion"' in text:
+                break
+            time.sleep(0.1)
+        engine = [x for x in text.splitlines() if x.startswith("vllm:")]
+        assert engine and all('stage="0"' in x and 'replica="0"' in x for x in engine)
+        assert not any("engine=" in x for x in engine)
+        assert 'vllm_omni:stage_gen_time_s_count{model_name="' in text
+        assert 'stage_type="diffusion"' in text and 'from_stage="0"' in text
+        assert "# EOF" not in text
+    finally:
+        omni.server.shutdown()

@@ -171,3 +171,16 @@ def test_transfer_queue_storage_units_found_and_scraped(world):
         "end": run["t_done"]}, timeout=10).json()["data"]
     assert {"NOTIFY_DATA_UPDATE", "GET_META", "KV_LIST", "CLEAR_META"} <= \
         {s["op_type"] for s in ops}
+
+
+def test_vllm_omni_replica_is_the_rl_replica_and_its_own_is_engine_replica(world):
+    """Prometheus would rename vLLM-Omni's own `replica` to exported_replica; the generated
+    config names it engine_replica, and `replica` stays the RL replica of the target."""
+    cli, _, runs = world
+    run = runs["vllm_omni"]
+    series = requests.get(cli.prometheus + "/api/v1/series", params={
+        "match[]": f'vllm:num_requests_running{{experiment_name="{run["experiment_name"]}"}}',
+        "start": run["t_start"], "end": run["t_done"]}, timeout=10).json()["data"]
+    assert sorted(s["replica"] for s in series) == ["0", "1"]
+    assert {(s["engine_replica"], s["stage"]) for s in series} == {("0", "0")}
+    assert not any("exported_replica" in s for s in series)
