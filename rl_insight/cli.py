@@ -275,8 +275,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     url = args.server_url or None
     if url is None and not __import__("os").environ.get("RL_INSIGHT_SERVER_URL"):
         url = _client(args).url  # the server running here, if any
-    checks = doctor.run(url, args.project, args.experiment,
-                        token=settings.server.token or None, ray_probe=not args.no_ray)
+    import contextlib
+    import sys
+
+    # Ray prints its own warnings (worker start-up, raylet) on stdout from background
+    # threads: they go to stderr while the checks run, and Ray is stopped before the report
+    with contextlib.redirect_stdout(sys.stderr):
+        checks = doctor.run(url, args.project, args.experiment,
+                            token=settings.server.token or None, ray_probe=not args.no_ray)
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
     if args.json:
         print(json.dumps(doctor.as_json(checks), indent=2))
     else:
