@@ -1,4 +1,5 @@
-"""Generates the Grafana dashboards of dashboards/*.json from the panels of panels.py.
+"""Generates the Grafana dashboards (rl_insight/dashboards/*.json, shipped in the package)
+from the panels of panels.py.
 
     python -m dashboards.build          # rewrite the JSON files
     python -m dashboards.build --check  # exit 1 if a checked-in file differs
@@ -23,7 +24,8 @@ except ImportError:  # run as a script from this folder
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from dashboards import panels as P
 
-HERE = Path(__file__).resolve().parent
+# the output ships in the package, where Grafana's provisioning reads it
+HERE = Path(__file__).resolve().parents[1] / "rl_insight" / "dashboards"
 SCHEMA_VERSION = 39
 DATASOURCES = {"prometheus": {"type": "prometheus", "uid": "prometheus"},
                "tempo": {"type": "tempo", "uid": "tempo"}}
@@ -235,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = [p.name for p in HERE.glob("*.json") if p.name not in files]
     if args.check:
         for n in stale + extra:
-            print(f"dashboards/{n} differs from what dashboards/build.py generates; run "
+            print(f"rl_insight/dashboards/{n} differs from what dashboards/build.py generates; run "
                   "`python -m dashboards.build`", file=sys.stderr)
         return 1 if stale or extra else 0
     for n, text in files.items():

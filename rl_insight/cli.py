@@ -212,8 +212,12 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from rl_insight import resources
     from rl_insight.ray.attach import WORKER_SETUP_HOOK, env_vars
 
+    if args.path:  # the shipped file that reads the values from each node's environment
+        print(resources.runtime_env_file())
+        return 0
     environ = dict(os.environ)
     if args.server_url:
         environ["RL_INSIGHT_SERVER_URL"] = args.server_url
@@ -365,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL")
     p.add_argument("--project")
     p.add_argument("--experiment")
+    p.add_argument("--path", action="store_true",
+                   help="print the path of the shipped runtime-env file whose values come "
+                        "from each node's environment (ray job submit --runtime-env PATH)")
     p.set_defaults(func=cmd_ray_env)
 
     p = sub.add_parser("config", parents=[common], help="print the effective settings")

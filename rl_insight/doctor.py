@@ -283,7 +283,7 @@ class Doctor:
         if bad:
             self.add("workers", PROBLEM, "; ".join(bad),
                      "give jobs the variables: rl_insight.ray.attach(), `ray job submit "
-                     "--runtime-env ray_integration/rl_insight.yaml`, or "
+                     "--runtime-env \"$(rl-insight ray-env --path)\"`, or "
                      "RAY_RUNTIME_ENV_HOOK=rl_insight.ray.hooks.runtime_env_hook")
         else:
             self.add("workers", OK, f"workers on {len(nodes)} node(s) get the variables")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import REPO, Cli, free_port_overrides, prom_query, wait_for
+from rl_insight import resources
+from tests.conftest import Cli, free_port_overrides, prom_query, wait_for
 from tests.raycluster import RayCluster
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,7 @@ def test_job_submit_with_runtime_env_file(stack, cluster, tmp_path):
     script.write_text(JOB_SCRIPT)
     r = subprocess.run([str(Path(sys.executable).parent / "ray"), "job", "submit",
                         "--address", cluster.dashboard, "--runtime-env",
-                        str(REPO / "ray_integration" / "rl_insight.yaml"), "--",
+                        str(resources.runtime_env_file()), "--",
                         sys.executable, str(script)],
                        env=cluster.env(), cwd=tmp_path, capture_output=True, text=True,
                        timeout=300)
@@ -280,7 +281,7 @@ def test_attach_after_ray_init_names_what_workers_miss(stack, cluster):
     res = last_json(r.stdout)
     assert res["ok"] is False
     assert set(res["missing"]) >= {"RL_INSIGHT_SERVER_URL", "VERL_RL_INSIGHT_ENABLE"}
-    assert "ray_integration/rl_insight.yaml" in r.stderr
+    assert "rl-insight ray-env --path" in r.stderr
     assert "runtime_env=rl_insight.ray.runtime_env()" in r.stderr
 
 

@@ -135,7 +135,7 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
                 "rl-insight: this Ray job's workers will not get %s. Fix one of: pass "
                 "runtime_env=rl_insight.ray.runtime_env() to ray.init (or call attach() "
                 "before ray.init); submit with `ray job submit --runtime-env "
-                "ray_integration/rl_insight.yaml`; or set RAY_RUNTIME_ENV_HOOK=%s on the "
+                "\"$(rl-insight ray-env --path)\"`; or set RAY_RUNTIME_ENV_HOOK=%s on the "
                 "cluster. Values: %s", ", ".join(missing), "rl_insight.ray.hooks."
                 "runtime_env_hook", {k: ("***" if k == TOKEN_ENV else wanted[k])
                                      for k in missing})

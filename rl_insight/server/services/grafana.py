@@ -1,5 +1,6 @@
 """Grafana: generated grafana.ini, provisioned datasources (uids `prometheus`, `tempo`)
-and the dashboards of `dashboards/` in the `RL-Insight` folder.
+and the dashboards shipped in the package (`rl_insight/dashboards/`) in the
+`RL-Insight` folder.
 
 Formats: https://grafana.com/docs/grafana/latest/setup-grafana/configure-grafana/ (ini)
 and https://grafana.com/docs/grafana/latest/administration/provisioning/ (YAML).
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from rl_insight import netaddr
+from rl_insight import netaddr, resources
 from rl_insight.config import Settings
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
 
@@ -25,8 +26,8 @@ SYSTEM_HOME = Path("/usr/share/grafana")  # where distribution packages put it
 
 
 def default_dashboards_dir() -> Path:
-    """The checked-in dashboards beside the package (a source checkout)."""
-    return Path(__file__).resolve().parents[3] / "dashboards"
+    """The dashboards shipped in the package (a wheel install or a source checkout)."""
+    return resources.dashboards_dir()
 
 
 class Grafana(Service):
