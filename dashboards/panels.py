@@ -379,9 +379,9 @@ TIMELINE_TEMPO = (
     ts("State spans (Tempo)",
        Query(TRACEQL_RUN + " | select(span.state_lane_id, span.state_name, span.step)",
              "", "tempo"),
-       kind="traces", width=24, height=12,
-       description="Every state span of the run, exact to the nanosecond; open one for "
-                   "its lane, state, step and process."),
+       kind="table", width=24, height=12,
+       description="Every state span of the run, exact to the nanosecond, with its lane, "
+                   "state and step; a trace id opens the whole trace."),
     ts("Failed states (Tempo)",
        Query('{ resource.service.name = "rl_insight_monitor" && span.project = "$project" '
              '&& span.experiment_name = "$experiment_name" && status = error }', "", "tempo"),

@@ -69,6 +69,8 @@ class TempoSettings:
     min_version: str = "2.3.0"
     version: str = "2.6.1"
     block_retention: str = "336h"
+    # span metrics and service graphs from the spans, remote-written to Prometheus
+    metrics_generator: bool = True
 
 
 @dataclass
@@ -81,7 +83,7 @@ class GrafanaSettings:
     version: str = "13.0.0"
     admin_user: str = "admin"
     admin_password: str = "admin"
-    dashboards_dir: str = ""  # empty: the checked-in dashboards/ of this checkout
+    dashboards_dir: str = ""  # empty: the dashboards shipped in the package
 
 
 @dataclass

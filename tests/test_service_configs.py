@@ -53,33 +53,50 @@ def test_prometheus_ipv6_hosts_are_bracketed(home):
     assert "--web.listen-address=[::1]:9090" in launch.argv
 
 
-def test_tempo_config_matches_tempo_2_6_reference(settings, home):
-    # Field names and nesting from the Tempo 2.6 configuration reference:
-    # https://grafana.com/docs/tempo/v2.6.x/configuration/manifest/ and
-    # https://grafana.com/docs/tempo/v2.6.x/configuration/ (server, distributor,
-    # ingester, compactor, storage, usage_report blocks).
+def test_tempo_config_for_one_binary_on_any_bind_host(settings, home):
+    # Tempo 2.6.1 (cmd/tempo/main.go L210-220, modules/modules.go L298-303): target `all`
+    # puts its rings on 127.0.0.1 and dials 127.0.0.1:<grpc port>; every key is checked
+    # against its config structs in test_upstream_keys.py
     launch = SERVICES["tempo"].launch(settings, Path("/opt/tempo"))
     assert launch.argv == ["/opt/tempo", f"-config.file={Path(launch.cwd) / 'tempo.yaml'}"]
     assert launch.ready_url == "http://127.0.0.1:13222/ready"
     data = yaml.safe_load((Path(launch.cwd) / "tempo.yaml").read_text())
-    assert set(data) <= {"server", "distributor", "ingester", "compactor", "storage",
-                         "usage_report", "memberlist", "metrics_generator", "querier",
-                         "query_frontend", "overrides", "stream_over_http_enabled"}
+    assert data["target"] == "all"
     assert data["server"] == {"http_listen_address": "127.0.0.1", "http_listen_port": 13222,
                               "grpc_listen_address": "127.0.0.1", "grpc_listen_port": 9095,
                               "log_level": "info"}
     otlp = data["distributor"]["receivers"]["otlp"]["protocols"]
     assert otlp == {"grpc": {"endpoint": "127.0.0.1:4317"},
                     "http": {"endpoint": "127.0.0.1:4318"}}
-    # block_retention sits under compactor.compaction in 2.6
-    assert set(data["compactor"]) == {"compaction"}
     assert data["compactor"]["compaction"]["block_retention"] == "336h"
+    assert data["memberlist"] == {"bind_addr": ["127.0.0.1"]}
     trace = data["storage"]["trace"]
     assert trace["backend"] == "local"
     for key in ("local", "wal"):
         assert set(trace[key]) == {"path"}
         assert Path(trace[key]["path"]).is_relative_to(home)  # stored under RL_INSIGHT_HOME
     assert data["usage_report"] == {"reporting_enabled": False}
+    # span metrics and service graphs, remote-written to the managed Prometheus
+    gen = data["metrics_generator"]["storage"]
+    assert gen["remote_write"] == [{"url": "http://127.0.0.1:19191/api/v1/write"}]
+    assert Path(gen["path"]).is_relative_to(home)
+    assert data["overrides"]["defaults"]["metrics_generator"]["processors"] == [
+        "service-graphs", "span-metrics"]
+
+    # a routable bind host: the listeners users reach move there, the internal gRPC
+    # server (what Tempo dials itself) stays on loopback and is port-checked there
+    settings.host = "10.1.2.3"
+    data = SERVICES["tempo"].render(settings)
+    assert data["server"]["http_listen_address"] == "10.1.2.3"
+    assert data["server"]["grpc_listen_address"] == "127.0.0.1"
+    assert data["distributor"]["receivers"]["otlp"]["protocols"]["grpc"] == {
+        "endpoint": "10.1.2.3:4317"}
+    ports = {p.key: p.host for p in SERVICES["tempo"].ports(settings)}
+    assert ports == {"tempo.port": "10.1.2.3", "tempo.grpc_port": "127.0.0.1",
+                     "tempo.otlp_grpc_port": "10.1.2.3", "tempo.otlp_http_port": "10.1.2.3"}
+
+    settings.tempo.metrics_generator = False
+    assert "metrics_generator" not in SERVICES["tempo"].render(settings)
 
 
 def test_grafana_files_match_provisioning_reference(settings, home, tmp_path):

@@ -126,8 +126,29 @@ class Child:
                 ok = _probe(self.launch.ready_url)
                 if ok and not self.ready:
                     log.info("%s ready at %s", self.launch.name, self.launch.ready_url)
+                    if self.launch.after_ready:
+                        threading.Thread(target=self._after_ready, daemon=True,
+                                         name=f"{self.launch.name}-after-ready").start()
                 self.ready = ok
                 self.state = "ready" if ok else "starting"
+
+    def _after_ready(self) -> None:
+        """Run the service's follow-up commands off the supervisor's thread; a failure is
+        logged with the command's own words and the service keeps running."""
+        env = {**self.base_env, **self.launch.env}
+        for argv, stdin in self.launch.after_ready:
+            try:
+                r = subprocess.run(argv, input=stdin, cwd=self.launch.cwd, env=env,
+                                   capture_output=True, text=True, timeout=120)
+                ok, said = r.returncode == 0, (r.stderr or r.stdout).strip()[-500:]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                ok, said = False, str(exc)
+            if ok:
+                log.info("%s: %s done", self.launch.name, " ".join(argv[-3:-1]))
+            else:
+                log.error("%s: %s failed: %s; run it by hand (%s) or see %s",
+                          self.launch.name, " ".join(argv[-3:-1]), said or "no output",
+                          " ".join(argv), self.log_path)
 
     def stop(self, deadline: float) -> None:
         """SIGTERM, wait until ``deadline``, then SIGKILL."""

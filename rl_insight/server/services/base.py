@@ -104,6 +104,8 @@ class Launch:
     port: int
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # commands run once each time the service turns ready: (argv, text on stdin)
+    after_ready: list[tuple[list[str], str]] = field(default_factory=list)
 
 
 class Service:

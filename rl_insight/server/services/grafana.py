@@ -17,7 +17,14 @@ import yaml
 
 from rl_insight import netaddr, resources
 from rl_insight.config import Settings
-from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
+from rl_insight.server.services.base import (
+    Launch,
+    PortUse,
+    Service,
+    Upstream,
+    write_atomic,
+)
+from rl_insight.server.services.tempo import Tempo
 
 log = logging.getLogger(__name__)
 FOLDER = "RL-Insight"
@@ -92,6 +99,10 @@ class Grafana(Service):
         ini["analytics"] = {"reporting_enabled": "false", "check_for_updates": "false",
                             "check_for_plugin_updates": "false"}
         ini["log"] = {"mode": "console"}
+        # Grafana 12+ installs and updates plugins from grafana.com at start-up, which
+        # fails or stalls on an air-gapped cluster; the bundled plugins (Prometheus,
+        # Tempo in 13) are all the dashboards need
+        ini["plugins"] = {"preinstall_disabled": "true", "preinstall_auto_update": "false"}
         out = io.StringIO()
         ini.write(out)
         return out.getvalue()
@@ -113,7 +124,9 @@ class Grafana(Service):
                     "name": "Tempo", "type": "tempo", "uid": "tempo", "access": "proxy",
                     "url": tempo, "editable": False,
                     "jsonData": {
-                        "serviceMap": {"datasourceUid": "prometheus"},
+                        # the service graph Tempo's metrics generator writes to Prometheus
+                        **({"serviceMap": {"datasourceUid": "prometheus"}}
+                           if Tempo().generates_metrics(settings) else {}),
                         "nodeGraph": {"enabled": True},
                     },
                 },
@@ -154,4 +167,17 @@ class Grafana(Service):
         host = netaddr.local_host(settings.bind_host("grafana"))
         return Launch(self.name, argv, netaddr.http_url(host, settings.grafana.port,
                                                         "/api/health"),
-                      settings.grafana.port, cwd=str(home))
+                      settings.grafana.port, cwd=str(home),
+                      after_ready=[self.password_reset(settings, binary, home, config)])
+
+    def password_reset(self, settings: Settings, binary: Path, home: Path,
+                       config: Path) -> tuple[list[str], str]:
+        """Grafana applies [security] admin_password only when it creates the admin user;
+        its own CLI sets it on an existing data directory too (password on stdin, never
+        in argv). Grafana 13: `grafana cli --homepath H --config C admin
+        reset-admin-password --password-from-stdin`; older layouts ship grafana-cli."""
+        cli = [str(binary), "cli"] if binary.name == "grafana" else \
+            [str(binary.with_name("grafana-cli"))]
+        return ([*cli, "--homepath", str(home), "--config", str(config), "admin",
+                 "reset-admin-password", "--password-from-stdin"],
+                self.admin_password(settings))
