@@ -4,14 +4,13 @@ datasources by uid, variables, and TraceQL of Tempo's documented form."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from dashboards import build
 from tests.traceql import TraceQLError, check
 
-HERE = Path(build.__file__).resolve().parent
+HERE = build.HERE  # the shipped dashboards
 
 
 def all_models() -> dict[str, dict]:
