@@ -47,12 +47,17 @@ def cmd_install(args: argparse.Namespace) -> int:
     from rl_insight.server.installer import Installer, InstallError
 
     settings = _settings(args)
+    if args.sha256 and len(args.services or []) != 1:
+        print("rl-insight: --sha256 is one archive's digest: name that one service, e.g. "
+              "`rl-insight server install grafana --sha256 <digest>`", file=sys.stderr)
+        return 2
     try:
         results = Installer(
             settings,
             local_archive=Path(args.local_archive).expanduser() if args.local_archive else None,
             install_dir=Path(args.install_dir).expanduser() if args.install_dir else None,
             force=args.force, progress=not args.no_progress,
+            expected_sha256=args.sha256 or "",
         ).install(args.services)
     except InstallError as exc:
         print(f"rl-insight: {exc}", file=sys.stderr)
@@ -332,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to put them (default $RL_INSIGHT_HOME/services)")
     p.add_argument("--force", action="store_true", help="reinstall even if present")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--sha256", metavar="DIGEST",
+                   help="the archive's sha256 as the download page shows it, checked "
+                        "instead of the published checksum file (one service only)")
     p.set_defaults(func=cmd_install)
 
     p = sub.add_parser("start", parents=[common], help="start the server and services")

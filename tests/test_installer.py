@@ -103,8 +103,37 @@ def test_checksum_mismatch_is_rejected(cli, home, archive_dir):
     sums.write_text("ab" * 32 + "\n")
     r = cli.run("server", "install", "grafana", "--local-archive", str(archive_dir))
     assert r.returncode != 0
-    assert "does not match the published" in r.stdout
+    digest = archives.sha256(archive_dir / f"grafana-13.0.0.linux-{ARCH}.tar.gz")
+    # both digests named, and what to do about a re-upload
+    assert f"the file's sha256 is {digest}" in r.stdout and "ab" * 32 in r.stdout
+    assert f"--sha256 {digest}" in r.stdout
     assert not (home / "services" / "grafana").exists() and leftovers(home / "services") == []
+    # the digest read on the download page wins over a stale checksum file
+    r = cli.run("server", "install", "grafana", "--local-archive", str(archive_dir),
+                "--sha256", digest)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "sha256 verified (--sha256)" in r.stdout
+    assert manifest(home)["grafana"]["checksum_verified"] is True
+
+
+def test_grafana_archive_under_the_download_pages_name(cli, home, archive_dir):
+    """grafana.com names 13.x archives grafana_<v>_<build>_linux_<arch>.tar.gz; the same
+    file with its .sha256 beside it installs from --local-archive."""
+    legacy = archive_dir / f"grafana-13.0.0.linux-{ARCH}.tar.gz"
+    new = archive_dir / f"grafana_13.0.0_24384745231_linux_{ARCH}.tar.gz"
+    legacy.rename(new)
+    (archive_dir / f"{legacy.name}.sha256").unlink()
+    (archive_dir / f"{new.name}.sha256").write_text(archives.sha256(new) + "\n")
+    r = cli.run("server", "install", "grafana", "--local-archive", str(archive_dir),
+                "--no-progress")
+    assert r.returncode == 0, r.stdout + r.stderr
+    entry = manifest(home)["grafana"]
+    assert entry["origin"] == str(new) and entry["checksum_verified"] is True
+    # a damaged one under that name is refused like any other
+    new.write_bytes(new.read_bytes()[:-10])
+    r = cli.run("server", "install", "grafana", "--force", "--local-archive",
+                str(archive_dir), "--no-progress")
+    assert r.returncode != 0 and new.name in r.stdout
 
 
 def test_missing_local_archive_names_file_and_url(cli, home, archive_dir, monkeypatch):

@@ -127,8 +127,10 @@ class Installer:
 
     def __init__(self, settings: Settings, *, local_archive: Path | None = None,
                  install_dir: Path | None = None, force: bool = False,
-                 progress: bool = True, say: Say = print) -> None:
+                 progress: bool = True, say: Say = print,
+                 expected_sha256: str = "") -> None:
         self.settings = settings
+        self.expected_sha256 = expected_sha256
         self.local_archive = local_archive
         self.install_dir = install_dir or settings.services_dir
         self.force = force
@@ -167,7 +169,9 @@ class Installer:
                 self.say(f"{service.name}: {version} already installed at {path}")
                 return Result(service.name, "already installed", str(path))
 
-        local = self.local_archive / archive if self.local_archive else None
+        local = self._local_file(service, version, archive)
+        if local is not None and local.is_file() and local.name != archive:
+            archive = local.name  # upstream's other name for it
         if local is None or not local.is_file():
             host = self._host_binary(service)
             if host and not self.force:
@@ -235,28 +239,53 @@ class Installer:
             return lookup.found
         return None
 
-    def _verify(self, service: Service, version: str, archive: str, digest: str) -> bool:
-        """Check the digest where upstream publishes one; a mismatch is fatal."""
+    def _local_file(self, service: Service, version: str, archive: str) -> Path | None:
+        """The archive in --local-archive under any of its upstream names (the expected
+        path when none is there, for the message)."""
+        if self.local_archive is None:
+            return None
+        for pattern in service.upstream.local_names(version, self.arch):
+            found = sorted(self.local_archive.glob(pattern))
+            if found:
+                return found[-1]
+        return self.local_archive / archive
+
+    def _published_digest(self, service: Service, version: str, archive: str
+                          ) -> tuple[str | None, str]:
+        """Upstream's digest for ``archive`` and where it was read."""
         up = service.upstream
-        text = None
-        if self.local_archive is not None:
-            name = up.checksums_url(version, self.arch).rsplit("/", 1)[-1]
-            sums = self.local_archive / name
+        if self.local_archive is None:
+            url = up.checksums_url(version, self.arch, self.settings.install.mirror)
+            text = _fetch_text(url, self.settings.install.timeout_s)
+            return (parse_checksums(text, archive, up.checksum_style) if text else None), url
+        listed = self.local_archive / up.checksums_url(version, self.arch).rsplit("/", 1)[-1]
+        beside = self.local_archive / f"{archive}.sha256"
+        for sums, style in ((beside, "single"), (listed, up.checksum_style)):
             if sums.is_file():
-                text = sums.read_text()
+                digest = parse_checksums(sums.read_text(), archive, style)
+                if digest:
+                    return digest, str(sums)
+        return None, ""
+
+    def _verify(self, service: Service, version: str, archive: str, digest: str) -> bool:
+        """Check the digest where upstream publishes one (or the one the user read on the
+        download page, --sha256); a mismatch is fatal."""
+        if self.expected_sha256:
+            expected, source = self.expected_sha256.lower(), "--sha256"
         else:
-            text = _fetch_text(up.checksums_url(version, self.arch,
-                                                self.settings.install.mirror),
-                               self.settings.install.timeout_s)
-        expected = parse_checksums(text, archive, up.checksum_style) if text else None
+            expected, source = self._published_digest(service, version, archive)
         if expected is None:
             self.say(f"{service.name}: no published checksum found for {archive}; "
                      "the archive is checked for integrity only")
             return False
         if expected != digest:
-            raise InstallError(f"{archive}: sha256 {digest} does not match the published "
-                               f"{expected}; the file is damaged or not the upstream one")
-        self.say(f"{service.name}: sha256 verified")
+            raise InstallError(
+                f"{archive}: the file's sha256 is {digest}, but {source} says {expected}. "
+                "The file is damaged or not upstream's, or upstream re-uploaded the "
+                "release: compare both with the digest on the project's download page, "
+                "fetch the file again, or, if the page shows the file's digest, run again "
+                f"with --sha256 {digest}")
+        self.say(f"{service.name}: sha256 verified ({source})")
         return True
 
     def _record(self, manifest: dict, service: Service, entry: dict) -> None:

@@ -62,9 +62,17 @@ class Upstream:
     checksum_url: str
     # "list": a file of "<sha256>  <name>" lines; "single": a file holding one digest.
     checksum_style: str = "list"
+    # other names the same archive goes by on the download page (glob patterns), accepted
+    # in a --local-archive directory, each with a "<name>.sha256" beside it
+    also_named: tuple[str, ...] = ()
 
     def archive_name(self, version: str, arch: str) -> str:
         return self.archive.format(version=version, arch=arch)
+
+    def local_names(self, version: str, arch: str) -> list[str]:
+        """The archive's name, then the glob patterns of its other names."""
+        return [self.archive_name(version, arch),
+                *(p.format(version=version, arch=arch) for p in self.also_named)]
 
     def archive_url(self, version: str, arch: str, mirror: str = "") -> str:
         url = self.url.format(version=version, arch=arch,

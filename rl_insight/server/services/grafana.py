@@ -45,6 +45,9 @@ class Grafana(Service):
         url="https://dl.grafana.com/oss/release/{archive}",
         checksum_url="https://dl.grafana.com/oss/release/{archive}.sha256",
         checksum_style="single",
+        # the name grafana.com's download page gives 13.x archives (a build number
+        # inside: grafana_13.2.3_36482603486_linux_amd64.tar.gz), same content
+        also_named=("grafana_{version}_*_linux_{arch}.tar.gz",),
     )
 
     def ports(self, settings: Settings) -> list[PortUse]:
