@@ -86,8 +86,12 @@ class Tempo(Service):
         if self.generates_metrics(settings):
             prom = netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
                                     settings.prometheus.port, "/api/v1/write")
-            out["metrics_generator"] = {"storage": {"path": str(data / "generator" / "wal"),
-                                                    "remote_write": [{"url": prom}]}}
+            out["metrics_generator"] = {
+                "storage": {"path": str(data / "generator" / "wal"),
+                            "remote_write": [{"url": prom}]},
+                # span metrics per run, as every RL-Insight series is (span attributes)
+                "processor": {"span_metrics": {"dimensions": ["project", "experiment_name"]}},
+            }
             out["overrides"] = {"defaults": {"metrics_generator": {
                 "processors": ["service-graphs", "span-metrics"]}}}
         return out
