@@ -128,9 +128,11 @@ class Simulation:
         self.gen_timeout = 0.6 * s
         self.requests = max(8, int(16 * 0.4 * s / 0.7))
         self.rng = random.Random(args.seed)
-        self.replicas = [RolloutReplica.remote(i, args.backend, args.project,
-                                               args.experiment_name)
-                         for i in range(args.replicas)]
+        placement = {"resources": {args.rollout_resource: 0.01}} \
+            if args.rollout_resource else {}
+        self.replicas = [RolloutReplica.options(**placement).remote(
+            i, args.backend, args.project, args.experiment_name)
+            for i in range(args.replicas)]
         self.ranks = [TrainerRank.remote(r) for r in range(args.ranks)]
         self.tq = data_queue.config() if args.transfer_queue else None
         self.tq_endpoint: str | None = None
@@ -309,6 +311,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--transfer-queue", action=argparse.BooleanOptionalAction, default=True,
                     help="run the real TransferQueue as verl's V1 trainer does (its "
                     "controller and two storage units take a CPU each)")
+    ap.add_argument("--rollout-resource", default="",
+                    help="a custom Ray resource the rollout replicas need (place them on "
+                         "the nodes started with it)")
+    ap.add_argument("--hardware", action="store_true",
+                    help="also collect each node's hardware (attach(hardware=True))")
     ap.add_argument("--project", default="rl-insight-demo")
     ap.add_argument("--experiment-name", default=None,
                     help="default: sim-<mode>-<backend>-<time>")
@@ -336,7 +343,8 @@ def main(argv=None) -> int:
         if not os.environ.get("RAY_ADDRESS"):  # a local cluster: room for the controller
             local = {"num_cpus": max(4, os.cpu_count() or 1)}  # and 2 units (1 CPU each)
     att = rl_insight.ray.attach(project=args.project, experiment_name=args.experiment_name,
-                                runtime_env_base=base, log_to_driver=False, **local)
+                                runtime_env_base=base, log_to_driver=False,
+                                hardware=args.hardware, **local)
     if not att.enabled:
         print(f"simulate_rl: {att.message}", file=sys.stderr)
         return 2

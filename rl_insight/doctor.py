@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -67,6 +68,8 @@ class Doctor:
         self.check_token()
         self.check_services()
         self.check_traces()
+        self.check_service_ports()
+        self.check_local_targets()
         if self.run_given:
             self.check_targets()
             self.check_lanes()
@@ -96,9 +99,15 @@ class Doctor:
             self.get("/healthz")
             self.report = self.get("/api/v1/services")
         except (requests.RequestException, ValueError) as exc:
-            self.add("server", PROBLEM, f"cannot reach {self.url} ({exc.__class__.__name__})",
-                     "check the address `rl-insight server status` prints and that its port "
-                     "is open from this node")
+            host = urlparse(self.url).hostname or ""
+            fix = ("check the address `rl-insight server status` prints and that its port "
+                   "is open from this node")
+            if host == "localhost" or _is_loopback(host):
+                fix = ("this URL names this node itself; on a multi-node cluster give every "
+                       "node the server's routable address (what `rl-insight server start` "
+                       "prints, or server.advertise_host)")
+            self.add("server", PROBLEM, f"cannot reach {self.url}: {unreachable_why(exc)}",
+                     fix)
             return False
         self.add("server", OK, f"{self.url} answers (version "
                                f"{self.report['server']['version']})")
@@ -165,6 +174,41 @@ class Doctor:
             self.add("traces", WARN, f"a test span arrived, but {traces['spooled_spans']} "
                      f"spans wait in the spool: {traces['last_error'] or 'Tempo is down'}",
                      "start Tempo (rl-insight server install); spooled spans are replayed")
+
+    def check_service_ports(self) -> None:
+        """Every running service's port, as clients and browsers reach it, from this node:
+        a firewall that lets the server through but not Grafana is named here."""
+        host = urlparse(self.url).hostname or ""
+        for svc in (self.report or {}).get("services", []):
+            port = svc.get("port")
+            if not port or not svc.get("ready"):
+                continue
+            why = reachable(host, int(port))
+            name = f"port {svc['name']}"
+            if why:
+                self.add(name, WARN, f"{host}:{port} is not reachable from this node: {why}",
+                         f"open port {port} on the monitoring host to this node if it needs "
+                         f"{svc['name']} (browsers need Grafana; OTLP senders need Tempo)")
+            else:
+                self.add(name, OK, f"{host}:{port} reachable from this node")
+
+    def check_local_targets(self) -> None:
+        """Registrations that named the caller's own machine, as the server saw them."""
+        log = (self.report or {}).get("local_targets") or {}
+        if not log.get("rewritten") and not log.get("refused"):
+            return
+        last = (log.get("recent") or [{}])[-1]
+        if last.get("outcome") == "rewritten":
+            said = (f"latest: {last.get('registered')} from {last.get('peer')}, kept as "
+                    f"{last.get('target')}")
+        else:
+            said = f"latest refused: {last.get('reason', '')}"
+        self.add("target addresses", PROBLEM if log.get("refused") else WARN,
+                 f"{log.get('rewritten', 0)} target(s) named the registering machine itself "
+                 f"(127.0.0.1, 0.0.0.0, localhost) and were kept under the caller's address, "
+                 f"{log.get('refused', 0)} refused; {said}",
+                 "register the address Prometheus on the monitoring host can reach (the "
+                 "node's IP, e.g. ray.util.get_node_ip_address()), not loopback or 0.0.0.0")
 
     def check_targets(self) -> None:
         try:
@@ -287,6 +331,32 @@ class Doctor:
                      "RAY_RUNTIME_ENV_HOOK=rl_insight.ray.hooks.runtime_env_hook")
         else:
             self.add("workers", OK, f"workers on {len(nodes)} node(s) get the variables")
+
+
+def unreachable_why(exc: BaseException) -> str:
+    """What a failed connection says about the path: refused, dropped, unresolved."""
+    text = f"{exc.__class__.__name__}: {exc}"
+    if isinstance(exc, (requests.ConnectTimeout, socket.timeout, TimeoutError)) or \
+            "timed out" in text:
+        return ("timed out: a firewall between here and there drops the packets, or the "
+                "host is down")
+    if "Connection refused" in text or isinstance(exc, ConnectionRefusedError):
+        return "connection refused: nothing listens on that address and port there"
+    if "Name or service not known" in text or "resolve" in text.lower() or \
+            isinstance(exc, socket.gaierror):
+        return "the host name does not resolve from here"
+    if "No route to host" in text or "unreachable" in text.lower():
+        return "no route to that host from here"
+    return text[:200]
+
+
+def reachable(host: str, port: int, timeout: float = 3.0) -> str:
+    """'' when a TCP connection to host:port opens from here, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return ""
+    except OSError as exc:
+        return unreachable_why(exc)
 
 
 def _is_loopback(host: str) -> bool:

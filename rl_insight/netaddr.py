@@ -39,11 +39,31 @@ def local_host(bind_host: str) -> str:
     return bind_host.strip("[]")
 
 
-def routable_address(bind_host: str) -> str:
-    """The address other machines should use: the bind address itself, else the
-    address of the interface that routes outwards (no packet is sent)."""
+def interface_addresses() -> dict[str, str]:
+    """Each up, non-loopback IPv4 address of this machine and its interface's name."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    out = {}
+    stats = psutil.net_if_stats()
+    for name, addrs in psutil.net_if_addrs().items():
+        if name in stats and not stats[name].isup:
+            continue
+        for a in addrs:
+            if a.family == socket.AF_INET and not ipaddress.ip_address(a.address).is_loopback:
+                out[a.address] = name
+    return out
+
+
+def choose_address(bind_host: str, configured: str = "") -> tuple[str, str]:
+    """The address other machines should use, and why it was chosen: the configured
+    one, the bind address itself, else the address of the interface that routes
+    outwards (no packet is sent), else what the host name resolves to."""
+    if configured:
+        return configured.strip("[]"), "server.advertise_host"
     if bind_host not in WILDCARDS:
-        return bind_host.strip("[]")
+        return bind_host.strip("[]"), "the address the server binds (host)"
     family = socket.AF_INET6 if bind_host in ("::", "[::]") else socket.AF_INET
     probe = "fd00::1" if family == socket.AF_INET6 else "10.255.255.255"
     try:
@@ -51,16 +71,23 @@ def routable_address(bind_host: str) -> str:
             s.connect((probe, 9))  # UDP connect only selects a route
             addr = s.getsockname()[0]
             if not ipaddress.ip_address(addr).is_unspecified:
-                return addr
+                name = interface_addresses().get(addr, "")
+                return addr, (f"the address of {name}, " if name else "") + \
+                    "the interface of the default route"
     except OSError:
         pass
     try:
         addr = socket.gethostbyname(socket.gethostname())
         if addr:
-            return addr
+            return addr, "what the host name resolves to (no default route)"
     except OSError:
         pass
-    return local_host(bind_host)
+    return local_host(bind_host), "no routable interface: only this machine reaches it"
+
+
+def routable_address(bind_host: str) -> str:
+    """The address other machines should use to reach a server bound to ``bind_host``."""
+    return choose_address(bind_host)[0]
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

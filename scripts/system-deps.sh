@@ -10,6 +10,7 @@ command -v promtool >/dev/null || packages+=(prometheus)
 command -v prometheus-pushgateway >/dev/null || packages+=(prometheus-pushgateway)
 command -v prometheus-node-exporter >/dev/null || packages+=(prometheus-node-exporter)
 command -v chromium >/dev/null || packages+=(chromium)  # the status page's browser test
+command -v nft >/dev/null || packages+=(nftables)  # firewall rules in the multi-host test
 if [ ${#packages[@]} -eq 0 ]; then
   echo "system packages: all present"
   exit 0

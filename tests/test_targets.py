@@ -7,9 +7,11 @@ import json
 import pytest
 
 from rl_insight.server.targets import (
+    LocalTargetLog,
     TargetError,
     TargetStore,
     parse_registration,
+    resolve_local,
     validate_hostport,
 )
 
@@ -139,3 +141,30 @@ def test_bad_bindings_say_what_is_wrong(body, msg):
 
     with pytest.raises(TargetError, match=msg):
         parse_binding(body)
+
+
+@pytest.mark.parametrize("registered,peer,kept", [
+    ("127.0.0.1:9999", "10.7.0.3", "10.7.0.3:9999"),
+    ("0.0.0.0:9998", "10.7.0.3", "10.7.0.3:9998"),
+    ("localhost:9997", "10.7.0.3", "10.7.0.3:9997"),
+    ("[::1]:9996", "fd00::3", "[fd00::3]:9996"),
+    ("127.0.0.1:9999", "127.0.0.1", "127.0.0.1:9999"),  # the server's own host: right
+    ("10.7.0.5:8000", "10.7.0.3", "10.7.0.5:8000"),  # a routable address is kept
+])
+def test_targets_naming_the_callers_machine_get_the_callers_address(registered, peer, kept):
+    t = parse_registration({"job_name": "vllm", "targets": [registered]})
+    out, notes = resolve_local(t, peer, proxied=False)
+    assert [x.target for x in out] == [kept]
+    assert [(n.registered, n.target) for n in notes] == (
+        [(registered, kept)] if kept != registered else [])
+
+
+@pytest.mark.parametrize("peer,proxied", [(None, False), ("10.7.0.3", True),
+                                          ("127.0.0.1", True)])
+def test_local_targets_refused_when_the_caller_is_unknown(peer, proxied):
+    t = parse_registration({"job_name": "vllm", "targets": ["127.0.0.1:9999"]})
+    with pytest.raises(TargetError, match="names the registering machine itself.*node's IP"):
+        resolve_local(t, peer, proxied)
+    log = LocalTargetLog()
+    log.refuse(peer, "x")
+    assert log.report()["refused"] == 1

@@ -140,10 +140,29 @@ def _options(name: str, namespace: str) -> dict[str, Any]:
                 max_restarts=-1, max_task_retries=-1, num_cpus=0, max_concurrency=1)
 
 
+def head_node_id() -> str | None:
+    """The head node's id (the node holding Ray's ``node:__internal_head__`` resource)."""
+    try:
+        for n in ray.nodes():
+            if n.get("Alive") and "node:__internal_head__" in n.get("Resources", {}):
+                return n["NodeID"]
+    except Exception:  # an old Ray without the resource, or a state API hiccup
+        return None
+    return None
+
+
 def get_hub(config: dict[str, Any]):
-    """The cluster's hub, created by whichever process asks first."""
+    """The cluster's hub, created by whichever process asks first, on the head node (as
+    Ray Serve places its controller): losing a worker node never loses it. Soft, so a
+    cluster whose head takes no actors still gets one."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     namespace = config.get("namespace", NAMESPACE)
-    return ray.remote(HubActor).options(**_options(HUB_NAME, namespace)).remote(config)
+    options = _options(HUB_NAME, namespace)
+    head = head_node_id()
+    if head:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(head, soft=True)
+    return ray.remote(HubActor).options(**options).remote(config)
 
 
 def get_lane(name: str, config: dict[str, Any]):

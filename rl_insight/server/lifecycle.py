@@ -141,7 +141,7 @@ def run(settings: Settings, say: Say = print) -> int:
     except OSError:
         raise StartError(port_message(server_port(settings))) from None
 
-    advertise = settings.server.advertise_host or netaddr.routable_address(bind)
+    advertise, why = netaddr.choose_address(bind, settings.server.advertise_host)
     local_url = netaddr.http_url(netaddr.local_host(bind), settings.server.port)
     record = {"pid": os.getpid(), "url": local_url, "home": str(settings.home_path),
               "started_at": time.time(), "children": {}}
@@ -155,7 +155,8 @@ def run(settings: Settings, say: Say = print) -> int:
     supervisor = Supervisor(settings.supervisor, settings.logs_dir, record_children)
     for launch in launches.values():
         supervisor.add(launch)
-    state = ServerState(settings, supervisor, infos, advertise_host=advertise)
+    state = ServerState(settings, supervisor, infos, advertise_host=advertise,
+                        advertise_reason=why)
     state.open()
     http = _HttpThread(create_app(state), sock, settings.server.log_level)
 
@@ -249,6 +250,13 @@ def summary(report: dict) -> str:
         elif s.get("version"):
             what += f" ({s['version']}, {s['source']})"
         lines.append(f"  {s['name']:<11} {url:<32} {what}")
+    others = [f"{a} ({n})" for a, n in c.get("other_addresses", {}).items()
+              if a != host.strip("[]")]
+    lines += ["", f"Address for clients: {host.strip('[]')}, "
+              f"{c.get('address_reason', 'chosen')}."]
+    if others:
+        lines.append(f"  This host also has {', '.join(others)}; if the cluster reaches it "
+                     "there, set server.advertise_host.")
     lines += ["", "Point training at it (driver and every Ray worker):",
               f"  export RL_INSIGHT_SERVER_URL={c['server_url']}",
               "  export VERL_RL_INSIGHT_ENABLE=1", ""]

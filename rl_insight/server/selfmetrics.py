@@ -45,6 +45,14 @@ class _StateCollector(Collector):
                                 value=st.pushes.total_series())
         yield GaugeMetricFamily("rl_insight_targets", "Registered scrape targets",
                                 value=len(st.targets.list()))
+        yield CounterMetricFamily("rl_insight_targets_rewritten",
+                                  "Targets naming the caller's own machine (loopback, "
+                                  "0.0.0.0, localhost), kept under the caller's address",
+                                  value=st.local_targets.rewritten)
+        yield CounterMetricFamily("rl_insight_targets_refused",
+                                  "Registrations refused because a target named the "
+                                  "caller's own machine and the caller was unknown",
+                                  value=st.local_targets.refused)
         yield CounterMetricFamily("rl_insight_spans_received", "Spans accepted on /v1/traces",
                                   value=st.spans_received)
         yield CounterMetricFamily("rl_insight_spans_relayed", "Spans delivered to Tempo",

@@ -19,7 +19,7 @@ from rl_insight.server.relay import Relay
 from rl_insight.server.services.prometheus import Prometheus
 from rl_insight.server.spool import Spool
 from rl_insight.server.supervisor import Supervisor
-from rl_insight.server.targets import TargetStore
+from rl_insight.server.targets import LocalTargetLog, TargetStore
 from rl_insight.version import __version__
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,12 @@ def prometheus_url(settings: Settings) -> str:
 class ServerState:
     def __init__(self, settings: Settings, supervisor: Supervisor,
                  services: dict[str, ServiceInfo] | None = None,
-                 advertise_host: str = "") -> None:
+                 advertise_host: str = "", advertise_reason: str = "") -> None:
         self.settings = settings
         self.supervisor = supervisor
         self.services = services or {}
         self.advertise_host = advertise_host or "127.0.0.1"
+        self.advertise_reason = advertise_reason
         self.started_at = time.time()
         state = settings.state_dir
         state.mkdir(parents=True, exist_ok=True)
@@ -67,6 +68,7 @@ class ServerState:
                                    Prometheus().targets_dir(settings),
                                    hidden=self.experiments.is_archived,
                                    unbound_grace_s=settings.server.unbound_target_grace_s)
+        self.local_targets = LocalTargetLog()
         self.pushes = PushStore(settings.push, state,
                                 refuse=self.experiments.archived_reason)
         self.spool = Spool(state / "spool", settings.traces.spool_max_bytes)
@@ -126,6 +128,8 @@ class ServerState:
             "otlp_traces": base + "/v1/traces",
             "tempo_otlp_http": netaddr.http_url(self.advertise_host, t.otlp_http_port),
             "tempo_otlp_grpc": netaddr.join_host_port(self.advertise_host, t.otlp_grpc_port),
+            "address_reason": self.advertise_reason,
+            "other_addresses": netaddr.interface_addresses(),
         }
 
     def services_report(self) -> dict:
@@ -160,4 +164,5 @@ class ServerState:
                        "spooled_spans": self.spool.spans,
                        "last_error": self.relay.last_error},
             "all_ready": all(e["ready"] for e in needed),
+            "local_targets": self.local_targets.report(),
         }

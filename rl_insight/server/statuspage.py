@@ -52,6 +52,20 @@ def ago(ts: float | None, now: float) -> str:
                                             else f"{s / 3600:.1f}h ago")
 
 
+def _local_targets(log: dict) -> str:
+    """A warning line when registrations named the caller's own machine."""
+    if not log.get("rewritten") and not log.get("refused"):
+        return ""
+    last = (log.get("recent") or [{}])[-1]
+    detail = (f'latest: {_e(last.get("registered"))} from {_e(last.get("peer"))} kept as '
+              f'{_e(last.get("target"))}' if last.get("outcome") == "rewritten"
+              else f'latest refused: {_e(last.get("reason", ""))}')
+    return (f'<p class="err">{_e(log.get("rewritten", 0))} target(s) named the registering '
+            f'machine itself (127.0.0.1, 0.0.0.0, localhost) and were kept under the '
+            f'caller\'s address; {_e(log.get("refused", 0))} refused. {detail}. Register '
+            "routable addresses.</p>")
+
+
 def render(report: dict, experiments: list[dict], targets: list[dict], lanes: list[dict],
            grafana_url: str | None, refresh_s: int = 10) -> str:
     now = time.time()
@@ -102,6 +116,7 @@ refreshes every {refresh_s}s · {_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>
 {_table(["project", "experiment", "status", "targets", "pushed groups", "lanes",
          "last activity"], exp_rows, "No experiment has reported yet.")}
 <h2>Scrape targets</h2>
+{_local_targets(report.get("local_targets") or {})}
 {_table(["run", "job", "target", "labels", "health", "last error"], target_rows,
         "No targets registered.")}
 <h2>Lanes</h2>

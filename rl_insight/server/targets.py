@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rl_insight import netaddr
 from rl_insight.server.pushstore import valid_label_name
 from rl_insight.server.services.base import write_atomic
 
@@ -109,6 +110,98 @@ def validate_labels(labels: Mapping[str, Any] | None, where: str) -> tuple[tuple
     return tuple(sorted(out))
 
 
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+def split_hostport(target: str) -> tuple[str, str]:
+    """``host:port`` or ``[v6]:port`` into (host, port), brackets removed."""
+    if target.startswith("["):
+        host, _, port = target[1:].partition("]:")
+        return host, port
+    host, _, port = target.rpartition(":")
+    return host, port
+
+
+def is_local_host(host: str) -> bool:
+    """Loopback, the unspecified address or a loopback name: an address that means "this
+    machine" to whoever uses it, so Prometheus would scrape its own host."""
+    if host.lower() in LOCAL_NAMES or host.lower().endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
+@dataclass(frozen=True)
+class Resolution:
+    registered: str  # what the caller sent
+    target: str  # what is kept
+    peer: str
+
+
+def resolve_local(targets: Sequence[Target], peer: str | None, proxied: bool
+                  ) -> tuple[list[Target], list[Resolution]]:
+    """Targets that name the registering machine itself (127.0.0.1, ::1, 0.0.0.0,
+    localhost) are kept as they are when that machine is the server's (Prometheus runs
+    here), and rewritten to the peer's address when the caller is elsewhere: the engine
+    listens on the caller's host. Refused when the peer address is not the caller's (a
+    proxy in between) or unknown, with what to register instead."""
+    out, notes = [], []
+    peer_ip = None
+    if peer:
+        try:
+            peer_ip = ipaddress.ip_address(peer.split("%")[0])
+        except ValueError:
+            peer_ip = None
+    for t in targets:
+        host, port = split_hostport(t.target)
+        if not is_local_host(host) or (peer_ip is not None and peer_ip.is_loopback
+                                       and not proxied):
+            out.append(t)
+            continue
+        if peer_ip is None or proxied or peer_ip.is_unspecified:
+            raise TargetError(
+                f"target {t.target!r} names the registering machine itself, and the server "
+                "cannot tell which machine that is (the request came through a proxy or "
+                "from an unknown address); register the address Prometheus on the "
+                "monitoring host can reach, e.g. the node's IP (ray.util.get_node_ip_"
+                "address()) with the port")
+        resolved = netaddr.join_host_port(str(peer_ip), int(port))
+        out.append(replace(t, target=resolved))
+        notes.append(Resolution(t.target, resolved, str(peer_ip)))
+    return out, notes
+
+
+class LocalTargetLog:
+    """How many registrations named the registering machine itself, and what became of
+    them (rewritten to the caller's address, or refused), with the latest few: `doctor`,
+    the status page and the server's metrics report them."""
+
+    def __init__(self, keep: int = 20) -> None:
+        from collections import deque
+
+        self.rewritten = 0
+        self.refused = 0
+        self.recent: deque[dict] = deque(maxlen=keep)
+
+    def note(self, resolutions: Sequence[Resolution]) -> None:
+        for r in resolutions:
+            self.rewritten += 1
+            self.recent.append({"registered": r.registered, "target": r.target,
+                                "peer": r.peer, "outcome": "rewritten", "at": time.time()})
+
+    def refuse(self, peer: str | None, why: str) -> None:
+        self.refused += 1
+        self.recent.append({"peer": peer or "", "outcome": "refused", "reason": why,
+                            "at": time.time()})
+
+    def report(self) -> dict:
+        return {"rewritten": self.rewritten, "refused": self.refused,
+                "recent": list(self.recent)}
+
+
 def parse_networks(spec: str) -> list:
     """``10.0.0.0/8, fd00::/8`` into network objects; a bad entry is a config error."""
     nets = []
@@ -128,7 +221,7 @@ def check_allowed(target: str, networks: list) -> None:
         return
     import socket
 
-    host = target[1:].partition("]")[0] if target.startswith("[") else target.rpartition(":")[0]
+    host = split_hostport(target)[0]
     try:
         addrs = {ipaddress.ip_address(host)}
     except ValueError:

@@ -7,28 +7,43 @@ from fastapi import APIRouter, Request
 from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, json_body
 from rl_insight.server.state import ServerState
 from rl_insight.server.targets import (
+    LocalTargetLog,
     TargetError,
     check_allowed,
     parse_binding,
     parse_networks,
     parse_registration,
+    resolve_local,
 )
 
 MAX_BODY = 4 * 1024 * 1024
 
 
-async def parse(request: Request, networks: list | None = None) -> list:
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+
+
+async def parse(request: Request, log: LocalTargetLog, networks: list | None = None
+                ) -> tuple[list, list]:
+    """The request's targets, those naming the caller's own machine resolved to the
+    caller's address; and the resolutions made."""
     body = await json_body(request, MAX_BODY, "4 MiB for registrations")
     try:
         targets = parse_registration(body)
     except TargetError as exc:
         raise HttpError(400, str(exc)) from None
+    peer = request.client.host if request.client else None
+    proxied = any(h in request.headers for h in PROXY_HEADERS)
+    try:
+        targets, resolved = resolve_local(targets, peer, proxied)
+    except TargetError as exc:
+        log.refuse(peer, str(exc))
+        raise HttpError(422, str(exc)) from None
     try:
         for t in targets:
             check_allowed(t.target, networks or [])
     except TargetError as exc:
         raise HttpError(403, str(exc)) from None
-    return targets
+    return targets, resolved
 
 
 def router(state: ServerState) -> APIRouter:
@@ -38,7 +53,7 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
             summary="Register scrape targets (idempotent)")
     async def register(request: Request) -> dict:
-        targets = await parse(request, networks)
+        targets, resolved = await parse(request, state.local_targets, networks)
         t = targets[0]
         if t.project:
             why = state.experiments.archived_reason(
@@ -47,8 +62,16 @@ def router(state: ServerState) -> APIRouter:
                 raise HttpError(409, why)
             state.experiments.touch(t.project, t.experiment_name)
         changed = state.targets.register(targets)
-        return {"registered": len(targets), "changed": changed,
-                "targets": [x.as_dict() for x in targets]}
+        state.local_targets.note(resolved)
+        out = {"registered": len(targets), "changed": changed,
+               "targets": [x.as_dict() for x in targets]}
+        if resolved:
+            out["warnings"] = [
+                f"{r.registered} names the registering machine itself; kept as {r.target} "
+                f"(the address this request came from). Register {r.target} (or the "
+                "engine's own routable address if it runs elsewhere) to silence this"
+                for r in resolved]
+        return out
 
     @r.post("/api/v1/runs/bind", openapi_extra=RAW_JSON_BODY,
             summary="Name the run of an owner's targets (registered before the run was "
@@ -71,7 +94,7 @@ def router(state: ServerState) -> APIRouter:
     @r.delete("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
               summary="Remove scrape targets (same body as registration)")
     async def remove(request: Request) -> dict:
-        targets = await parse(request)
+        targets, _ = await parse(request, state.local_targets)
         return {"removed": state.targets.remove(targets)}
 
     @r.get("/api/v1/prometheus/query",
