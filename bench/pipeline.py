@@ -284,7 +284,11 @@ def memory(receiver, rows, ray, rl_insight, Producer, quick) -> None:  # noqa: N
         rows[f"lane actors' RSS, {lanes} lanes ({n} pooled actors)"] = {
             "value": rss, "unit": "MB", "actors": n}
         ray.kill(pr)
-    cfg = {"server_url": os.environ["RL_INSIGHT_SERVER_URL"], "namespace": "bench_dedicated"}
+    from rl_insight.client.transports import actor_config
+    from rl_insight.config import ClientSettings
+
+    cfg = actor_config(ClientSettings(ray_namespace="bench_dedicated"),
+                       os.environ["RL_INSIGHT_SERVER_URL"], "", "")
     one = actors.get_lane("rl_insight_lane_replica_0", cfg)
     rows["one dedicated lane actor's RSS (replica_<r>, rank_<r>)"] = {
         "value": ray.get(one.stats.remote())["rss_bytes"] / 2**20, "unit": "MB"}

@@ -357,10 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
     tsub2 = traces.add_subparsers(dest="action_traces", required=True)
     p = tsub2.add_parser("export", parents=[remote],
                          help="write the state timeline as a Chrome trace / Perfetto file")
-    p.add_argument("--format", choices=["perfetto", "chrome-json"], default="perfetto",
-                   help="both are the Chrome trace-event JSON, which Perfetto opens")
+    p.add_argument("--format", choices=["chrome-json"], default="chrome-json",
+                   help="the Chrome trace-event JSON, which Perfetto and chrome://tracing "
+                        "open")
     p.add_argument("--project", required=True)
-    p.add_argument("--experiment", required=True, help="the experiment_name")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True)
     p.add_argument("--since", help="only the last DURATION (e.g. 15m, 2h)")
     p.add_argument("-o", "--output", required=True, help="the file to write")
     p.set_defaults(func=cmd_traces_export)
@@ -368,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = top.add_parser("doctor", parents=[remote],
                        help="check everything between this node and the dashboards")
     p.add_argument("--project")
-    p.add_argument("--experiment", help="the experiment_name")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-ray", action="store_true", help="skip the probe of Ray workers")
     p.set_defaults(func=cmd_doctor)
@@ -376,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = top.add_parser("ray-env", help="print a runtime-env YAML for `ray job submit`")
     p.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL")
     p.add_argument("--project")
-    p.add_argument("--experiment")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment")
     p.add_argument("--path", action="store_true",
                    help="print the path of the shipped runtime-env file whose values come "
                         "from each node's environment (ray job submit --runtime-env PATH)")
@@ -393,14 +394,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_targets_add)
     p = tsub.add_parser("list", parents=[remote], help="list registered targets")
     p.add_argument("--project")
-    p.add_argument("--experiment")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment")
     p.set_defaults(func=cmd_targets_list)
 
     p = sub.add_parser("experiments", parents=[remote],
                        help="list, show, archive, restore or finish experiments")
     p.add_argument("action_exp", choices=["list", "show", "archive", "restore", "finish"])
     p.add_argument("--project")
-    p.add_argument("--experiment", help="the experiment_name")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment")
     p.set_defaults(func=cmd_experiments)
     return parser
 

@@ -255,6 +255,25 @@ def env_name(key: str) -> str:
     return "RL_INSIGHT_" + key.replace(".", "_").upper()
 
 
+# Lower bounds of numeric settings whose zero or negative value would make a loop spin
+# or a buffer useless (a batch of 0 wakes the sender millions of times a second)
+MINIMUMS: dict[str, float] = {
+    "client.buffer_max_events": 1, "client.batch_size": 1, "client.flush_interval_s": 0.01,
+    "client.exit_flush_timeout_s": 0, "client.hub_push_interval_s": 0.05,
+    "client.max_series_per_run": 1, "client.lane_pool_size": 1,
+    "client.lane_flush_interval_s": 0.01, "client.lane_batch_size": 1,
+    "client.lane_max_pending_spans": 1, "client.registration_retry_max_s": 0.1,
+    "client.resend_max_events": 0,
+}
+
+
+def _check_range(key: str, value: float) -> float:
+    low = MINIMUMS.get(key)
+    if low is not None and value < low:
+        raise ConfigError(f"{key}: must be at least {low:g}, got {value:g}")
+    return value
+
+
 def _coerce(key: str, current: Any, raw: Any) -> Any:
     if isinstance(current, bool):
         if isinstance(raw, bool):
@@ -272,12 +291,13 @@ def _coerce(key: str, current: Any, raw: Any) -> Any:
             raise ConfigError(f"{key}: expected a whole number, got {raw!r}") from None
         if key.endswith("port") and not 0 <= value <= 65535:
             raise ConfigError(f"{key}: a port is 0..65535, got {value}")
-        return value
+        return _check_range(key, value)
     if isinstance(current, float):
         try:
-            return float(str(raw).strip())
+            value = float(str(raw).strip())
         except ValueError:
             raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+        return _check_range(key, value)
     if isinstance(raw, (dict, list)):
         raise ConfigError(f"{key}: expected a single value, got {type(raw).__name__}")
     return str(raw)

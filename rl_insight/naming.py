@@ -10,7 +10,6 @@ from functools import lru_cache
 PREFIX = "rl_insight_monitor_"
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 _REPEATS = re.compile(r"__+")
-_LABEL_OK = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
 KEY_LABEL = "metric_key"  # holds the raw key when the name had to change
 
@@ -47,5 +46,3 @@ def label_name(name: str) -> str:
     return out
 
 
-def valid_label(name: str) -> bool:
-    return bool(_LABEL_OK.match(name)) and not name.startswith("__")

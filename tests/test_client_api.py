@@ -453,9 +453,12 @@ def test_api_signatures_match_the_contract():
         "trace_span", "update_prometheus_config")}
     assert sig["init"] == "(project: 'str | None' = None, experiment_name: 'str | None' " \
         "= None, config: 'Mapping[str, Any] | None' = None) -> 'None'"
+    # the contract's calls, positional or keyword, work; the parameters are positional-only
+    # so that a label may share their names (name=, value=, amount=, documentation=)
     assert sig["metric_count"].startswith("(name: 'str', amount: 'float' = 1.0, "
-                                          "documentation: 'str' = '', **labels")
-    assert sig["metric_gauge"].startswith("(name: 'str', value: 'float', documentation")
+                                          "documentation: 'str' = '', /, **labels")
+    assert sig["metric_gauge"].startswith("(name: 'str', value: 'float' = <required>, "
+                                          "documentation: 'str' = '', /, **labels")
     assert sig["trace_span"].startswith("(*, name: 'str', start_time_ns: 'int', "
                                         "end_time_ns: 'int', attributes")
     assert sig["trace_op"].startswith("(name: 'str | Callable | None' = None, *, "
@@ -491,3 +494,31 @@ def test_registrations_of_a_short_lived_process_arrive(cli, ending):
     want = ("short", "lived") if ending == "init-after" else ("", "")
     assert {(t["project"], t["experiment_name"]) for t in rows} == {want}
     assert all(t["awaiting_run"] == (ending != "init-after") for t in rows)
+
+
+def test_label_names_equal_to_parameter_names_never_raise(recorded):
+    c, got = recorded
+    api.metric_gauge("loss", 0.1, name="actor")  # a label called name
+    api.metric_count("x", 1, amount=3)  # amount given twice: the keyword is a label
+    api.metric_count("y", amount=3)  # the contract's keyword form still works
+    api.metric_gauge("z", value=2.0, documentation="doc")
+    api.metric_histogram("h", 0.5, "help", value="v")
+    api.metric_gauge("missing")  # no value at all: counted, not raised
+    c.flush(2)
+    by_name = {m.name: m for m in got}
+    assert dict(by_name["rl_insight_monitor_loss"].labels) == {"name": "actor"}
+    x = by_name["rl_insight_monitor_x_total"]
+    assert x.value == 1 and dict(x.labels) == {"amount": "3"}
+    assert by_name["rl_insight_monitor_y_total"].value == 3
+    z = by_name["rl_insight_monitor_z"]
+    assert z.value == 2.0 and z.doc == "doc" and z.labels == ()
+    assert dict(by_name["rl_insight_monitor_h"].labels) == {"value": "v"}
+    assert "rl_insight_monitor_missing" not in by_name
+
+
+def test_disabled_calls_with_clashing_names_do_not_raise(monkeypatch):
+    monkeypatch.setattr(api, "_client", None)
+    monkeypatch.setattr(api, "_env_checked", True)
+    api.metric_gauge("loss", 0.1, name="actor")
+    api.metric_count("x", 1, amount=3)
+    api.metric_gauge("x", 1.0, value=2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rl_insight.client.buffer import EventBuffer
@@ -143,23 +144,76 @@ def test_lane_spans_wait_in_order_while_the_server_is_down():
 def test_buffer_drops_oldest_when_full_and_flushes_within_a_deadline():
     got: list = []
     gate = threading.Event()
+    entered = threading.Event()
 
     def export(items, dropped):
-        gate.wait(5)
+        entered.set()
+        gate.wait(10)
         got.append((list(items), dropped))
 
     buf = EventBuffer(export, max_events=5, batch_size=100, interval=60)
     for i in range(8):
         buf.add(i)
     assert list(buf.queue) == [3, 4, 5, 6, 7] and buf.dropped == 3
+    stuck = threading.Thread(target=buf.flush, args=(30,), daemon=True)
+    stuck.start()  # a flush whose exporter hangs holds the export lock
+    assert entered.wait(5)
+    threads = threading.active_count()
     t0 = time.monotonic()
-    assert buf.flush(0.2) is False  # the exporter is stuck: flush gives up in time
+    assert buf.flush(0.2) is False  # another flush gives up at its deadline
     assert time.monotonic() - t0 < 1.0
+    assert threading.active_count() == threads  # and started no thread to do it
     gate.set()
-    wait_until = time.monotonic() + 5
-    while not got and time.monotonic() < wait_until:
-        time.sleep(0.01)
+    stuck.join(5)
     assert got == [([3, 4, 5, 6, 7], 3)]
+
+
+def test_settings_given_later_reach_the_buffer_and_silly_values_are_refused(home):
+    from rl_insight import config
+    from rl_insight.client.core import Client
+    from rl_insight.client.options import apply_init_config
+
+    c = Client("http://127.0.0.1:1", "", "", config.ClientSettings())
+    apply_init_config(c, {"flush_interval_s": 30, "client": {"batch_size": 64,
+                                                              "buffer_max_events": 100}})
+    assert (c.buffer.interval, c.buffer.batch_size, c.buffer.max_events) == (30, 64, 100)
+    assert c.buffer.queue.maxlen == 100
+    apply_init_config(c, {"batch_size": 0})  # refused with a warning, the old value kept
+    assert c.buffer.batch_size == 64
+    with pytest.raises(config.ConfigError, match="client.batch_size: must be at least 1"):
+        config.load(environ={"RL_INSIGHT_HOME": str(home), "RL_INSIGHT_CLIENT_BATCH_SIZE": "0"})
+
+
+def test_buffer_shutdown_joins_its_worker_and_refuses_later_events():
+    got: list = []
+    buf = EventBuffer(lambda items, dropped: got.extend(items), max_events=10, batch_size=2,
+                      interval=0.05)
+    for i in range(3):
+        buf.add(i)
+    worker = buf._thread
+    assert buf.shutdown(5) is True
+    assert not worker.is_alive() and got == [0, 1, 2]
+    buf.add(99)
+    assert buf.dropped == 1 and 99 not in buf.queue
+
+
+def test_two_first_callers_start_one_worker():
+    before = {t for t in threading.enumerate() if t.name == "rl-insight-buffer"}
+    buf = EventBuffer(lambda items, dropped: None, max_events=10, batch_size=5, interval=60)
+    barrier = threading.Barrier(8)
+
+    def first():
+        barrier.wait()
+        buf._ensure_thread()
+
+    ts = [threading.Thread(target=first) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    new = {t for t in threading.enumerate() if t.name == "rl-insight-buffer"} - before
+    assert len(new) == 1
+    buf.shutdown(2)
 
 
 def test_buffer_exporter_errors_are_counted_not_raised():

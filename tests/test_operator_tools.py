@@ -63,8 +63,8 @@ def test_traces_export_one_track_per_lane(cli, tmp_path):
         capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     out = tmp_path / "run.json"
-    r = cli.run("traces", "export", "--format", "perfetto", "--project", "ops",
-                "--experiment", "timeline", "-o", str(out), "--server-url", url)
+    r = cli.run("traces", "export", "--format", "chrome-json", "--project", "ops",
+                "--experiment-name", "timeline", "-o", str(out), "--server-url", url)
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     validate_chrome_trace(doc)

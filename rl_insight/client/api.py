@@ -30,7 +30,7 @@ from rl_insight.client.registration import (
 )
 from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
 
-log = logging.getLogger("rl_insight")
+log = logging.getLogger(__name__)
 
 _client: Client | None = None
 _env_checked = False
@@ -171,18 +171,61 @@ def _metric(kind: str, name: str, value: Any, documentation: str,
         _failed(f"recording metric {name!r}")
 
 
-def metric_count(name: str, amount: float = 1.0, documentation: str = "", **labels: Any) -> None:
-    """Add ``amount`` to a counter (exported as ``rl_insight_monitor_<name>_total``)."""
+class _Default(float):
+    """A default that reads as its value in signatures and can be told from a value
+    the caller passed (``is``)."""
+
+
+class _NoDoc(str):
+    pass
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_ONE, _NO_DOC, _REQUIRED = _Default(1.0), _NoDoc(""), _Required()
+
+
+def _params(value: Any, documentation: Any, labels: dict, value_key: str
+            ) -> tuple[Any, str]:
+    """Positional arguments win; a keyword equal to a parameter name (``value=``,
+    ``amount=``, ``documentation=``) fills that parameter when it was not given
+    positionally and is a label otherwise, so no label name makes a call raise."""
+    if value is _ONE or value is _REQUIRED:
+        value = labels.pop(value_key, 1.0 if value is _ONE else value)
+    if documentation is _NO_DOC:
+        documentation = labels.pop("documentation", "")
+        if not isinstance(documentation, str):
+            labels["documentation"], documentation = documentation, ""
+    return value, documentation
+
+
+def metric_count(name: str, amount: float = _ONE, documentation: str = _NO_DOC, /,
+                 **labels: Any) -> None:
+    """Add ``amount`` (default 1) to a counter (``rl_insight_monitor_<name>_total``)."""
+    if _client is None and _env_checked:  # monitoring is off: nothing to do
+        return
+    amount, documentation = _params(amount, documentation, labels, "amount")
     _metric(COUNTER, name, amount, documentation, labels)
 
 
-def metric_gauge(name: str, value: float, documentation: str = "", **labels: Any) -> None:
+def metric_gauge(name: str, value: float = _REQUIRED, documentation: str = _NO_DOC, /,
+                 **labels: Any) -> None:
     """Set a gauge (exported as ``rl_insight_monitor_<name>``)."""
+    if _client is None and _env_checked:  # monitoring is off: nothing to do
+        return
+    value, documentation = _params(value, documentation, labels, "value")
     _metric(GAUGE, name, value, documentation, labels)
 
 
-def metric_histogram(name: str, value: float, documentation: str = "", **labels: Any) -> None:
+def metric_histogram(name: str, value: float = _REQUIRED, documentation: str = _NO_DOC, /,
+                     **labels: Any) -> None:
     """Observe one value into a histogram (``_bucket``, ``_sum``, ``_count``)."""
+    if _client is None and _env_checked:  # monitoring is off: nothing to do
+        return
+    value, documentation = _params(value, documentation, labels, "value")
     _metric(HISTOGRAM, name, value, documentation, labels)
 
 

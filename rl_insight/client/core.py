@@ -26,7 +26,7 @@ from rl_insight.client.transports import (
 )
 from rl_insight.events import Identity
 
-log = logging.getLogger("rl_insight")
+log = logging.getLogger(__name__)
 
 SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
 OTLP_ENV = "RL_INSIGHT_OTLP_ENDPOINT"
@@ -78,6 +78,11 @@ class Client:
         atexit.register(self.at_exit)
         self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
         os.register_at_fork(after_in_child=self._after_fork)
+
+    def apply_settings(self) -> None:
+        """Hand changed settings (``init(config=...)``) to what already copied them."""
+        s = self.settings
+        self.buffer.configure(s.buffer_max_events, s.batch_size, s.flush_interval_s)
 
     def _after_fork(self) -> None:
         self.process = f"{socket.gethostname()}:{os.getpid()}"
@@ -179,7 +184,7 @@ class Client:
     def at_exit(self) -> None:
         try:
             end = time.monotonic() + self.settings.exit_flush_timeout_s
-            if not self.buffer.flush(self.settings.exit_flush_timeout_s):
+            if not self.buffer.shutdown(self.settings.exit_flush_timeout_s):
                 log.warning("rl-insight: not every event was handed over before exit")
             if not self.wait_registrations(max(0.1, end - time.monotonic())):
                 log.warning("rl-insight: target registrations were not delivered before "

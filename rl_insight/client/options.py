@@ -18,7 +18,7 @@ from typing import Any
 from rl_insight import config as config_mod
 from rl_insight.naming import PREFIX
 
-log = logging.getLogger("rl_insight")
+log = logging.getLogger(__name__)
 
 SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
 # upstream's defaults (rl-insight 0.3.0, rl_insight/utils/constants.py, MonitorDefaults
@@ -130,6 +130,8 @@ def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
                 unknown.append(f"client.{name}" if key == "client" else str(name))
             elif client is not None:
                 _set(client, name, v)
+    if client is not None:
+        client.apply_settings()
     if unknown:
         log.warning("rl-insight: init(config) ignores unknown keys: %s (known: server.url, "
                     "server.namespace, server.backend, prometheus.metrics_report_port, %s)",

@@ -13,7 +13,7 @@ from typing import Any
 
 from rl_insight.collector.push import Sender
 
-log = logging.getLogger("rl_insight")
+log = logging.getLogger(__name__)
 
 TQ_JOB = "transfer_queue"
 ROLLOUT_JOBS = {"vllm": "vllm", "vllm_omni": "vllm", "vllm-omni": "vllm", "sglang": "sglang"}

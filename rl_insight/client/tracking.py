@@ -9,7 +9,7 @@ from typing import Any
 
 from rl_insight.client import api
 
-log = logging.getLogger("rl_insight")
+log = logging.getLogger(__name__)
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -17,7 +17,7 @@ import logging
 import threading
 from typing import Any
 
-log = logging.getLogger("rl_insight")
+log = logging.getLogger(__name__)
 
 CONTROLLER_ACTOR = ("TransferQueueController", "transfer_queue")
 UNIT_ACTOR = "TransferQueueStorageUnit#{rank}"

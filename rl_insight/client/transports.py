@@ -62,7 +62,6 @@ class RayTransport:
         self.process = process
         self.hub = actors.get_hub(config)
         self.lanes: dict[str, Any] = {}
-        self.pending_refs: list = []
         self.job_id = ""
         try:
             import ray
@@ -72,11 +71,10 @@ class RayTransport:
             pass
         self._identity_cache: Identity | None = None
         self._next_lookup = 0.0
-        budget = config.get("resend_max_events", 500_000)
+        budget = config["resend_max_events"]
         self.unconfirmed: dict[str, Unconfirmed] = {}
         self._budget = budget
         self._next_settle = 0.0
-        self.resent = 0
 
     def register_run(self, identity: Identity) -> None:
         self.hub.register_run.remote(self.job_id, identity.project, identity.experiment_name)
@@ -124,7 +122,7 @@ class RayTransport:
             refs.append(self.hub.ingest.remote(batch, seq))
         lane_ident = ident or Identity("default", self.job_id or "unknown")
         grouped: dict[str, list] = {}
-        pool = self.config.get("lane_pool_size", 4)
+        pool = self.config["lane_pool_size"]
         for lane, its in by_lane.items():
             name = self.actors.lane_actor_name(lane if lane is not None else self.process,
                                                pool)
@@ -153,7 +151,6 @@ class RayTransport:
             except Exception:  # restarting: try again next time
                 continue
             for seq, args in self.unconfirmed[name].settle(incarnation, confirmed):
-                self.resent += 1
                 if name == HUB:
                     handle.ingest.remote(args, seq)
                 else:
@@ -194,7 +191,7 @@ class DirectTransport:
             self.metrics_server = MetricsServer(
                 lambda: merge_expositions([self.hub.runs.render_all(),
                                            self.lanes.runs.render_all()]),
-                config.get("metrics_host", "0.0.0.0"), config.get("metrics_port", 0))
+                config["metrics_host"], config["metrics_port"])
 
     def register_run(self, identity: Identity) -> None:
         pass

@@ -39,7 +39,6 @@ class Sender:
             self.session.headers["Authorization"] = f"Bearer {token}"
         self.ok = True
         self.last_error = ""
-        self.failures = 0
         self._last_log = 0.0
         self.server_started: str | None = None
         self.on_server_restart: list = []  # called when the server's start time changes
@@ -60,7 +59,6 @@ class Sender:
                 log.info("rl-insight: %s works again", what)
             self.ok, self.last_error = True, ""
             return True
-        self.failures += 1
         now = time.monotonic()
         if self.ok or now - self._last_log > 60:
             self._last_log = now

@@ -193,10 +193,6 @@ class Runs:
         with self._lock:
             return list(self._runs)
 
-    def drop_run(self, identity: Identity) -> None:
-        with self._lock:
-            self._runs.pop(identity, None)
-
     def stats(self) -> dict:
         with self._lock:
             return {

@@ -24,33 +24,35 @@ from rl_insight.events import Batch, Identity
 log = logging.getLogger(__name__)
 
 HUB_NAME = "rl_insight_hub"
+# the hub's calls that wait on a push run in a concurrency group of their own, so a slow
+# server never holds up ingest and confirmed (the default group, one at a time)
+WAITING = "waiting"
 NAMESPACE = "rl_insight"
 LANE_PREFIX = "rl_insight_lane_"
 
 
 def _sender(config: dict[str, Any]) -> Sender:
-    return Sender(config.get("server_url", ""), config.get("token", ""),
-                  otlp_url=config.get("otlp_url", ""))
+    return Sender(config["server_url"], config["token"],
+                  otlp_url=config["otlp_url"])
 
 
 class HubActor:
     def __init__(self, config: dict[str, Any]) -> None:
-        logging.basicConfig(level=logging.INFO)
         self.config = dict(config)
         buckets = config.get("buckets") or None
-        self.core = HubCore(_sender(config), config.get("max_series_per_run", 20_000),
+        self.core = HubCore(_sender(config), config["max_series_per_run"],
                             {"default": buckets} if buckets else None)
         self.core.recover()  # a restarted hub continues its runs' counters
-        self.loop = Periodic(config.get("push_interval_s", 2.0), self.core.tick,
+        self.loop = Periodic(config["push_interval_s"], self.core.tick,
                              "rl-insight-hub-push").start()
         self.metrics_server = None
-        if not config.get("server_url"):  # external OTLP mode: serve metrics ourselves
+        if not config["server_url"]:  # external OTLP mode: serve metrics ourselves
             from rl_insight.collector.serve import MetricsServer
 
             self.metrics_server = MetricsServer(self.core.runs.render_all,
-                                                config.get("metrics_host", "0.0.0.0"),
-                                                config.get("metrics_port", 0))
-        log.info("rl-insight hub up; pushing to %s every %.1fs", config.get("server_url"),
+                                                config["metrics_host"],
+                                                config["metrics_port"])
+        log.info("rl-insight hub up; pushing to %s every %.1fs", config["server_url"],
                  self.loop.interval)
 
     def ingest(self, batch: Batch, seq: int = 0) -> None:
@@ -62,10 +64,10 @@ class HubActor:
 
     def configure(self, config: dict[str, Any]) -> None:
         """Point the hub at another server (a later attach with a different URL)."""
-        if config.get("server_url") != self.config.get("server_url") or \
-                config.get("token") != self.config.get("token"):
+        if config["server_url"] != self.config["server_url"] or \
+                config["token"] != self.config["token"]:
             log.warning("rl-insight hub: server changes from %s to %s",
-                        self.config.get("server_url"), config.get("server_url"))
+                        self.config["server_url"], config["server_url"])
             self.config.update(config)
             self.core.sender = _sender(self.config)
 
@@ -80,11 +82,13 @@ class HubActor:
     def note_lanes(self, names: list[str]) -> None:
         self.core.note_lanes(names)
 
+    @ray.method(concurrency_group=WAITING)
     def flush(self, timeout: float = 10.0) -> dict:
         """Push everything now (the end of a run, tests)."""
         self.loop.run_now(timeout)
         return self.core.stats()
 
+    @ray.method(concurrency_group=WAITING)
     def finish_run(self, project: str, experiment_name: str) -> bool:
         self.loop.run_now(10.0)
         return self.core.finish(Identity(project, experiment_name))
@@ -98,11 +102,10 @@ class HubActor:
 
 class LaneActor:
     def __init__(self, name: str, config: dict[str, Any]) -> None:
-        logging.basicConfig(level=logging.INFO)
         self.core = LaneCore(_sender(config), name,
-                             config.get("lane_max_pending_spans", 100_000),
-                             config.get("lane_batch_size", 512))
-        self.loop = Periodic(config.get("lane_flush_interval_s", 1.0), self.core.tick,
+                             config["lane_max_pending_spans"],
+                             config["lane_batch_size"])
+        self.loop = Periodic(config["lane_flush_interval_s"], self.core.tick,
                              f"rl-insight-{name}").start()
 
     def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> None:
@@ -157,8 +160,8 @@ def get_hub(config: dict[str, Any]):
     cluster whose head takes no actors still gets one."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    namespace = config.get("namespace", NAMESPACE)
-    options = _options(HUB_NAME, namespace)
+    namespace = config["namespace"]
+    options = {**_options(HUB_NAME, namespace), "concurrency_groups": {WAITING: 2}}
     head = head_node_id()
     if head:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(head, soft=True)
@@ -166,7 +169,7 @@ def get_hub(config: dict[str, Any]):
 
 
 def get_lane(name: str, config: dict[str, Any]):
-    namespace = config.get("namespace", NAMESPACE)
+    namespace = config["namespace"]
     return ray.remote(LaneActor).options(**_options(name, namespace)).remote(name, config)
 
 

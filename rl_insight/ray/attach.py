@@ -21,7 +21,7 @@ from rl_insight.client.core import (
 )
 from rl_insight.client.transports import actor_config
 
-log = logging.getLogger("rl_insight")
+log = logging.getLogger(__name__)
 
 TOKEN_ENV = "RL_INSIGHT_TOKEN"
 WORKER_SETUP_HOOK = "rl_insight.ray.hooks.worker_setup"

@@ -50,7 +50,6 @@ class HardwareAgent:
     """Lives on one node; finds, starts or replaces that node's exporters."""
 
     def __init__(self, config: dict[str, Any], node_id: str) -> None:
-        logging.basicConfig(level=logging.INFO)
         self.config = config
         hw = config["hardware"]
         self.node_id = node_id
@@ -89,11 +88,10 @@ class HardwareAgent:
         port = hw["node_exporter_port"]
         if not port or netaddr.port_in_use("0.0.0.0", port):
             port = netaddr.free_port("0.0.0.0")
-        from rl_insight.server.supervisor import _die_with_parent
+        from rl_insight.childproc import die_with_parent
 
-        proc = subprocess.Popen([binary, f"--web.listen-address=:{port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(die_with_parent([binary, f"--web.listen-address=:{port}"]),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         end = time.monotonic() + 10
         while time.monotonic() < end and proc.poll() is None:
             if probe(port, SIGNATURES["node-exporter"]):
@@ -130,9 +128,6 @@ class HardwareAgent:
             self.servers.append(server)
             self.found[job] = (netaddr.join_host_port(self.ip, server.port), "fallback")
 
-    def registrations(self) -> list[dict]:
-        return self.bodies
-
     def status(self) -> dict:
         return {"node": self.node, "node_id": self.node_id, "ip": self.ip,
                 "exporters": {job: {"address": a, "how": h}
@@ -143,7 +138,6 @@ class HardwareManager:
     """One per cluster: keeps one agent per alive node and the server's targets true."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        logging.basicConfig(level=logging.INFO)
         self.config = config
         self.namespace = config.get("namespace", "rl_insight")
         self.sender = Sender(config["server_url"], config.get("token", ""))

@@ -8,10 +8,8 @@ SIGKILLed server leaves no orphans behind.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -21,21 +19,11 @@ from pathlib import Path
 
 import requests
 
+from rl_insight.childproc import die_with_parent
 from rl_insight.config import SupervisorSettings
 from rl_insight.server.services.base import Launch
 
 log = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
-
 
 @dataclass
 class ChildStatus:
@@ -85,9 +73,9 @@ class Child:
             out.flush()
             try:
                 self.proc = subprocess.Popen(
-                    self.launch.argv, cwd=self.launch.cwd, env=env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                    preexec_fn=_die_with_parent)
+                    die_with_parent(self.launch.argv), cwd=self.launch.cwd, env=env,
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True)
             except OSError as exc:
                 self.proc = None
                 self.state, self.message = "failed", f"cannot execute: {exc}"
