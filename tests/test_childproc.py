@@ -63,3 +63,4 @@ def test_the_supervisor_runs_no_python_between_fork_and_exec(monkeypatch, tmp_pa
     child.start()
     assert "preexec_fn" not in seen
     assert seen["argv"][-1] == "/bin/true" and seen["argv"][0] != "/bin/true"
+

@@ -1,0 +1,23 @@
+"""What importing a part of RL-Insight loads: the CLI, the server and node agents do not
+pull in the client, OpenTelemetry or Ray; the client API loads on first use."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_the_cli_and_the_package_load_no_client_stack_until_used():
+    code = ("import sys, rl_insight.cli, rl_insight.server.supervisor, rl_insight.childproc\n"
+            "heavy = [m for m in sys.modules if m.startswith(('rl_insight.client', "
+            "'opentelemetry', 'ray'))]\n"
+            "assert not heavy, heavy\n"
+            "import rl_insight\n"
+            "rl_insight.metric_gauge('x', 1.0)  # the API loads on first use\n"
+            "assert 'rl_insight.client.api' in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 0, r.stderr

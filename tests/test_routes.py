@@ -1,0 +1,52 @@
+"""The server's routes in-process (FastAPI's TestClient, no subprocess): each bad request
+gets its own 4xx and message, and nothing stored is lost. The end-to-end tests drive the
+same routes through a real server."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rl_insight import config
+from rl_insight.server.app import create_app
+from rl_insight.server.state import ServerState
+from rl_insight.server.supervisor import Supervisor
+
+GOOD = {"job_name": "vllm", "targets": ["10.0.0.5:8000"], "labels": {"replica": "0"},
+        "project": "p", "experiment_name": "e"}
+
+
+@pytest.fixture
+def client(tmp_path):
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    with TestClient(create_app(state)) as c:
+        yield c, state
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({**GOOD, "job_name": "9bad"}, 400, "job_name '9bad'"),
+    ({**GOOD, "targets": []}, 400, "targets must be a non-empty list"),
+    ({**GOOD, "targets": ["http://x:1/metrics"]}, 400, "only host:port is allowed"),
+    ({**GOOD, "labels": [{"replica": "0"}, {"replica": "1"}]}, 400, "labels is a list of 2"),
+    ({**GOOD, "labels": {"job": "x"}}, 400, "label 'job' is reserved"),
+    ({**GOOD, "experiment_name": ""}, 400, "give both project and experiment_name"),
+    ({**GOOD, "targets": ["127.0.0.1:9999"]}, 422, "names the registering machine itself"),
+    ([1, 2], 400, "the body must be a JSON object"),
+])
+def test_each_bad_registration_says_what_is_wrong_and_keeps_what_is_stored(
+        client, body, status, message):
+    c, state = client
+    assert c.post("/api/v1/prometheus/targets", json=GOOD).status_code == 200
+    r = c.post("/api/v1/prometheus/targets", json=body)
+    assert r.status_code == status, r.text
+    assert message in r.json()["error"]
+    assert [t["target"] for t in state.targets.list()] == ["10.0.0.5:8000"]
+
+
+def test_a_body_that_is_not_json_is_a_400(client):
+    c, _ = client
+    r = c.post("/api/v1/prometheus/targets", content=b"{not json",
+               headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]
