@@ -33,7 +33,7 @@ def router(state: ServerState) -> APIRouter:
             state.metrics.pushes.labels(method, "refused").inc()
             raise
         state.metrics.pushes.labels(method, "ok").inc()
-        state.experiments.touch_labels(grouping)
+        await run_in_threadpool(state.experiments.touch_labels, grouping)
         return Response(status_code=200)
 
     @r.put("/metrics/{path:path}", summary="Replace a group (Pushgateway PUT)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 
 from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, json_body
 from rl_insight.server.state import ServerState
@@ -60,8 +61,9 @@ def router(state: ServerState) -> APIRouter:
                 {"project": t.project, "experiment_name": t.experiment_name})
             if why:
                 raise HttpError(409, why)
-            state.experiments.touch(t.project, t.experiment_name)
-        changed = state.targets.register(targets)
+            await run_in_threadpool(state.experiments.touch, t.project, t.experiment_name)
+        # the stores write files: off the event loop
+        changed = await run_in_threadpool(state.targets.register, targets)
         state.local_targets.note(resolved)
         out = {"registered": len(targets), "changed": changed,
                "targets": [x.as_dict() for x in targets]}
@@ -86,8 +88,8 @@ def router(state: ServerState) -> APIRouter:
         why = state.experiments.archived_reason(ident)
         if why:
             raise HttpError(409, why)
-        state.experiments.touch(project, experiment)
-        moved = state.targets.bind(owner, project, experiment)
+        await run_in_threadpool(state.experiments.touch, project, experiment)
+        moved = await run_in_threadpool(state.targets.bind, owner, project, experiment)
         return {"owner": owner, **ident, "bound": len(moved),
                 "targets": [t.as_dict() for t in moved]}
 
@@ -95,7 +97,7 @@ def router(state: ServerState) -> APIRouter:
               summary="Remove scrape targets (same body as registration)")
     async def remove(request: Request) -> dict:
         targets, _ = await parse(request, state.local_targets)
-        return {"removed": state.targets.remove(targets)}
+        return {"removed": await run_in_threadpool(state.targets.remove, targets)}
 
     @r.get("/api/v1/prometheus/query",
            summary="An instant PromQL query, passed to Prometheus (read-only)")
