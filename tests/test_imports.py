@@ -21,3 +21,21 @@ def test_the_cli_and_the_package_load_no_client_stack_until_used():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_client_reaches_ray_only_through_its_transport_interface():
+    """client/ never imports rl_insight.ray or Ray itself; ray/ implements the transport."""
+    code = ("import sys, rl_insight.client.api, rl_insight.client.core, "
+            "rl_insight.client.transports\n"
+            "bad = [m for m in sys.modules if m == 'ray' or m.startswith(('ray.', "
+            "'rl_insight.ray'))]\n"
+            "assert not bad, bad\n"
+            "from rl_insight.client.transports import DirectTransport, Transport\n"
+            "from rl_insight.ray.transport import RayTransport\n"
+            "for kind in (DirectTransport, RayTransport):\n"
+            "    missing = [n for n in ('export', 'register_run', 'upkeep', 'finish', "
+            "'close', 'in_ray') if not hasattr(kind, n)]\n"
+            "    assert not missing, (kind, missing)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -20,7 +20,7 @@ from rl_insight import config as config_mod
 from rl_insight.client.buffer import EventBuffer
 from rl_insight.client.transports import (
     DirectTransport,
-    RayTransport,
+    Transport,
     actor_config,
     ray_ready,
 )
@@ -66,7 +66,7 @@ class Client:
         self.owner = False  # this process called init() with the identity: it finishes
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self.errors = 0
-        self._transport: RayTransport | DirectTransport | None = None
+        self._transport: Transport | None = None
         self._transport_lock = threading.Lock()
         self.buffer = EventBuffer(self._export, settings.buffer_max_events,
                                   settings.batch_size, settings.flush_interval_s,
@@ -100,24 +100,29 @@ class Client:
         return self._registrar
 
     # -- transport ------------------------------------------------------------------
-    def transport(self) -> RayTransport | DirectTransport:
+    def transport(self) -> Transport:
         with self._transport_lock:
             want_ray = ray_ready()
             t = self._transport
-            if t is None or isinstance(t, RayTransport) != want_ray:
+            if t is None or t.in_ray != want_ray:
                 if t is not None:
                     t.close(1.0)
                 cfg = actor_config(self.settings, self.server_url, self.token, self.otlp_url)
-                t = self._transport = (RayTransport if want_ray else DirectTransport)(
-                    cfg, self.process)
+                if want_ray:  # Ray's side of the boundary, only when Ray is up
+                    import importlib
+
+                    kind = importlib.import_module("rl_insight.ray.transport").RayTransport
+                else:
+                    kind = DirectTransport
+                t = self._transport = kind(cfg, self.process)
                 if self.owner and self.identity is not None:
                     t.register_run(self.identity)
             return t
 
     def _upkeep(self) -> None:
         t = self._transport
-        if isinstance(t, RayTransport) and any(u.items for u in t.unconfirmed.values()):
-            t.settle()
+        if t is not None:
+            t.upkeep()
 
     def _export(self, items: list, dropped: int) -> None:
         self._recent_refs.extend(self.transport().export(self.identity, items, dropped))

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
-from typing import Any
+from typing import Any, Protocol
 
-from rl_insight.collector.ack import Unconfirmed
 from rl_insight.collector.hub import HubCore
 from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.loop import Periodic
@@ -53,123 +51,31 @@ def split(items: list) -> tuple[list, dict[str | None, list]]:
     return metrics, lanes
 
 
-class RayTransport:
-    def __init__(self, config: dict[str, Any], process: str) -> None:
-        from rl_insight.ray import actors
+class Transport(Protocol):
+    """What the client hands its batches to. ``DirectTransport`` here (no Ray);
+    ``rl_insight.ray.transport.RayTransport`` inside Ray. The client imports neither
+    Ray nor the actors: it asks ``rl_insight.ray`` for its transport when Ray is up."""
 
-        self.actors = actors
-        self.config = config
-        self.process = process
-        self.hub = actors.get_hub(config)
-        self.lanes: dict[str, Any] = {}
-        self.job_id = ""
-        try:
-            import ray
+    in_ray: bool
 
-            self.job_id = ray.get_runtime_context().get_job_id()
-        except Exception:
-            pass
-        self._identity_cache: Identity | None = None
-        self._next_lookup = 0.0
-        budget = config["resend_max_events"]
-        self.unconfirmed: dict[str, Unconfirmed] = {}
-        self._budget = budget
-        self._next_settle = 0.0
+    def export(self, identity: Identity | None, items: list, dropped: int) -> list: ...
 
-    def register_run(self, identity: Identity) -> None:
-        self.hub.register_run.remote(self.job_id, identity.project, identity.experiment_name)
+    def register_run(self, identity: Identity) -> None: ...
 
-    def resolve(self, identity: Identity | None) -> Identity | None:
-        """A process without its own identity takes its job's, as the driver told the hub."""
-        if identity is not None:
-            return identity
-        if self._identity_cache is None and time.monotonic() >= self._next_lookup:
-            import ray
+    def upkeep(self) -> None: ...
 
-            self._next_lookup = time.monotonic() + 5.0
-            try:
-                found = ray.get(self.hub.identity_for_job.remote(self.job_id), timeout=5)
-            except Exception:
-                found = None
-            if found:
-                self._identity_cache = Identity(*found)
-        return self._identity_cache
+    def finish(self, identity: Identity, timeout: float) -> None: ...
 
-    def _lane(self, name: str):
-        handle = self.lanes.get(name)
-        if handle is None:
-            handle = self.lanes[name] = self.actors.get_lane(name, self.config)
-            self.hub.note_lanes.remote([name])
-        return handle
-
-    def _pending(self, name: str) -> Unconfirmed:
-        u = self.unconfirmed.get(name)
-        if u is None:
-            u = self.unconfirmed[name] = Unconfirmed(self._budget)
-        return u
-
-    def export(self, identity: Identity | None, items: list, dropped: int) -> list:
-        """Hand the items to the actors; returns the calls' refs (for flush to await)."""
-        ident = self.resolve(identity)
-        metrics, by_lane = split(items)
-        refs = []
-        hub_log = self._pending(HUB)
-        dropped += hub_log.overflow - getattr(self, "_overflow_reported", 0)
-        self._overflow_reported = hub_log.overflow
-        if metrics or dropped:
-            batch = Batch(ident, self.job_id, self.process, metrics, dropped)
-            seq = hub_log.add(len(metrics), batch)
-            refs.append(self.hub.ingest.remote(batch, seq))
-        lane_ident = ident or Identity("default", self.job_id or "unknown")
-        grouped: dict[str, list] = {}
-        pool = self.config["lane_pool_size"]
-        for lane, its in by_lane.items():
-            name = self.actors.lane_actor_name(lane if lane is not None else self.process,
-                                               pool)
-            grouped.setdefault(name, []).extend(its)
-        for name, its in grouped.items():
-            args = (lane_ident, self.process, its)
-            seq = self._pending(name).add(len(its), args)
-            refs.append(self._lane(name).ingest.remote(*args, seq))
-        self.settle()
-        return refs
-
-    def settle(self, force: bool = False) -> None:
-        """At most once a second: forget what the actors confirmed; send again what a
-        restarted actor lost."""
-        import ray
-
-        if not force and time.monotonic() < self._next_settle:
-            return
-        self._next_settle = time.monotonic() + 1.0
-        names = [n for n, u in self.unconfirmed.items() if u.items]
-        handles = [self.hub if n == HUB else self._lane(n) for n in names]
-        refs = [h.confirmed.remote(self.process) for h in handles]
-        for name, handle, ref in zip(names, handles, refs, strict=True):
-            try:
-                incarnation, confirmed = ray.get(ref, timeout=2)
-            except Exception:  # restarting: try again next time
-                continue
-            for seq, args in self.unconfirmed[name].settle(incarnation, confirmed):
-                if name == HUB:
-                    handle.ingest.remote(args, seq)
-                else:
-                    handle.ingest.remote(*args, seq)
-
-    def finish(self, identity: Identity, timeout: float) -> None:
-        import ray
-
-        refs = [h.flush.remote(timeout) for h in self.lanes.values()]
-        ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        ray.get(self.hub.finish_run.remote(identity.project, identity.experiment_name),
-                timeout=timeout)
-
-    def close(self, timeout: float) -> None:
-        pass
+    def close(self, timeout: float) -> None: ...
 
 
 class DirectTransport:
     """The hub and one lane core in this process, for code that runs outside Ray."""
+
+    in_ray = False
+
+    def upkeep(self) -> None:
+        """Nothing to settle: the cores run here."""
 
     def __init__(self, config: dict[str, Any], process: str) -> None:
         self.process = process
