@@ -50,3 +50,18 @@ def test_a_body_that_is_not_json_is_a_400(client):
     r = c.post("/api/v1/prometheus/targets", content=b"{not json",
                headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]
+
+
+def test_push_and_otlp_refusals_answer_with_their_own_status(client):
+    c, state = client
+    ok = c.put("/metrics/job/j/project/p/experiment_name/e", content=b"x 1\n")
+    assert ok.status_code == 200, ok.text
+    r = c.put("/metrics/job/j", content=b"not a metric line{\n")
+    assert 400 <= r.status_code < 500 and r.json()["error"]
+    r = c.put("/metrics/job/j", content=b"x 1\n",
+              headers={"Content-Type": "application/vnd.google.protobuf"})
+    assert r.status_code == 415 and "text format" in r.json()["error"]
+    r = c.post("/v1/traces", content=b"\x00garbage",
+               headers={"Content-Type": "application/x-protobuf"})
+    assert 400 <= r.status_code < 500 and r.json()["error"]
+    assert len(state.pushes.groups) == 1  # the stored group is untouched

@@ -10,9 +10,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 
 from rl_insight.server import auth
+from rl_insight.server.otlp import OtlpError
+from rl_insight.server.pushstore import PushError
 from rl_insight.server.routes import core, experiments, push, targets, traces
 from rl_insight.server.routes.common import HttpError, error
 from rl_insight.server.state import ServerState
+from rl_insight.server.targets import TargetError
 from rl_insight.version import __version__
 
 
@@ -36,9 +39,10 @@ def create_app(state: ServerState) -> FastAPI:
                                       str(response.status_code)).inc()
         return response
 
-    @app.exception_handler(HttpError)
-    async def http_error(_request: Request, exc: HttpError):
-        return error(exc.status, str(exc))
+    # one handler for every refusal that carries its HTTP status: routes raise, not
+    # translate (the stores' and parsers' own errors say what was wrong)
+    for kind in (HttpError, TargetError, PushError, OtlpError):
+        app.add_exception_handler(kind, lambda _request, exc: error(exc.status, str(exc)))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError):

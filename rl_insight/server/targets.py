@@ -28,7 +28,22 @@ HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-
 
 
 class TargetError(ValueError):
-    """Invalid registration; the message names the offending field."""
+    """Invalid registration; the message names the offending field. ``status`` is the
+    HTTP answer (the server's one handler for these errors uses it)."""
+
+    status = 400
+
+
+class TargetRefused(TargetError):
+    """Well-formed, but the server cannot keep it as it is (what to send instead)."""
+
+    status = 422
+
+
+class TargetNotAllowed(TargetError):
+    """Outside server.allowed_networks."""
+
+    status = 403
 
 
 @dataclass(frozen=True)
@@ -162,7 +177,7 @@ def resolve_local(targets: Sequence[Target], peer: str | None, proxied: bool
             out.append(t)
             continue
         if peer_ip is None or proxied or peer_ip.is_unspecified:
-            raise TargetError(
+            raise TargetRefused(
                 f"target {t.target!r} names the registering machine itself, and the server "
                 "cannot tell which machine that is (the request came through a proxy or "
                 "from an unknown address); register the address Prometheus on the "
@@ -233,7 +248,7 @@ def check_allowed(target: str, networks: list) -> None:
                               "be checked against server.allowed_networks") from None
     outside = [str(a) for a in addrs if not any(a in n for n in networks)]
     if outside:
-        raise TargetError(f"target {target!r} ({', '.join(outside)}) is outside "
+        raise TargetNotAllowed(f"target {target!r} ({', '.join(outside)}) is outside "
                           "server.allowed_networks; register targets in the cluster's "
                           "networks or extend the setting")
 

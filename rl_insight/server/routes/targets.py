@@ -28,22 +28,16 @@ async def parse(request: Request, log: LocalTargetLog, networks: list | None = N
     """The request's targets, those naming the caller's own machine resolved to the
     caller's address; and the resolutions made."""
     body = await json_body(request, MAX_BODY, "4 MiB for registrations")
-    try:
-        targets = parse_registration(body)
-    except TargetError as exc:
-        raise HttpError(400, str(exc)) from None
+    targets = parse_registration(body)  # a TargetError answers with its own status
     peer = request.client.host if request.client else None
     proxied = any(h in request.headers for h in PROXY_HEADERS)
     try:
         targets, resolved = resolve_local(targets, peer, proxied)
     except TargetError as exc:
         log.refuse(peer, str(exc))
-        raise HttpError(422, str(exc)) from None
-    try:
-        for t in targets:
-            check_allowed(t.target, networks or [])
-    except TargetError as exc:
-        raise HttpError(403, str(exc)) from None
+        raise
+    for t in targets:
+        check_allowed(t.target, networks or [])
     return targets, resolved
 
 
@@ -80,10 +74,7 @@ def router(state: ServerState) -> APIRouter:
                     "known)")
     async def bind(request: Request) -> dict:
         body = await json_body(request, 64 * 1024, "64 KiB for a binding")
-        try:
-            owner, project, experiment = parse_binding(body)
-        except TargetError as exc:
-            raise HttpError(400, str(exc)) from None
+        owner, project, experiment = parse_binding(body)
         ident = {"project": project, "experiment_name": experiment}
         why = state.experiments.archived_reason(ident)
         if why:
