@@ -254,7 +254,7 @@ def test_losing_a_worker_node_keeps_the_hub_on_the_head(world):
         return ips.get(a.get("node_id") or "", "")
 
     hub = next(a for a in actors() if a.get("name") == "rl_insight_hub")
-    assert hub["state"] == "ALIVE" and node_ip(hub) == head.address
+    assert hub["state"] == "ALIVE" and node_ip(hub) == head.address, (hub, ips)
     on_worker = [a["name"] for a in actors() if a.get("name", "").startswith(
         "rl_insight_lane_") and a["state"] == "ALIVE" and node_ip(a) == worker.address]
     for pid in netns.sh("ip", "netns", "pids", worker.ns, check=False).stdout.split():

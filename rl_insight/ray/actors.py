@@ -156,15 +156,15 @@ def head_node_id() -> str | None:
 
 def get_hub(config: dict[str, Any]):
     """The cluster's hub, created by whichever process asks first, on the head node (as
-    Ray Serve places its controller): losing a worker node never loses it. Soft, so a
-    cluster whose head takes no actors still gets one."""
+    Ray Serve places its controller): losing a worker node never loses it, and Ray
+    restarts it there. It reserves nothing, so the head can always take it."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     namespace = config["namespace"]
     options = {**_options(HUB_NAME, namespace), "concurrency_groups": {WAITING: 2}}
     head = head_node_id()
     if head:
-        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(head, soft=True)
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(head, soft=False)
     return ray.remote(HubActor).options(**options).remote(config)
 
 
