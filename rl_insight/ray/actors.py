@@ -161,11 +161,12 @@ def get_hub(config: dict[str, Any]):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     namespace = config["namespace"]
-    options = {**_options(HUB_NAME, namespace), "concurrency_groups": {WAITING: 2}}
+    options = _options(HUB_NAME, namespace)
     head = head_node_id()
     if head:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(head, soft=False)
-    return ray.remote(HubActor).options(**options).remote(config)
+    hub_class = ray.remote(concurrency_groups={WAITING: 2})(HubActor)
+    return hub_class.options(**options).remote(config)
 
 
 def get_lane(name: str, config: dict[str, Any]):
