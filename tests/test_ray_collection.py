@@ -308,3 +308,38 @@ def test_operator_runtime_env_hook(stack, cluster):
     # the variable came from the driver's environment through the hook, and the worker
     # setup hook enabled monitoring before the task ran
     assert last_json(r.stdout) == {"project": "from-driver-env", "enabled_at_start": True}
+
+
+SLOW_SERVER_HUB = r'''
+import json, socket, sys, threading, ray
+from rl_insight.client.transports import actor_config
+from rl_insight.config import ClientSettings
+from rl_insight.ray import actors
+
+# a server that accepts and never answers: every push waits out its timeout
+silent = socket.socket(); silent.bind(("127.0.0.1", 0)); silent.listen(64)
+url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+ray.init(address="auto")
+cfg = actor_config(ClientSettings(ray_namespace="slow_hub"), url, "", "")
+hub = actors.get_hub(cfg)
+ray.get(hub.stats.remote(), timeout=60)
+from rl_insight.events import Batch, Identity, Metric
+ray.get(hub.ingest.remote(Batch(Identity("p", "e"), "", "drv:1",
+                                [Metric("gauge", "rl_insight_monitor_x", 1.0, ())], 0), 1))
+waiting = hub.finish_run.remote("p", "e")  # waits on a push to the silent server
+quick = hub.confirmed.remote("some-process")  # the default group: must not queue behind
+ready, _ = ray.wait([quick], timeout=8)
+print("RESULT " + json.dumps({"quick_done": bool(ready),
+                              "finish_pending": not ray.wait([waiting], timeout=0)[0]}))
+ray.kill(hub)
+'''
+
+
+def test_a_slow_push_never_holds_up_the_hubs_ingestion(cluster):
+    """finish_run waits on a push to a server that never answers; confirmed (and ingest,
+    in the same default group) is answered meanwhile."""
+    r = cluster.run_driver(SLOW_SERVER_HUB, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    assert result == {"quick_done": True, "finish_pending": True}, result
