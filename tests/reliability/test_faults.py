@@ -93,12 +93,15 @@ def inject():
                 ray.get_actor("rl_insight_lane_replica_0", namespace=ns)
             done["pid_before"] = ray.get(h.stats.remote(), timeout=30)["pid"]
             ray.kill(h, no_restart=False)
-            end = time.time() + 60
-            while time.time() < end and "pid_after" not in done:
+            end = time.time() + 60  # until a new process answers (calls queued before
+            while time.time() < end:  # the kill may still be served by the old one)
                 try:
                     done["pid_after"] = ray.get(h.stats.remote(), timeout=5)["pid"]
+                    if done["pid_after"] != done["pid_before"]:
+                        break
                 except Exception:
-                    time.sleep(0.2)
+                    pass
+                time.sleep(0.2)
         elif fault == "replica":
             ray.kill(replica, no_restart=True)
             done["killed"] = True
