@@ -55,6 +55,12 @@ def quantiles(metric: str, by: str, sel: str, qs=(0.5, 0.9, 0.99)) -> tuple[Quer
                        f"p{int(q * 100)} {{{{{by}}}}}") for q in qs)
 
 
+def per_replica_ratio(numerator: str, denominator: str) -> str:
+    """The per-replica ratio of two counters' rates."""
+    return (f"sum by (replica) (rate({numerator}{{{REPLICA}}}[$__rate_interval])) / "
+            f"sum by (replica) (rate({denominator}{{{REPLICA}}}[$__rate_interval]))")
+
+
 # -- training ----------------------------------------------------------------------------
 def _g(key: str, legend: str | None = None) -> Query:
     return Query(f'{gauge_key(key)}{{{RUN}}}', legend or key)
@@ -142,9 +148,8 @@ VLLM = (
        description="vLLM's own timing of RL weight sync (start, update, finish); vLLM "
                    "exports it with VLLM_SERVER_DEV_MODE=1."),
     ts("Speculative decoding: accepted share",
-       Query(f"sum by (replica) (rate(vllm:spec_decode_num_accepted_tokens_total{{{REPLICA}}}"
-             f"[$__rate_interval])) / sum by (replica) (rate("
-             f"vllm:spec_decode_num_draft_tokens_total{{{REPLICA}}}[$__rate_interval]))",
+       Query(per_replica_ratio("vllm:spec_decode_num_accepted_tokens_total",
+                               "vllm:spec_decode_num_draft_tokens_total"),
              "all positions {{replica}}"),
        Query(f"sum by (position) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total"
              f"{{{REPLICA}}}[$__rate_interval])) / ignoring (position) group_left sum(rate("
@@ -153,9 +158,8 @@ VLLM = (
        description="Share of drafted tokens the target model accepted, overall and per "
                    "draft position; only with speculative decoding configured."),
     ts("Speculative decoding: tokens per draft",
-       Query(f"1 + sum by (replica) (rate(vllm:spec_decode_num_accepted_tokens_total"
-             f"{{{REPLICA}}}[$__rate_interval])) / sum by (replica) (rate("
-             f"vllm:spec_decode_num_drafts_total{{{REPLICA}}}[$__rate_interval]))",
+       Query("1 + " + per_replica_ratio("vllm:spec_decode_num_accepted_tokens_total",
+                                        "vllm:spec_decode_num_drafts_total"),
              "replica {{replica}}"),
        description="Mean tokens emitted per verification step (1 + accepted per draft)."),
     ts("Engine awake", Query(f'max by (replica) (vllm:engine_sleep_state{{{REPLICA},'

@@ -6,7 +6,6 @@ where its probe tasks see exactly what that job's workers get.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import time
@@ -16,7 +15,9 @@ from urllib.parse import urlparse
 
 import requests
 
+from rl_insight import netaddr
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
+from rl_insight.server.targets import describe_local_targets
 
 OK, WARN, PROBLEM, SKIPPED = "ok", "warn", "problem", "skipped"
 TOKEN_ENV = "RL_INSIGHT_TOKEN"
@@ -102,7 +103,7 @@ class Doctor:
             host = urlparse(self.url).hostname or ""
             fix = ("check the address `rl-insight server status` prints and that its port "
                    "is open from this node")
-            if host == "localhost" or _is_loopback(host):
+            if netaddr.is_local_host(host):
                 fix = ("this URL names this node itself; on a multi-node cluster give every "
                        "node the server's routable address (what `rl-insight server start` "
                        "prints, or server.advertise_host)")
@@ -112,7 +113,7 @@ class Doctor:
         self.add("server", OK, f"{self.url} answers (version "
                                f"{self.report['server']['version']})")
         host = urlparse(self.url).hostname or ""
-        self.loopback_url = host in ("localhost",) or _is_loopback(host)
+        self.loopback_url = netaddr.is_local_host(host)
         return True
 
     def check_token(self) -> None:
@@ -195,20 +196,12 @@ class Doctor:
     def check_local_targets(self) -> None:
         """Registrations that named the caller's own machine, as the server saw them."""
         log = (self.report or {}).get("local_targets") or {}
-        if not log.get("rewritten") and not log.get("refused"):
-            return
-        last = (log.get("recent") or [{}])[-1]
-        if last.get("outcome") == "rewritten":
-            said = (f"latest: {last.get('registered')} from {last.get('peer')}, kept as "
-                    f"{last.get('target')}")
-        else:
-            said = f"latest refused: {last.get('reason', '')}"
-        self.add("target addresses", PROBLEM if log.get("refused") else WARN,
-                 f"{log.get('rewritten', 0)} target(s) named the registering machine itself "
-                 f"(127.0.0.1, 0.0.0.0, localhost) and were kept under the caller's address, "
-                 f"{log.get('refused', 0)} refused; {said}",
-                 "register the address Prometheus on the monitoring host can reach (the "
-                 "node's IP, e.g. ray.util.get_node_ip_address()), not loopback or 0.0.0.0")
+        said = describe_local_targets(log)
+        if said:
+            self.add("target addresses", PROBLEM if log.get("refused") else WARN, said,
+                     "register the address Prometheus on the monitoring host can reach (the "
+                     "node's IP, e.g. ray.util.get_node_ip_address()), not loopback or "
+                     "0.0.0.0")
 
     def check_targets(self) -> None:
         try:
@@ -357,13 +350,6 @@ def reachable(host: str, port: int, timeout: float = 3.0) -> str:
             return ""
     except OSError as exc:
         return unreachable_why(exc)
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def run(server_url: str | None = None, project: str | None = None,

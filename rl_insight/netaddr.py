@@ -26,6 +26,32 @@ def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if is_ipv6(host) else f"{host}:{port}"
 
 
+def split_host_port(target: str) -> tuple[str, str]:
+    """``host:port`` or ``[v6]:port`` into (host, port), brackets removed."""
+    if target.startswith("["):
+        host, _, port = target[1:].partition("]:")
+        return host, port
+    host, _, port = target.rpartition(":")
+    return host, port
+
+
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+def is_local_host(host: str) -> bool:
+    """Loopback, the unspecified address or a loopback name: an address that means "this
+    machine" to whoever uses it (a target Prometheus would scrape on its own host, a
+    server URL that names the node it is used on)."""
+    host = host.strip("[]").lower()
+    if host in LOCAL_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
 def http_url(host: str, port: int, path: str = "") -> str:
     return f"http://{join_host_port(host, port)}{path}"
 

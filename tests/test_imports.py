@@ -10,6 +10,13 @@ import sys
 from tests.conftest import REPO
 
 
+def fresh_python(code: str) -> None:
+    """Run ``code`` in a new interpreter (nothing imported yet); it asserts itself."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
 def test_the_cli_and_the_package_load_no_client_stack_until_used():
     code = ("import sys, rl_insight.cli, rl_insight.server.supervisor, rl_insight.childproc\n"
             "heavy = [m for m in sys.modules if m.startswith(('rl_insight.client', "
@@ -18,9 +25,7 @@ def test_the_cli_and_the_package_load_no_client_stack_until_used():
             "import rl_insight\n"
             "rl_insight.metric_gauge('x', 1.0)  # the API loads on first use\n"
             "assert 'rl_insight.client.api' in sys.modules\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
-    assert r.returncode == 0, r.stderr
+    fresh_python(code)
 
 
 def test_the_client_reaches_ray_only_through_its_transport_interface():
@@ -36,6 +41,4 @@ def test_the_client_reaches_ray_only_through_its_transport_interface():
             "    missing = [n for n in ('export', 'register_run', 'upkeep', 'finish', "
             "'close', 'in_ray') if not hasattr(kind, n)]\n"
             "    assert not missing, (kind, missing)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
-    assert r.returncode == 0, r.stderr
+    fresh_python(code)

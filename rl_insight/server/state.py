@@ -60,6 +60,7 @@ class ServerState:
         self.services = services or {}
         self.advertise_host = advertise_host or "127.0.0.1"
         self.advertise_reason = advertise_reason
+        self.other_addresses = netaddr.interface_addresses()  # once: every report has it
         self.started_at = time.time()
         state = settings.state_dir
         state.mkdir(parents=True, exist_ok=True)
@@ -129,7 +130,7 @@ class ServerState:
             "tempo_otlp_http": netaddr.http_url(self.advertise_host, t.otlp_http_port),
             "tempo_otlp_grpc": netaddr.join_host_port(self.advertise_host, t.otlp_grpc_port),
             "address_reason": self.advertise_reason,
-            "other_addresses": netaddr.interface_addresses(),
+            "other_addresses": self.other_addresses,
         }
 
     def services_report(self) -> dict:

@@ -7,6 +7,8 @@ import html
 import time
 from collections.abc import Sequence
 
+from rl_insight.server.targets import describe_local_targets
+
 DASHBOARDS = (("rl-insight-training", "Training overview"),
               ("rl-insight-rollout-vllm", "Rollout · vLLM"),
               ("rl-insight-rollout-vllm-omni", "Rollout · vLLM-Omni"),
@@ -54,16 +56,8 @@ def ago(ts: float | None, now: float) -> str:
 
 def _local_targets(log: dict) -> str:
     """A warning line when registrations named the caller's own machine."""
-    if not log.get("rewritten") and not log.get("refused"):
-        return ""
-    last = (log.get("recent") or [{}])[-1]
-    detail = (f'latest: {_e(last.get("registered"))} from {_e(last.get("peer"))} kept as '
-              f'{_e(last.get("target"))}' if last.get("outcome") == "rewritten"
-              else f'latest refused: {_e(last.get("reason", ""))}')
-    return (f'<p class="err">{_e(log.get("rewritten", 0))} target(s) named the registering '
-            f'machine itself (127.0.0.1, 0.0.0.0, localhost) and were kept under the '
-            f'caller\'s address; {_e(log.get("refused", 0))} refused. {detail}. Register '
-            "routable addresses.</p>")
+    said = describe_local_targets(log)
+    return f'<p class="err">{_e(said)}. Register routable addresses.</p>' if said else ""
 
 
 def render(report: dict, experiments: list[dict], targets: list[dict], lanes: list[dict],

@@ -131,12 +131,12 @@ class Child:
                 ok, said = r.returncode == 0, (r.stderr or r.stdout).strip()[-500:]
             except (OSError, subprocess.TimeoutExpired) as exc:
                 ok, said = False, str(exc)
+            command = " ".join(argv)  # no secret here: those go on stdin
             if ok:
-                log.info("%s: %s done", self.launch.name, " ".join(argv[-3:-1]))
+                log.info("%s: `%s` done", self.launch.name, command)
             else:
-                log.error("%s: %s failed: %s; run it by hand (%s) or see %s",
-                          self.launch.name, " ".join(argv[-3:-1]), said or "no output",
-                          " ".join(argv), self.log_path)
+                log.error("%s: `%s` failed: %s; run it by hand or see %s", self.launch.name,
+                          command, said or "no output", self.log_path)
 
     def stop(self, deadline: float) -> None:
         """SIGTERM, wait until ``deadline``, then SIGKILL."""

@@ -125,30 +125,6 @@ def validate_labels(labels: Mapping[str, Any] | None, where: str) -> tuple[tuple
     return tuple(sorted(out))
 
 
-LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
-
-
-def split_hostport(target: str) -> tuple[str, str]:
-    """``host:port`` or ``[v6]:port`` into (host, port), brackets removed."""
-    if target.startswith("["):
-        host, _, port = target[1:].partition("]:")
-        return host, port
-    host, _, port = target.rpartition(":")
-    return host, port
-
-
-def is_local_host(host: str) -> bool:
-    """Loopback, the unspecified address or a loopback name: an address that means "this
-    machine" to whoever uses it, so Prometheus would scrape its own host."""
-    if host.lower() in LOCAL_NAMES or host.lower().endswith(".localhost"):
-        return True
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return ip.is_loopback or ip.is_unspecified
-
-
 @dataclass(frozen=True)
 class Resolution:
     registered: str  # what the caller sent
@@ -171,8 +147,8 @@ def resolve_local(targets: Sequence[Target], peer: str | None, proxied: bool
         except ValueError:
             peer_ip = None
     for t in targets:
-        host, port = split_hostport(t.target)
-        if not is_local_host(host) or (peer_ip is not None and peer_ip.is_loopback
+        host, port = netaddr.split_host_port(t.target)
+        if not netaddr.is_local_host(host) or (peer_ip is not None and peer_ip.is_loopback
                                        and not proxied):
             out.append(t)
             continue
@@ -217,6 +193,20 @@ class LocalTargetLog:
                 "recent": list(self.recent)}
 
 
+def describe_local_targets(log: dict) -> str:
+    """One sentence on a ``LocalTargetLog.report()`` (empty when nothing happened), for
+    `doctor` and the status page alike."""
+    if not log.get("rewritten") and not log.get("refused"):
+        return ""
+    last = (log.get("recent") or [{}])[-1]
+    latest = (f"latest: {last.get('registered')} from {last.get('peer')}, kept as "
+              f"{last.get('target')}" if last.get("outcome") == "rewritten"
+              else f"latest refused: {last.get('reason', '')}")
+    return (f"{log.get('rewritten', 0)} target(s) named the registering machine itself "
+            "(127.0.0.1, 0.0.0.0, localhost) and were kept under the caller's address, "
+            f"{log.get('refused', 0)} refused; {latest}")
+
+
 def parse_networks(spec: str) -> list:
     """``10.0.0.0/8, fd00::/8`` into network objects; a bad entry is a config error."""
     nets = []
@@ -236,7 +226,7 @@ def check_allowed(target: str, networks: list) -> None:
         return
     import socket
 
-    host = split_hostport(target)[0]
+    host = netaddr.split_host_port(target)[0]
     try:
         addrs = {ipaddress.ip_address(host)}
     except ValueError:
