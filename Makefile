@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.rl-insight-installed
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on -e '.[test,verl,transfer_queue]'
+	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on -e '.[test,verl,transferqueue]'
 	@echo "== installing verl 0.9.1 and transferqueue 0.1.11 (without GPU or hydra dependencies): the real trainer classes and data queue"
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps 'verl==0.9.1' 'transferqueue==0.1.11'
 	@touch $(STAMP)
