@@ -161,6 +161,21 @@ class HardwareSettings:
 
 
 @dataclass
+class AnatomySettings:
+    """Step anatomy: where each step's time went, derived by the server from the replica
+    and rank lanes' state spans and the trainer's step marks (lane ``trainer``)."""
+
+    enabled: bool = True
+    # a step is final this long after its end once every lane of the run has reported a
+    # span ending after it, or max_wait_s after its end whatever the lanes reported
+    settle_s: float = 3.0
+    max_wait_s: float = 120.0
+    keep_steps: int = 10_000  # rows kept per run for `rl-insight report`
+    max_runs: int = 200  # runs followed at once; the least recently active is dropped
+    median_steps: int = 20  # the recent steps the median step time is taken over
+
+
+@dataclass
 class SupervisorSettings:
     ready_timeout_s: float = 90.0
     stop_timeout_s: float = 10.0
@@ -183,6 +198,7 @@ class Settings:
     traces: TraceSettings = field(default_factory=TraceSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
+    anatomy: AnatomySettings = field(default_factory=AnatomySettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
 
     # -- derived paths: one place decides the layout of RL_INSIGHT_HOME -------------
@@ -264,6 +280,8 @@ MINIMUMS: dict[str, float] = {
     "client.lane_flush_interval_s": 0.01, "client.lane_batch_size": 1,
     "client.lane_max_pending_spans": 1, "client.registration_retry_max_s": 0.1,
     "client.resend_max_events": 0,
+    "anatomy.settle_s": 0, "anatomy.max_wait_s": 0, "anatomy.keep_steps": 1,
+    "anatomy.max_runs": 1, "anatomy.median_steps": 1,
 }
 
 
