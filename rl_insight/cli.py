@@ -277,6 +277,25 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """The per-step table of a run's step anatomy (table, CSV or JSON)."""
+    from rl_insight.export import report
+
+    if args.last < 0:
+        print("rl-insight: --last takes a number of steps (0: all)", file=sys.stderr)
+        return 2
+    client = _client(args)
+
+    def rows() -> str:
+        got = client.get("/api/v1/anatomy", project=args.project,
+                         experiment_name=args.experiment, last=args.last)["steps"]
+        if not got and args.format == "table":
+            return (f"no finished step of {args.project}/{args.experiment} yet: a step is "
+                    "reported a few seconds after the trainer logs it")
+        return report.render(got, args.format)
+    return _api(rows)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rl_insight import doctor
 
@@ -365,6 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", help="only the last DURATION (e.g. 15m, 2h)")
     p.add_argument("-o", "--output", required=True, help="the file to write")
     p.set_defaults(func=cmd_traces_export)
+
+    p = top.add_parser("report", parents=[remote],
+                       help="a run's step anatomy: where each step's time went")
+    p.add_argument("--project", required=True)
+    p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True)
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--last", type=int, default=0, help="only the last N steps")
+    p.set_defaults(func=cmd_report)
 
     p = top.add_parser("doctor", parents=[remote],
                        help="check everything between this node and the dashboards")

@@ -173,6 +173,56 @@ class AnatomySettings:
     keep_steps: int = 10_000  # rows kept per run for `rl-insight report`
     max_runs: int = 200  # runs followed at once; the least recently active is dropped
     median_steps: int = 20  # the recent steps the median step time is taken over
+    expose_s: float = 3600.0  # a run's newest row stays on /metrics this long after its end
+
+
+@dataclass
+class AlertSettings:
+    """Alerting rules generated for the managed Prometheus (the thresholds of each alert;
+    see rl_insight/server/alert_rules.py)."""
+
+    enabled: bool = True  # the rule file is written and loaded
+    pending_for: str = "1m"  # how long a condition holds before an alert fires (`for:`)
+    # no new step for max(stall_factor * the recent median step time, stall_min_s)
+    stall_factor: float = 3.0
+    stall_min_s: float = 120.0
+    # gauges (names after rl_insight_monitor_, comma-separated) that must stay finite
+    nonfinite_metrics: str = ("actor_pg_loss,actor_entropy,actor_grad_norm,actor_ppo_kl,"
+                              "critic_vf_loss,critic_score_mean,critic_rewards_mean,"
+                              "critic_advantages_mean")
+    # a replica in one state max(state_stuck_factor * its usual time there over
+    # state_stuck_window, state_stuck_min_s)
+    state_stuck_factor: float = 5.0
+    state_stuck_min_s: float = 300.0
+    state_stuck_window: str = "1h"
+    kv_cache_usage_max: float = 0.95  # fraction 0..1 of the engine's KV cache
+    preemptions_per_s_max: float = 1.0
+    target_down_for: str = "1m"
+    dropped_window: str = "5m"  # any event or span dropped within this window
+
+
+@dataclass
+class AlertmanagerSettings:
+    """Alertmanager, the optional fourth service: delivers the alerts Prometheus fires
+    to the receivers configured here (webhooks, Slack, e-mail)."""
+
+    enabled: bool = True
+    host: str = ""
+    port: int = 9093
+    binary: str = ""  # a configured path to an `alertmanager` binary
+    min_version: str = "0.25.0"  # Debian 12's prometheus-alertmanager
+    version: str = "0.27.0"
+    webhook_urls: str = ""  # comma-separated
+    slack_api_url: str = ""  # a secret: masked, never on a command line
+    slack_channel: str = ""
+    email_to: str = ""
+    email_from: str = ""
+    smtp_smarthost: str = ""  # host:port
+    smtp_auth_username: str = ""
+    smtp_auth_password: str = ""  # a secret: masked, never on a command line
+    group_wait: str = "10s"
+    group_interval: str = "1m"
+    repeat_interval: str = "4h"
 
 
 @dataclass
@@ -199,6 +249,8 @@ class Settings:
     client: ClientSettings = field(default_factory=ClientSettings)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     anatomy: AnatomySettings = field(default_factory=AnatomySettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
 
     # -- derived paths: one place decides the layout of RL_INSIGHT_HOME -------------
@@ -281,7 +333,10 @@ MINIMUMS: dict[str, float] = {
     "client.lane_max_pending_spans": 1, "client.registration_retry_max_s": 0.1,
     "client.resend_max_events": 0,
     "anatomy.settle_s": 0, "anatomy.max_wait_s": 0, "anatomy.keep_steps": 1,
-    "anatomy.max_runs": 1, "anatomy.median_steps": 1,
+    "anatomy.max_runs": 1, "anatomy.median_steps": 1, "anatomy.expose_s": 0,
+    "alerts.stall_factor": 1, "alerts.stall_min_s": 1, "alerts.state_stuck_factor": 1,
+    "alerts.state_stuck_min_s": 1, "alerts.kv_cache_usage_max": 0.01,
+    "alerts.preemptions_per_s_max": 0,
 }
 
 
@@ -414,4 +469,7 @@ def as_dict(settings: Settings, *, redact: bool = True) -> dict[str, Any]:
             data["server"]["token"] = "***"
         if data["grafana"]["admin_password"]:
             data["grafana"]["admin_password"] = "***"
+        for key in ("slack_api_url", "smtp_auth_password"):
+            if data["alertmanager"][key]:
+                data["alertmanager"][key] = "***"
     return data

@@ -28,6 +28,7 @@ from rl_insight.client.registration import (
     check_rollout_stats,
     registration_body,
 )
+from rl_insight.client.steps import WATCHED
 from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,10 @@ def _metric(kind: str, name: str, value: Any, documentation: str,
         if changed:
             lab = tuple(sorted(lab + ((naming.KEY_LABEL, str(name)),)))
         buckets = c.buckets_for(str(name)) if kind == HISTOGRAM else None
-        c.add(_tnew(Metric, (kind, exported, float(value), lab, documentation, buckets)))
+        value = float(value)
+        c.add(_tnew(Metric, (kind, exported, value, lab, documentation, buckets)))
+        if exported in WATCHED and kind == GAUGE:  # the trainer's step: a step mark
+            c.steps.observe(exported, value)
     except Exception:
         _failed(f"recording metric {name!r}")
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from rl_insight import config as config_mod
 from rl_insight.client.buffer import EventBuffer
+from rl_insight.client.steps import StepClock
 from rl_insight.client.transports import (
     DirectTransport,
     Transport,
@@ -75,6 +76,7 @@ class Client:
         self.bucket_map: dict[str, tuple[float, ...]] = {}
         self._registrar = None
         self.add = self.buffer.add  # what every API call does: one O(1) append
+        self.steps = StepClock(self.buffer.add)
         atexit.register(self.at_exit)
         self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
         os.register_at_fork(after_in_child=self._after_fork)
@@ -164,6 +166,7 @@ class Client:
         """Hand everything buffered to the hub and lanes within ``timeout``; inside Ray,
         also wait (within the same deadline) until they acknowledged it."""
         end = time.monotonic() + timeout
+        self.steps.flush()
         ok = self.buffer.flush(timeout)
         refs = list(self._recent_refs)
         if ok and refs:
@@ -189,6 +192,7 @@ class Client:
     def at_exit(self) -> None:
         try:
             end = time.monotonic() + self.settings.exit_flush_timeout_s
+            self.steps.flush()
             if not self.buffer.shutdown(self.settings.exit_flush_timeout_s):
                 log.warning("rl-insight: not every event was handed over before exit")
             if not self.wait_registrations(max(0.1, end - time.monotonic())):

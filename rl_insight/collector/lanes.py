@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 DEDICATED = re.compile(r"^(replica|rank)_\d+$")
 LANE_JOB = "rl_insight_lanes"
 STATE_GAUGE = "rl_insight_monitor_lane_state"
+# when the lane entered its current state (unix seconds; 0 when not in it): how long a
+# replica has been stuck is `time() - since`, which a 0/1 gauge cannot tell
+STATE_SINCE = "rl_insight_monitor_lane_state_since_seconds"
 IN_STATE = "rl_insight_monitor_lanes_in_state"
 DURATION = "rl_insight_monitor_state_duration_seconds"
 POOLED_LANE = "other"
@@ -109,9 +112,13 @@ class LaneCore:
         if top != new_top:
             if top is not None:
                 out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, top, ""))
+                out.append(_metric(GAUGE, STATE_SINCE, 0.0, ch.lane, top, ""))
             if new_top is not None:
                 out.append(_metric(GAUGE, STATE_GAUGE, 1.0, ch.lane, new_top,
                                    "1 while the lane is in the state, else 0"))
+                out.append(_metric(GAUGE, STATE_SINCE, ch.time_ns / 1e9, ch.lane, new_top,
+                                   "When the lane entered the state it is in (unix "
+                                   "seconds); 0 while it is in another"))
         return out
 
     def send_spans(self) -> None:

@@ -10,7 +10,8 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
-DEDICATED = re.compile(r"^(replica|rank)_\d+$")
+# the trainer's step marks (lane `trainer`) are kept with the replica and rank states
+DEDICATED = re.compile(r"^((replica|rank)_\d+|trainer)$")
 
 
 class RecentSpans:

@@ -88,4 +88,5 @@ class ServerMetrics:
         self.pushes = Counter("rl_insight_pushes", "Metric pushes by method and result",
                               ["method", "result"], registry=self.registry)
         self.registry.register(_StateCollector(state))
+        self.registry.register(state.anatomy)  # rl_insight_step_*
         self.types = {m.name: m.type for m in self.registry.collect()}

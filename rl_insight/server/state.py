@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
+from rl_insight.server.anatomy import AnatomyStore
 from rl_insight.server.experiments import ExperimentStore
 from rl_insight.server.lanes import LaneStats
 from rl_insight.server.pushstore import PushStore
@@ -76,6 +77,7 @@ class ServerState:
         self.relay = Relay(settings.traces, self.spool, relay_url(settings))
         self.lanes = LaneStats(settings.traces.max_lanes)
         self.recent = RecentSpans()
+        self.anatomy = AnatomyStore(settings.anatomy, finished=self.run_ended)
         self.spans_received = 0
         from rl_insight.server.selfmetrics import ServerMetrics
 
@@ -84,6 +86,11 @@ class ServerState:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._maintain, name="rl-insight-maintain",
                                         daemon=True)
+
+    def run_ended(self, project: str, experiment_name: str) -> bool:
+        """Finished or archived: nothing more of it is waited for."""
+        e = self.experiments.get(project, experiment_name)
+        return e is not None and e.status != "active"
 
     def open(self) -> None:
         """Recover what was persisted, then start the relay and housekeeping."""

@@ -25,7 +25,9 @@ def router(state: ServerState) -> APIRouter:
         n = otlp.count_spans(req)
         for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
             state.experiments.touch(project, experiment)
-        state.recent.add(otlp.iter_state_rows(req))
+        rows = list(otlp.iter_state_rows(req))
+        state.recent.add(rows)
+        state.anatomy.add(rows)
         payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
             else req.SerializeToString()
         if n:

@@ -1,0 +1,181 @@
+"""The anatomy of an RL step: where its wall time went, computed from state intervals.
+
+Plain data in (the step's window, the replica and rank lanes' state intervals), plain
+data out (one :class:`StepRow`). No clock, no I/O: the server feeds it what arrived, the
+tests feed it what they made, and both get the same answer.
+
+Definitions (docs/anatomy.md has them with the measured error):
+- a step's window runs from the previous step mark to its own (contiguous windows, so
+  the steps add up to the run's wall time); the first step seen starts at the trainer's
+  own ``timing_s/step`` before its mark;
+- per replica: *generating* is the union of its ``*_generate`` states in the window,
+  *idle* the rest of the window, *waiting* the time from its last generation end to the
+  slowest replica's (what a straggler costs the others);
+- straggler ratio: the slowest replica's generating time over the median replica's;
+- trainer time per phase: the union, across ranks, of each rank state; trainer idle:
+  the window minus the union of every rank state;
+- weight update: the union of the ranks' ``update_weights``;
+- overlap: rollout (any replica generating) and training (any rank busy) at once;
+- staleness: weight updates finished between the start of the generation the trainer
+  consumed (the last one ended before its first phase in the window) and that phase.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+Interval = tuple[int, int]  # (start_ns, end_ns), start <= end
+
+REPLICA = re.compile(r"^replica_(\d+)$")
+RANK = re.compile(r"^rank_(\d+)$")
+WEIGHT_UPDATE = "update_weights"
+NS = 1e9
+
+
+def is_generation(state: str) -> bool:
+    """vllm_generate, sglang_generate (verl's rollout servers) and the like."""
+    return state == "generate" or state.endswith("_generate")
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint intervals covering the same time."""
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def clip(intervals: Iterable[Interval], lo: int, hi: int) -> list[Interval]:
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
+
+
+def length(intervals: Iterable[Interval]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+    """The overlap of two sorted, disjoint interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if s < e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+@dataclass
+class ReplicaRow:
+    generate_s: float
+    idle_s: float
+    wait_s: float
+
+
+@dataclass
+class StepRow:
+    step: int
+    start_ns: int
+    end_ns: int
+    duration_s: float
+    generate_s: float  # any replica generating
+    replicas: dict[str, ReplicaRow] = field(default_factory=dict)  # by replica id
+    straggler_ratio: float | None = None
+    slowest_replica: str | None = None
+    median_generate_s: float | None = None
+    weight_update_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # rank state -> seconds
+    trainer_busy_s: float = 0.0
+    trainer_idle_s: float = 0.0
+    overlap_s: float = 0.0
+    staleness: int | None = None
+    trainer_step_s: float | None = None  # the trainer's own timing_s/step, if it said
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "replicas"}
+        d["replicas"] = {r: v.__dict__ for r, v in sorted(self.replicas.items(),
+                                                          key=lambda kv: _num(kv[0]))}
+        return d
+
+
+def _num(replica: str) -> tuple[int, str]:
+    return (int(replica), "") if replica.isdigit() else (1 << 30, replica)
+
+
+def step_row(step: int, start_ns: int, end_ns: int,
+             lanes: Mapping[str, Iterable[tuple[str, int, int]]],
+             trainer_step_s: float | None = None) -> StepRow:
+    """The anatomy of one step. ``lanes``: lane id -> (state, start, end) intervals; they
+    may reach outside the window (sums are clipped to it) and should include the
+    previous step's, which staleness looks back into."""
+    window = end_ns - start_ns
+    gen_by_replica: dict[str, list[Interval]] = {}
+    rank_states: dict[str, list[Interval]] = {}
+    rank_all: list[Interval] = []
+    for lane, intervals in lanes.items():
+        rep, rank = REPLICA.match(lane), RANK.match(lane)
+        if rep:
+            gen = gen_by_replica.setdefault(rep.group(1), [])
+        for state, s, e in intervals:
+            if rep and is_generation(state):
+                gen.append((s, e))
+            elif rank:
+                rank_all.append((s, e))
+                rank_states.setdefault(state, []).append((s, e))
+    gen_by_replica = {r: union(iv) for r, iv in gen_by_replica.items()}
+    gen_union = clip(union(iv for ivs in gen_by_replica.values() for iv in ivs),
+                     start_ns, end_ns)
+    busy_union = clip(union(rank_all), start_ns, end_ns)
+    row = StepRow(step, start_ns, end_ns, window / NS, length(gen_union) / NS,
+                  trainer_step_s=trainer_step_s)
+    inside = {r: clip(iv, start_ns, end_ns) for r, iv in gen_by_replica.items()}
+    latest = max((iv[-1][1] for iv in inside.values() if iv), default=None)
+    for r, iv in inside.items():
+        g = length(iv)
+        wait = latest - iv[-1][1] if iv else 0
+        row.replicas[r] = ReplicaRow(g / NS, (window - g) / NS, wait / NS)
+    busy = {r: v.generate_s for r, v in row.replicas.items() if v.generate_s > 0}
+    if busy:
+        median = statistics.median(busy.values())
+        slowest = max(busy, key=lambda r: (busy[r], -_num(r)[0]))
+        row.median_generate_s = median
+        row.slowest_replica = slowest
+        row.straggler_ratio = busy[slowest] / median if median > 0 else None
+    for state, iv in rank_states.items():
+        row.phases[state] = length(clip(union(iv), start_ns, end_ns)) / NS
+    row.weight_update_s = row.phases.get(WEIGHT_UPDATE, 0.0)
+    row.trainer_busy_s = length(busy_union) / NS
+    row.trainer_idle_s = (window - length(busy_union)) / NS
+    row.overlap_s = length(intersect(gen_union, busy_union)) / NS
+    row.staleness = _staleness(start_ns, end_ns, rank_states, gen_by_replica)
+    return row
+
+
+def _staleness(start_ns: int, end_ns: int, rank_states: Mapping[str, list[Interval]],
+               gen_by_replica: Mapping[str, list[Interval]]) -> int | None:
+    """Weight updates the consumed batch is behind, the worst replica's; None when the
+    lanes cannot say (no trainer phase in the window, or no generation before it)."""
+    consume = min((s for state, iv in rank_states.items() if state != WEIGHT_UPDATE
+                   for s, _ in iv if start_ns <= s < end_ns), default=None)
+    if consume is None:
+        return None
+    updates = union(rank_states.get(WEIGHT_UPDATE, []))
+    worst = None
+    for iv in gen_by_replica.values():
+        done = [g for g in iv if g[1] <= consume]
+        if done:
+            began = done[-1][0]
+            n = sum(1 for _, e in updates if began < e <= consume)
+            worst = n if worst is None else max(worst, n)
+    return worst

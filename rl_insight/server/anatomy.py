@@ -1,0 +1,239 @@
+"""Step anatomy at the server: the one place that sees every lane of a run. It keeps the
+replica and rank lanes' state spans and the trainer's step marks, turns each step into
+a row (:func:`rl_insight.anatomy.step_row`) once its spans are in, and exports the rows
+as ``rl_insight_step_*`` series.
+
+A row's series carry the step's end as their sample timestamp, so Prometheus stores one
+sample per step (bounded series: per run, replica and phase, never per step). The
+stall alert's two gauges (last step end, median step time) are plain gauges of active
+runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+
+from rl_insight.anatomy import RANK, REPLICA, StepRow, step_row
+from rl_insight.config import AnatomySettings
+
+TRAINER_LANE = "trainer"  # the client's step marks (rl_insight.client.steps)
+STEP_STATE = "train_step"
+MAX_SPANS_PER_LANE = 4096
+MAX_PHASES = 32
+PREFIX = "rl_insight_step_"
+RUN = ("project", "experiment_name")
+
+
+class RunAnatomy:
+    """One run's pending step marks, recent lane spans and final rows."""
+
+    def __init__(self, keep_steps: int) -> None:
+        self.marks: dict[int, tuple[int, int]] = {}  # end_ns -> (step, start_ns)
+        self.lanes: dict[str, deque] = {}  # lane -> (state, start, end)
+        self.last_end: dict[str, int] = {}
+        self.rows: deque[StepRow] = deque(maxlen=keep_steps)
+        self.durations: deque[float] = deque(maxlen=1000)  # of every mark, final or not
+        self.last_mark_end = 0
+        self.final_end = 0
+        self.late_spans = 0
+
+    def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
+        if lane == TRAINER_LANE and state == STEP_STATE:
+            try:
+                number = int(step)
+            except (TypeError, ValueError):
+                return
+            if end not in self.marks and end > self.final_end:
+                self.marks[end] = (number, start)
+                self.durations.append((end - start) / 1e9)
+                self.last_mark_end = max(self.last_mark_end, end)
+            return
+        if not (REPLICA.match(lane) or RANK.match(lane)):
+            return
+        if end <= self.final_end:
+            self.late_spans += 1
+        q = self.lanes.get(lane)
+        if q is None:
+            q = self.lanes[lane] = deque(maxlen=MAX_SPANS_PER_LANE)
+        q.append((state, start, end))
+        if end > self.last_end.get(lane, 0):
+            self.last_end[lane] = end
+
+    def finalize(self, now_ns: int, settings: AnatomySettings, finished: bool
+                 ) -> list[StepRow]:
+        """Rows of the steps whose spans are in: every lane active around the step has
+        reported past its end, or the run finished, or max_wait_s passed; and settle_s
+        passed in any case (spans of different lanes arrive through different actors)."""
+        out = []
+        settle, wait = int(settings.settle_s * 1e9), int(settings.max_wait_s * 1e9)
+        for end in sorted(self.marks):
+            step, start = self.marks[end]
+            if now_ns < end + settle:
+                break
+            active = [lane for lane, last in self.last_end.items()
+                      if last >= start - (end - start)]
+            if not (finished or now_ns >= end + wait or
+                    all(self.last_end[lane] >= end for lane in active)):
+                break
+            del self.marks[end]
+            row = step_row(step, start, end, {lane: list(q) for lane, q in self.lanes.items()})
+            self.rows.append(row)
+            out.append(row)
+            self.final_end = end
+            self._prune(start - (end - start))
+        return out
+
+    def _prune(self, before_ns: int) -> None:
+        """Drop spans that ended before the previous window: staleness looks one back."""
+        for q in self.lanes.values():
+            while q and q[0][2] < before_ns:
+                q.popleft()
+
+
+class AnatomyStore:
+    """Every run's anatomy, bounded in runs (least recently active dropped first)."""
+
+    def __init__(self, settings: AnatomySettings,
+                 finished: Callable[[str, str], bool] = lambda p, e: False) -> None:
+        self.settings = settings
+        self.finished = finished
+        self._runs: OrderedDict[tuple[str, str], RunAnatomy] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, rows: Iterable[tuple]) -> None:
+        """OTLP state rows: (project, experiment, lane, state, start, end, process, step)."""
+        if not self.settings.enabled:
+            return
+        with self._lock:
+            for project, experiment, lane, state, start, end, _process, step in rows:
+                if lane != TRAINER_LANE and not (REPLICA.match(lane) or RANK.match(lane)):
+                    continue
+                key = (project, experiment)
+                run = self._runs.get(key)
+                if run is None:
+                    run = self._runs[key] = RunAnatomy(self.settings.keep_steps)
+                    while len(self._runs) > self.settings.max_runs:
+                        self._runs.popitem(last=False)
+                else:
+                    self._runs.move_to_end(key)
+                run.add_span(lane, state, start, end, step)
+
+    def update(self, now: float | None = None) -> int:
+        """Finalize what is ready; returns the number of new rows."""
+        now_ns = int((time.time() if now is None else now) * 1e9)
+        with self._lock:
+            runs = list(self._runs.items())
+        n = 0
+        for (project, experiment), run in runs:
+            finished = self.finished(project, experiment)
+            with self._lock:
+                n += len(run.finalize(now_ns, self.settings, finished))
+        return n
+
+    def rows(self, project: str, experiment: str) -> list[StepRow] | None:
+        """The run's final rows, oldest first; None for a run never seen."""
+        with self._lock:
+            run = self._runs.get((project, experiment))
+            return None if run is None else list(run.rows)
+
+    def runs(self) -> list[dict]:
+        with self._lock:
+            return [{"project": p, "experiment_name": e, "steps": len(r.rows),
+                     "pending_steps": len(r.marks), "late_spans": r.late_spans}
+                    for (p, e), r in self._runs.items()]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The ``rl_insight_step_*`` families for the server's /metrics."""
+        self.update()
+        now = time.time()
+        fams = _Families()
+        with self._lock:
+            runs = [(k, r.rows[-1] if r.rows else None, r.last_mark_end,
+                     list(r.durations)[-self.settings.median_steps:])
+                    for k, r in self._runs.items()]
+        for (project, experiment), row, last_mark, recent in runs:
+            run = [project, experiment]
+            if last_mark and not self.finished(project, experiment):
+                fams.add("last_end_timestamp_seconds", "When the newest step ended (unix "
+                         "time): the training-stalled alert compares it with now", run,
+                         last_mark / 1e9)
+                fams.add("median_duration_seconds", "Median duration of the recent steps",
+                         run, statistics.median(recent))
+            if row is None or now - row.end_ns / 1e9 > self.settings.expose_s:
+                continue
+            fams.row(run, row)
+        yield from fams.families.values()
+
+
+class _Families:
+    """Builds the families of :meth:`AnatomyStore.collect`, labels in a fixed order."""
+
+    DOCS = {
+        "number": "The step these step-anatomy samples describe",
+        "duration_seconds": "Wall time from the previous step mark to this one",
+        "generate_seconds": "Time any rollout replica was generating",
+        "other_seconds": "Time neither a replica generated nor a trainer rank was busy "
+                         "(driver-side work: reward, advantages, logging)",
+        "replica_generate_seconds": "Time this replica was generating",
+        "replica_idle_seconds": "Time this replica was not generating",
+        "replica_idle_ratio": "Share of the step this replica was not generating",
+        "replica_wait_seconds": "Time from this replica's last generation to the slowest's",
+        "straggler_ratio": "Slowest replica's generating time over the median replica's",
+        "slowest_replica": "The replica that generated longest",
+        "median_generate_seconds": "The median replica's generating time",
+        "weight_update_seconds": "Time any trainer rank was in update_weights",
+        "trainer_phase_seconds": "Time any trainer rank was in this phase",
+        "trainer_busy_seconds": "Time any trainer rank was in some phase",
+        "trainer_idle_seconds": "Time no trainer rank was in any phase",
+        "trainer_idle_ratio": "Share of the step no trainer rank was in any phase",
+        "overlap_seconds": "Time rollout and training ran at once (separate-async)",
+        "staleness": "Weight updates the batch the trainer consumed is behind",
+    }
+
+    def __init__(self) -> None:
+        self.families: dict[str, GaugeMetricFamily] = {}
+
+    def add(self, name: str, doc: str, labels: list[str], value: float,
+            extra: tuple[str, ...] = (), ts: float | None = None) -> None:
+        fam = self.families.get(name)
+        if fam is None:
+            fam = self.families[name] = GaugeMetricFamily(PREFIX + name, doc,
+                                                          labels=[*RUN, *extra])
+        fam.add_metric(labels, value, timestamp=ts)
+
+    def row(self, run: list[str], r: StepRow) -> None:
+        ts = r.end_ns / 1e9
+        one = {"number": r.step, "duration_seconds": r.duration_s,
+               "generate_seconds": r.generate_s,
+               "other_seconds": max(0.0, r.duration_s - r.generate_s - r.trainer_busy_s
+                                    + r.overlap_s),
+               "weight_update_seconds": r.weight_update_s,
+               "trainer_busy_seconds": r.trainer_busy_s,
+               "trainer_idle_seconds": r.trainer_idle_s,
+               "trainer_idle_ratio": r.trainer_idle_s / r.duration_s if r.duration_s else 0,
+               "overlap_seconds": r.overlap_s}
+        if r.straggler_ratio is not None:
+            one["straggler_ratio"] = r.straggler_ratio
+            one["median_generate_seconds"] = r.median_generate_s
+            if r.slowest_replica is not None and r.slowest_replica.isdigit():
+                one["slowest_replica"] = int(r.slowest_replica)
+        if r.staleness is not None:
+            one["staleness"] = r.staleness
+        for name, value in one.items():
+            self.add(name, self.DOCS[name], run, float(value), ts=ts)
+        for rep, v in r.replicas.items():
+            for name, value in (("replica_generate_seconds", v.generate_s),
+                                ("replica_idle_seconds", v.idle_s),
+                                ("replica_idle_ratio",
+                                 v.idle_s / r.duration_s if r.duration_s else 0.0),
+                                ("replica_wait_seconds", v.wait_s)):
+                self.add(name, self.DOCS[name], [*run, rep], value, ("replica",), ts)
+        for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
+            self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
+                     [*run, phase], seconds, ("phase",), ts)
