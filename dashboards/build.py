@@ -84,6 +84,9 @@ def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
         t = {"refId": chr(ord("A") + i), "datasource": DATASOURCES[q.datasource]}
         if q.datasource == "tempo":
             t.update(queryType="traceql", query=q.expr, limit=50, tableType="spans")
+        elif q.table:
+            t.update(expr=q.expr, legendFormat=q.legend or "__auto", range=True,
+                     format="table")
         else:
             t.update(expr=q.expr, legendFormat=q.legend or "__auto", range=True)
         targets.append(t)
@@ -95,8 +98,13 @@ def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
         if panel.stack:
             custom["stacking"] = {"mode": "normal", "group": "A"}
             custom["fillOpacity"] = 60
+        if panel.options.get("bars"):  # one bar per sample: per RL step
+            custom.update(drawStyle="bars", fillOpacity=80, spanNulls=False)
     if panel.options.get("mappings"):
         defaults["mappings"] = _mappings(panel.options["mappings"])
+    if panel.options.get("thresholds"):
+        defaults["thresholds"] = {"mode": "absolute", "steps": [
+            {"value": v, "color": c} for v, c in panel.options["thresholds"]]}
     if custom:
         defaults["custom"] = custom
     options: dict = {"legend": {"displayMode": "list", "placement": "bottom",
@@ -112,13 +120,16 @@ def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
                    "orientation": "horizontal", "displayMode": "gradient"}
     elif panel.kind in ("traces", "table"):
         options = {}
-    return {
+    out = {
         "id": pid, "type": panel.kind, "title": panel.title,
         "description": panel.description, "datasource": DATASOURCES[ds_name],
         "gridPos": {"x": x, "y": y, "w": panel.width, "h": panel.height},
         "targets": targets, "fieldConfig": {"defaults": defaults, "overrides": []},
         "options": options,
     }
+    if panel.options.get("transformations"):
+        out["transformations"] = panel.options["transformations"]
+    return out
 
 
 def layout(sections: Sequence[Section]) -> list[dict]:
@@ -159,6 +170,8 @@ TRAINING = Section("Training", P.TRAINING)
 TIMELINE = Section("State timeline", P.TIMELINE_PROM)
 TEMPO = Section("State spans (Tempo)", P.TIMELINE_TEMPO, collapsed=False)
 TQ = Section("TransferQueue", P.TQ)
+ANATOMY = Section("Step anatomy", P.ANATOMY)
+ALERTS = Section("Alerts", P.ALERT_PANELS)
 HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
             Section("GPUs (DCGM)", P.DCGM), Section("Ascend NPUs (npu-exporter)", P.NPU))
 RUN_VARS = ("project", "experiment_name")
@@ -173,7 +186,12 @@ def dashboards() -> list[Dashboard]:
     out = [
         Dashboard("rl-insight-training", "RL-Insight · Training overview",
                   "Trainer scalars per step: rewards, losses, KL, timings, throughput.",
-                  [TRAINING]),
+                  [ALERTS, TRAINING]),
+        Dashboard("rl-insight-step-anatomy", "RL-Insight · Step anatomy",
+                  "Where each RL step's time went: rollout, trainer phases, weight "
+                  "update; stragglers, idle replicas and ranks, overlap and staleness.",
+                  [ALERTS, ANATOMY], RUN_VARS + ("replica",), "rl_insight_step_replica_"
+                  "generate_seconds"),
         Dashboard("rl-insight-rollout-vllm", "RL-Insight · Rollout · vLLM",
                   "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",
                   [Section("Rollout (vLLM)", P.VLLM)], RUN_VARS + ("replica",),
@@ -203,7 +221,8 @@ def dashboards() -> list[Dashboard]:
                   HARDWARE, ("node",)),
         Dashboard("rl-insight-self", "RL-Insight · Monitoring health",
                   "RL-Insight itself: events, spans, the spool, the services.",
-                  [Section("RL-Insight", P.SELF)], ()),
+                  [Section("RL-Insight", P.SELF),
+                   Section("Alerts", (P.ALL_ALERTS,))], ()),
     ]
     for key, (name, rollout, replica_metric) in BACKENDS.items():
         for mode, mode_title, extra in (("sync", "synchronous", []),
@@ -213,7 +232,7 @@ def dashboards() -> list[Dashboard]:
                 f"rl-insight-{key}-{mode}", f"RL-Insight · {name} · {mode_title}",
                 f"A {mode_title} RL run with {name} rollout: training, rollout, "
                 "timeline" + (", TransferQueue" if extra else "") + ".",
-                [TRAINING, Section(f"Rollout ({name})", tuple(rollout) + (
+                [ALERTS, TRAINING, ANATOMY, Section(f"Rollout ({name})", tuple(rollout) + (
                     P.VLLM_SYNC if (key, mode) == ("vllm", "sync") else ())),
                  *extra, TIMELINE],
                 RUN_VARS + ("replica",), replica_metric))

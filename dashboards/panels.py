@@ -20,6 +20,7 @@ class Query:
     expr: str
     legend: str = ""
     datasource: str = "prometheus"  # or "tempo" (then expr is TraceQL)
+    table: bool = False  # Prometheus answers as a table (columns: labels and Value)
 
 
 @dataclass(frozen=True)
@@ -390,6 +391,83 @@ TIMELINE_TEMPO = (
        Query('{ resource.service.name = "rl_insight_monitor" && span.project = "$project" '
              '&& span.experiment_name = "$experiment_name" && status = error }', "", "tempo"),
        kind="table", width=24, height=8),
+)
+
+# -- step anatomy (rl_insight/server/anatomy.py: one sample per step, at the step's end) ---
+ST = "rl_insight_step_"
+
+
+def per_step(metric: str, sel: str = RUN, by: str = "") -> str:
+    """A step-anatomy series only at the query step just after each step's sample, so a
+    bar chart shows one bar per RL step instead of repeating the last one."""
+    expr = f"{ST}{metric}{{{sel}}} and timestamp({ST}{metric}{{{sel}}}) > time() - $__interval"
+    return f"max by ({by}) ({expr})" if by else expr
+
+
+ALERTS_RUN = f'ALERTS{{alertstate="firing",{RUN}}}'
+ALERT_PANELS = (
+    ts("Alerts firing", Query(f"count({ALERTS_RUN}) or vector(0)", "firing"), kind="stat",
+       width=6, description="RL-Insight's alerting rules (training stalled, NaN loss, a "
+       "replica stuck, KV-cache saturation, preemption bursts, targets down, dropped "
+       "events) firing for this run; `rl-insight alerts` lists them.",
+       options={"thresholds": ((None, "green"), (1, "red"))}),
+    ts("Firing alerts", Query(f"max by (alertname, state_lane_id, replica, job) "
+                              f"({ALERTS_RUN})", "{{alertname}}", table=True),
+       kind="table", width=18, needs="alerts",
+       description="Each alert firing now, with the lane, replica or target it is about."),
+)
+ALL_ALERTS = ts("Firing alerts, every run",
+                Query('max by (alertname, project, experiment_name, state_lane_id, replica, '
+                      'job) (ALERTS{alertstate="firing"})', "{{alertname}}", table=True),
+                kind="table", width=24, needs="alerts",
+                description="Every RL-Insight alert firing now, across runs; the monitoring's "
+                            "own (dropped events) carry no run.")
+ANATOMY = (
+    ts("Where each step's time went",
+       Query(per_step("generate_seconds"), "rollout (generating)"),
+       Query(per_step("trainer_phase_seconds", by="phase"), "{{phase}}"),
+       Query(per_step("other_seconds"), "other (driver: reward, advantages, logging)"),
+       unit="s", stack=True, width=24, height=10, options={"bars": True},
+       description="One stacked bar per step: rollout time, each trainer phase (union "
+                   "over ranks) and the rest. In separate-asynchronous runs rollout and "
+                   "training overlap, so the bar can exceed the step."),
+    ts("Step duration", Query(per_step("duration_seconds"), "step"),
+       Query(per_step("weight_update_seconds"), "weight update"), unit="s",
+       options={"bars": True},
+       description="Wall time from one step mark to the next, and the weight update in it."),
+    ts("Straggler ratio", Query(per_step("straggler_ratio"), "slowest / median replica"),
+       options={"bars": True},
+       description="The slowest replica's generating time over the median replica's: 1 "
+                   "is balanced; 2 means one replica made the others wait as long again."),
+    ts("Stragglers, step by step",
+       Query(per_step("number"), "step", table=True),
+       Query(per_step("slowest_replica"), "slowest replica", table=True),
+       Query(per_step("straggler_ratio"), "straggler ratio", table=True),
+       Query(per_step("median_generate_seconds"), "median generating s", table=True),
+       Query(per_step("duration_seconds"), "step s", table=True),
+       kind="table", width=24, height=8,
+       options={"transformations": [{"id": "joinByField",
+                                     "options": {"byField": "Time", "mode": "outer"}}]},
+       description="Per step: which replica generated longest and by how much."),
+    ts("Replica generating time", Query(per_step("replica_generate_seconds", REPLICA,
+                                                 "replica"), "replica {{replica}}"),
+       unit="s", options={"bars": True}),
+    ts("Replica waiting for the straggler",
+       Query(per_step("replica_wait_seconds", REPLICA, "replica"), "replica {{replica}}"),
+       unit="s", options={"bars": True},
+       description="From a replica's last generation in the step to the slowest one's."),
+    ts("Idle fraction",
+       Query(per_step("replica_idle_ratio", REPLICA, "replica"), "replica {{replica}}"),
+       Query(per_step("trainer_idle_ratio"), "trainer ranks"), unit="percentunit",
+       description="Share of each step a replica was not generating, and no trainer rank "
+                   "was in a phase."),
+    ts("Rollout and training overlap", Query(per_step("overlap_seconds"), "overlap"),
+       unit="s", options={"bars": True},
+       description="Separate-asynchronous runs: time rollout and training ran at once."),
+    ts("Staleness", Query(per_step("staleness"), "weight updates behind"),
+       options={"bars": True},
+       description="Weight updates between the start of the generation the trainer "
+                   "consumed and the trainer using it: 0 on-policy, 1 one step off."),
 )
 
 # -- agent loops (rl_insight.agent_loop: bounded families, per-session detail in Tempo) ----------

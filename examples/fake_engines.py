@@ -370,11 +370,13 @@ class FakeEngine:
 
     TICK = 0.05
 
-    def __init__(self, backend: str, seed: int = 0) -> None:
+    def __init__(self, backend: str, seed: int = 0, kv_capacity_tokens: int = 0) -> None:
         self.backend = backend
         self.registry = CollectorRegistry()
         self.m = _Metrics(backend, registry=self.registry)
         self.s = EngineState()
+        if kv_capacity_tokens:  # a smaller KV cache: saturation and preemptions
+            self.s.kv_capacity_tokens = kv_capacity_tokens
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.finished = 0

@@ -40,12 +40,17 @@ class RolloutReplica:
     """One rollout replica: a FAKE engine and the replica's state lane."""
 
     def __init__(self, index: int, backend: str, project: str = "",
-                 experiment: str = "") -> None:
+                 experiment: str = "", slowdown: float = 1.0,
+                 kv_capacity_tokens: int = 0, hang: tuple[int, float] = (0, 0.0)) -> None:
         self.index = index
         self.project, self.experiment = project, experiment
         self.lane = f"replica_{index}"
         self.generate_state = "sglang_generate" if backend == "sglang" else "vllm_generate"
-        self.engine = fake_engines.FakeEngine(backend, seed=index)
+        self.engine = fake_engines.FakeEngine(backend, seed=index,
+                                              kv_capacity_tokens=kv_capacity_tokens)
+        self.slowdown = slowdown  # a straggler generates this many times as long
+        self.hang = hang  # (step, seconds): a request that hangs in that step
+        self.generated: list[tuple[int, int, int]] = []  # ground truth: (step, start, end)
 
     def address(self) -> str:
         return f"{ray.util.get_node_ip_address()}:{self.engine.port}"
@@ -55,6 +60,7 @@ class RolloutReplica:
         """Generate ``n`` requests; with ``keys``, write the responses to TransferQueue
         (partition ``train`` or ``val``) as a V1 rollout worker does."""
         t0 = time.perf_counter()
+        wall0 = time.time_ns()
         with rl_insight.trace_state(self.generate_state, state_lane_id=self.lane, step=step,
                                     phase=phase, requests=n):
             self.engine.submit(n)
@@ -67,11 +73,24 @@ class RolloutReplica:
                 time.sleep(0.02)
             for a in agents:
                 a.join()
+            if self.slowdown > 1:  # the straggler: still generating
+                time.sleep((self.slowdown - 1) * (time.perf_counter() - t0))
+            if step == self.hang[0] and phase == "train":  # stuck in generation
+                time.sleep(self.hang[1])
+        self.generated.append((step, wall0, time.time_ns()))
         if keys:
             rng = random.Random(step * 1000 + self.index)
             data_queue.put_responses("val" if phase == "validation" else "train", keys,
                                      step, [rng.randint(32, 600) for _ in keys])
         return time.perf_counter() - t0
+
+    def ground_truth(self) -> list[tuple[int, int, int]]:
+        return self.generated
+
+    def stop_metrics(self) -> None:
+        """The engine's /metrics goes away (a crashed engine): its target is down."""
+        self.engine.server.shutdown()
+        self.engine.server.server_close()
 
     def agent_loop(self, step: int, i: int) -> None:
         """A multi-turn agent session on a lane of its own (thousands of these share the
@@ -111,10 +130,26 @@ class RolloutReplica:
 class TrainerRank:
     def __init__(self, rank: int) -> None:
         self.lane = f"rank_{rank}"
+        self.phases: list[tuple[str, int, int]] = []  # ground truth: (state, start, end)
 
     def phase(self, name: str, seconds: float, step: int) -> None:
+        t0 = time.time_ns()
         with rl_insight.trace_state(name, state_lane_id=self.lane, step=step):
             time.sleep(seconds)
+        self.phases.append((name, t0, time.time_ns()))
+
+    def ground_truth(self) -> list[tuple[str, int, int]]:
+        return self.phases
+
+
+@ray.remote(num_cpus=0)
+def flood(n: int) -> None:
+    """A worker whose buffer is far too small for what it records: the drops it counts
+    reach the hub (rl_insight_hub_events_dropped_total)."""
+    rl_insight.init(config={"client": {"buffer_max_events": 64, "batch_size": 32}})
+    for i in range(n):
+        rl_insight.metric_gauge("flood/value", float(i))
+    rl_insight.flush(5)
 
 
 class Simulation:
@@ -130,8 +165,11 @@ class Simulation:
         self.rng = random.Random(args.seed)
         placement = {"resources": {args.rollout_resource: 0.01}} \
             if args.rollout_resource else {}
+        slow = dict(args.straggler or [])
+        hangs = {r: (step, seconds) for r, step, seconds in args.hang or []}
         self.replicas = [RolloutReplica.options(**placement).remote(
-            i, args.backend, args.project, args.experiment_name)
+            i, args.backend, args.project, args.experiment_name, slow.get(i, 1.0),
+            2_000 if i in (args.kv_pressure or []) else 0, hangs.get(i, (0, 0.0)))
             for i in range(args.replicas)]
         self.ranks = [TrainerRank.remote(r) for r in range(args.ranks)]
         self.tq = data_queue.config() if args.transfer_queue else None
@@ -139,6 +177,7 @@ class Simulation:
         self.live: list[tuple[str, list[str]]] = []  # batches in TransferQueue
         self.tracking = rl_insight.Tracking(args.project, args.experiment_name)
         self.total_tokens = 0
+        self.logged: list[tuple[int, int, float]] = []  # (step, log time ns, timing_s/step)
 
     def register(self) -> dict:
         """Register the engines' and the controller's endpoints, as verl does."""
@@ -282,11 +321,21 @@ class Simulation:
             "training/global_step": step, "training/epoch": step // 10,
         }
         data.update({f"timing_s/{k}": v for k, v in timing.items()})
+        if self.args.nan_loss_at and step >= self.args.nan_loss_at:  # a diverged update
+            data["actor/pg_loss"] = float("nan")
         return data
 
     def run(self) -> None:
         pending = self.generate(1) if self.args.mode == "async" else []
         for step in range(1, self.args.steps + 1):
+            if step == self.args.engine_down_at:
+                ray.get(self.replicas[0].stop_metrics.remote())
+            if step == self.args.flood_at:
+                ray.get(flood.remote(self.args.flood_events))
+            if step == self.args.stall_at:  # a hung trainer: no step, no lane moves
+                print(f"stalling {self.args.stall_seconds:.0f}s before step {step}",
+                      flush=True)
+                time.sleep(self.args.stall_seconds)
             if self.args.mode == "sync":
                 timing = self.sync_step(step)
             else:
@@ -295,6 +344,7 @@ class Simulation:
             if self.args.val_every and step % self.args.val_every == 0:
                 data.update(self.validate(step))
             self.tracking.log(data, step=step)
+            self.logged.append((step, time.time_ns(), timing["step"]))
             print(f"step {step}/{self.args.steps}: {timing['step']:.1f}s, score "
                   f"{data['critic/score/mean']:.3f}", flush=True)
 
@@ -322,10 +372,50 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--linger", type=float, default=0.0,
                     help="keep the endpoints up this many seconds after the last step")
     ap.add_argument("--seed", type=int, default=0)
+    inject = ap.add_argument_group("faults to inject (each alert and anatomy panel shown "
+                                   "end to end)")
+    inject.add_argument("--straggler", type=_straggler, action="append", metavar="R:F",
+                        help="replica R generates F times as long (repeatable)")
+    inject.add_argument("--stall-at", type=int, default=0, metavar="STEP",
+                        help="the trainer hangs before this step")
+    inject.add_argument("--stall-seconds", type=float, default=30.0)
+    inject.add_argument("--nan-loss-at", type=int, default=0, metavar="STEP",
+                        help="actor/pg_loss is NaN from this step on")
+    inject.add_argument("--kv-pressure", type=int, action="append", metavar="R",
+                        help="replica R's KV cache is small: saturation, preemptions")
+    inject.add_argument("--hang", type=_hang, action="append", metavar="R:STEP:SECONDS",
+                        help="replica R hangs in generation at STEP for SECONDS")
+    inject.add_argument("--engine-down-at", type=int, default=0, metavar="STEP",
+                        help="replica 0's engine stops serving /metrics at this step")
+    inject.add_argument("--flood-at", type=int, default=0, metavar="STEP",
+                        help="a worker with a tiny buffer floods gauges at this step, so "
+                             "monitoring drops (and counts) events")
+    inject.add_argument("--flood-events", type=int, default=20_000)
+    ap.add_argument("--truth", metavar="FILE",
+                    help="write the ground truth (step log times, each replica's "
+                         "generation and each rank's phases, wall clock) as JSON")
     args = ap.parse_args(argv)
     if args.experiment_name is None:
         args.experiment_name = f"sim-{args.mode}-{args.backend}-{time.strftime('%H%M%S')}"
     return args
+
+
+def _straggler(text: str) -> tuple[int, float]:
+    replica, _, factor = text.partition(":")
+    try:
+        return int(replica), float(factor or 3.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected REPLICA:FACTOR, e.g. 1:3"
+                                         ) from None
+
+
+def _hang(text: str) -> tuple[int, int, float]:
+    try:
+        replica, step, seconds = text.split(":")
+        return int(replica), int(step), float(seconds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected REPLICA:STEP:SECONDS, e.g. "
+                                         "0:4:20") from None
 
 
 def main(argv=None) -> int:
@@ -356,6 +446,11 @@ def main(argv=None) -> int:
           flush=True)
     sim.run()
     t_end = time.time()
+    if args.truth:
+        Path(args.truth).write_text(json.dumps({
+            "steps": sim.logged,
+            "replicas": ray.get([r.ground_truth.remote() for r in sim.replicas]),
+            "ranks": ray.get([r.ground_truth.remote() for r in sim.ranks])}))
     rl_insight.flush(10)
     if args.linger:
         print(f"keeping the endpoints up for {args.linger:.0f}s", flush=True)
