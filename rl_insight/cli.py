@@ -21,7 +21,8 @@ def _settings(args: argparse.Namespace) -> config_mod.Settings:
     return config_mod.load(args.config, overrides)
 
 
-SECRET_KEYS = ("server.token", "grafana.admin_password")
+SECRET_KEYS = ("server.token", "grafana.admin_password", "alertmanager.slack_api_url",
+               "alertmanager.smtp_auth_password")
 
 
 def _passthrough(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
@@ -321,6 +322,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.status == doctor.PROBLEM for c in checks) else 0
 
 
+def cmd_alerts(args: argparse.Namespace) -> int:
+    """The alerts pending and firing; exit 1 when some fire, 2 when it cannot tell."""
+    from rl_insight.api_client import ApiError
+    from rl_insight.server.alerts import run_of
+
+    try:
+        got = _client(args).get("/api/v1/alerts", project=args.project,
+                                experiment_name=args.experiment)
+    except ApiError as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(got, indent=2))
+    else:
+        for a in got["alerts"]:
+            print(f"{a['state'].upper():<8} {a['name']:<30} {run_of(a['labels']):<36} "
+                  f"{a['annotations'].get('summary', '')}")
+        if not got["alerts"] and not got.get("error"):
+            print("none firing")
+        for key in ("prometheus", "alertmanager"):
+            if got.get(key) not in (None, "ok"):
+                print(f"note: {got[key]}", file=sys.stderr)
+    if got.get("error"):
+        print(f"rl-insight: {got['error']}", file=sys.stderr)
+        return 2
+    return 1 if any(a["state"] == "firing" for a in got["alerts"]) else 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -347,8 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = server.add_subparsers(dest="action", required=True)
 
     p = sub.add_parser("install", parents=[common],
-                       help="install Prometheus, Tempo and Grafana")
-    p.add_argument("services", nargs="*", choices=["prometheus", "tempo", "grafana", []],
+                       help="install Prometheus, Tempo, Grafana and Alertmanager")
+    p.add_argument("services", nargs="*",
+                   choices=["prometheus", "tempo", "grafana", "alertmanager", []],
                    help="which services (default: all)")
     p.add_argument("--local-archive", metavar="DIR",
                    help="take the upstream archives from DIR instead of downloading")
@@ -409,6 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the path of the shipped runtime-env file whose values come "
                         "from each node's environment (ray job submit --runtime-env PATH)")
     p.set_defaults(func=cmd_ray_env)
+
+    p = top.add_parser("alerts", parents=[remote],
+                       help="the alerts now firing or pending (exit code 1 when some fire)")
+    p.add_argument("--project")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_alerts)
 
     p = sub.add_parser("config", parents=[common], help="print the effective settings")
     p.set_defaults(func=cmd_config)

@@ -1,8 +1,9 @@
 """Builds release archives in the exact upstream layouts, for install tests.
 
-The Prometheus archive holds the real Debian `prometheus` binary. Tempo and Grafana
-cannot run here, so their archives hold FAKE stand-ins: shell scripts that print the
-version line in the real binaries' format and nothing else.
+The Prometheus and Alertmanager archives hold the real Debian binaries (`prometheus`,
+`prometheus-alertmanager` renamed as upstream names it). Tempo and Grafana cannot run
+here, so their archives hold FAKE stand-ins: shell scripts that print the version line
+in the real binaries' format and nothing else.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import tarfile
 from pathlib import Path
 
 PROMETHEUS_BIN = Path(shutil.which("prometheus") or "/usr/bin/prometheus")
+ALERTMANAGER_BIN = Path(shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+                        or "/usr/bin/prometheus-alertmanager")
 
 
 def fake_binary(version_line: str) -> bytes:
@@ -45,7 +48,7 @@ def sha256(path: Path) -> str:
 
 def build(dest: Path, arch: str = "amd64", prometheus_binary: Path = PROMETHEUS_BIN
           ) -> dict[str, Path]:
-    """Write the three archives and their checksum files into ``dest``."""
+    """Write the four archives and their checksum files into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     out: dict[str, Path] = {}
 
@@ -62,9 +65,29 @@ def build(dest: Path, arch: str = "amd64", prometheus_binary: Path = PROMETHEUS_
             _add_bytes(tar, f"{top}/{name}", b"license text\n")
         for d in ("consoles", "console_libraries"):
             _add_dir(tar, f"{top}/{d}")
-    (dest / "sha256sums.txt").write_text(f"{sha256(p)}  {p.name}\n"
-                                         f"{'0' * 64}  prometheus-2.54.1.darwin-amd64.tar.gz\n")
     out["prometheus"] = p
+
+    # Alertmanager: promu's layout too, alertmanager-<v>.linux-<arch>/{alertmanager,amtool}
+    top = f"alertmanager-0.27.0.linux-{arch}"
+    a = dest / f"{top}.tar.gz"
+    with tarfile.open(a, "w:gz", compresslevel=1) as tar:
+        _add_dir(tar, top)
+        if ALERTMANAGER_BIN.is_file():
+            tar.add(str(ALERTMANAGER_BIN), arcname=f"{top}/alertmanager")
+        else:  # a machine without Debian's package: a FAKE that only prints its version
+            _add_bytes(tar, f"{top}/alertmanager", fake_binary(
+                "alertmanager, version 0.27.0 (branch: HEAD, revision: 0aa3c2aa)"), 0o755)
+        _add_bytes(tar, f"{top}/amtool", fake_binary(
+            "amtool, version 0.27.0 (branch: HEAD, revision: 0aa3c2aa)"), 0o755)
+        _add_bytes(tar, f"{top}/alertmanager.yml", b"route:\n  receiver: x\n")
+        for name in ("LICENSE", "NOTICE"):
+            _add_bytes(tar, f"{top}/{name}", b"license text\n")
+    out["alertmanager"] = a
+    # both projects publish a file named sha256sums.txt: in one folder, their lines
+    # together (what the README tells users to do)
+    (dest / "sha256sums.txt").write_text(f"{sha256(p)}  {p.name}\n"
+                                         f"{'0' * 64}  prometheus-2.54.1.darwin-amd64.tar.gz\n"
+                                         f"{sha256(a)}  {a.name}\n")
 
     # Tempo: goreleaser archive, files at the top level, SHA256SUMS beside it
     t = dest / f"tempo_2.6.1_linux_{arch}.tar.gz"

@@ -117,7 +117,8 @@ def prom_query(prom: str, query: str) -> list[dict]:
 def free_port_overrides() -> list[str]:
     """Every port setting on a free loopback port, and loopback binds."""
     keys = ["server.port", "prometheus.port", "tempo.port", "tempo.grpc_port",
-            "tempo.otlp_grpc_port", "tempo.otlp_http_port", "grafana.port"]
+            "tempo.otlp_grpc_port", "tempo.otlp_http_port", "grafana.port",
+            "alertmanager.port"]
     ports = netaddr.free_ports(len(keys))
     return ["host=127.0.0.1"] + [f"{k}={p}" for k, p in zip(keys, ports, strict=True)]
 

@@ -18,7 +18,7 @@ from rl_insight.server.services.base import machine_arch
 from tests import archives
 
 ARCH = machine_arch()
-NAMES = ("prometheus", "tempo", "grafana")
+NAMES = ("prometheus", "tempo", "grafana", "alertmanager")
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +64,16 @@ def test_local_archive_install_writes_manifest_and_is_idempotent(cli, home, arch
         assert m[name]["origin"].startswith(str(archive_dir))
     assert (home / "services" / "prometheus" / "2.54.1" / "promtool").is_file()
     assert (home / "services" / "grafana" / "13.0.0" / "conf" / "defaults.ini").is_file()
+    am = m["alertmanager"]  # the binary beside amtool in promu's layout; one checksum file
+    assert am["version"] == "0.27.0" and Path(am["path"]).name == "alertmanager"
+    assert am["checksum_verified"] is True
+    assert (home / "services" / "alertmanager" / "0.27.0" / "amtool").is_file()
     assert leftovers(home / "services") == []
 
     before = (home / "services" / "manifest.json").read_text()
     again = cli.run("server", "install", "--local-archive", str(archive_dir), "--no-progress")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already installed") == 3
+    assert again.stdout.count("already installed") == len(NAMES)
     assert (home / "services" / "manifest.json").read_text() == before
 
     # The installed (not the host's) Prometheus is what start would run.

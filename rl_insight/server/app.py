@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from rl_insight.server import auth
 from rl_insight.server.otlp import OtlpError
 from rl_insight.server.pushstore import PushError
-from rl_insight.server.routes import anatomy, core, experiments, push, targets, traces
+from rl_insight.server.routes import alerts, anatomy, core, experiments, push, targets, traces
 from rl_insight.server.routes.common import HttpError, error
 from rl_insight.server.state import ServerState
 from rl_insight.server.targets import TargetError
@@ -50,6 +50,6 @@ def create_app(state: ServerState) -> FastAPI:
                  for e in exc.errors()]
         return error(400, "invalid request: " + "; ".join(parts))
 
-    for module in (core, targets, experiments, push, traces, anatomy):
+    for module in (core, targets, experiments, push, traces, anatomy, alerts):
         app.include_router(module.router(state))
     return app

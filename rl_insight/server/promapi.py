@@ -1,18 +1,41 @@
-"""The little of Prometheus' HTTP API the server reads: active targets and their health."""
+"""The little of Prometheus' and Alertmanager's HTTP APIs the server reads: active targets
+and their health, and the alerts pending or firing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import requests
+
+
+class ApiUnavailable(RuntimeError):
+    """The service did not answer, or answered something else than its API; the message
+    says which."""
+
+
+def get_json(base_url: str, path: str, params: dict | None = None,
+             timeout: float = 3.0) -> Any:
+    """GET ``base_url + path`` and return the decoded JSON; raise ApiUnavailable."""
+    url = base_url.rstrip("/") + path
+    try:
+        r = requests.get(url, params=params, timeout=timeout)
+        r.raise_for_status()
+        return r.json()
+    except requests.HTTPError as exc:
+        raise ApiUnavailable(f"{url} answered HTTP {exc.response.status_code}") from None
+    except requests.RequestException as exc:
+        raise ApiUnavailable(f"no answer from {url} ({exc.__class__.__name__})") from None
+    except ValueError:
+        raise ApiUnavailable(f"{url} did not answer JSON") from None
 
 
 def target_health(prom_url: str, timeout: float = 3.0) -> dict[tuple[str, str], dict] | None:
     """(job, instance) -> {health, last_error, last_scrape}; None when Prometheus does
     not answer."""
     try:
-        r = requests.get(prom_url.rstrip("/") + "/api/v1/targets",
-                         params={"state": "active"}, timeout=timeout)
-        data = r.json()["data"]["activeTargets"]
-    except (requests.RequestException, ValueError, KeyError, TypeError):
+        data = get_json(prom_url, "/api/v1/targets", {"state": "active"},
+                        timeout)["data"]["activeTargets"]
+    except (ApiUnavailable, KeyError, TypeError):
         return None
     out = {}
     for t in data:
@@ -24,3 +47,22 @@ def target_health(prom_url: str, timeout: float = 3.0) -> dict[tuple[str, str], 
             "scrape_url": t.get("scrapeUrl", ""),
         }
     return out
+
+
+def alerts(prom_url: str, timeout: float = 3.0) -> list[dict]:
+    """Prometheus' pending and firing alerts (``GET /api/v1/alerts``), as it gives them:
+    labels, annotations, state, activeAt, value. Raises ApiUnavailable."""
+    try:
+        return list(get_json(prom_url, "/api/v1/alerts", timeout=timeout)["data"]["alerts"])
+    except (KeyError, TypeError):
+        raise ApiUnavailable(f"{prom_url}/api/v1/alerts did not answer Prometheus' "
+                             "alerts") from None
+
+
+def alertmanager_alerts(am_url: str, timeout: float = 3.0) -> list[dict]:
+    """The alerts Alertmanager holds (``GET /api/v2/alerts``): labels, status.state
+    (active, suppressed, unprocessed), receivers. Raises ApiUnavailable."""
+    data = get_json(am_url, "/api/v2/alerts", timeout=timeout)
+    if not isinstance(data, list):
+        raise ApiUnavailable(f"{am_url}/api/v2/alerts did not answer a list of alerts")
+    return data

@@ -74,6 +74,15 @@ class _StateCollector(Collector):
                                 value=1.0 if st.relay.up else 0.0)
         yield GaugeMetricFamily("rl_insight_lanes", "Lanes with statistics",
                                 value=len(st.lanes))
+        # what the alerting rules join on, so a finished or archived run stops alerting
+        active = GaugeMetricFamily("rl_insight_experiment_active",
+                                   "1 for every experiment whose status is active (finished "
+                                   "and archived ones are absent)",
+                                   labels=["project", "experiment_name"])
+        for e in st.experiments.list():
+            if e["status"] == "active":
+                active.add_metric([e["project"], e["experiment_name"]], 1.0)
+        yield active
 
 
 class ServerMetrics:

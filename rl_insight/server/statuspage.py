@@ -7,6 +7,7 @@ import html
 import time
 from collections.abc import Sequence
 
+from rl_insight.server.alerts import run_of
 from rl_insight.server.targets import describe_local_targets
 
 DASHBOARDS = (("rl-insight-training", "Training overview"),
@@ -60,8 +61,24 @@ def _local_targets(log: dict) -> str:
     return f'<p class="err">{_e(said)}. Register routable addresses.</p>' if said else ""
 
 
+def _alerts(data: dict | None) -> str:
+    """The firing and pending alerts, or why they cannot be known."""
+    if data is None:
+        return ""
+    if data.get("error"):
+        return f'<p class="err">{_e(data["error"])}</p>'
+    rows = [[_state(False if a["state"] == "firing" else None, a["state"]), _e(a["name"]),
+             _e(run_of(a["labels"])), _e(a["labels"].get("severity", "")),
+             _e(a["annotations"].get("summary", "")),
+             _e(a.get("notification") or "-")] for a in data["alerts"]]
+    note = "" if data.get("alertmanager") == "ok" else \
+        f'<p class="muted">{_e(data.get("alertmanager"))}</p>'
+    return _table(["state", "alert", "run", "severity", "summary", "alertmanager"], rows,
+                  "None firing.") + note
+
+
 def render(report: dict, experiments: list[dict], targets: list[dict], lanes: list[dict],
-           grafana_url: str | None, refresh_s: int = 10) -> str:
+           grafana_url: str | None, refresh_s: int = 10, alerts: dict | None = None) -> str:
     now = time.time()
     s = report["server"]
     services = [[_e("server"), _state(True, "ready"), _e(s["pid"]), _e(s["port"]),
@@ -106,6 +123,8 @@ refreshes every {refresh_s}s · {_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>
 <p>Dashboards: {links}</p>
 <h2>Services</h2>
 {_table(["service", "state", "pid", "port", "version", "restarts", ""], services, "")}
+<h2>Alerts</h2>
+{_alerts(alerts)}
 <h2>Experiments</h2>
 {_table(["project", "experiment", "status", "targets", "pushed groups", "lanes",
          "last activity"], exp_rows, "No experiment has reported yet.")}

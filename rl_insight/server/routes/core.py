@@ -35,7 +35,7 @@ def router(state: ServerState) -> APIRouter:
     @r.get("/", summary="The status page (HTML)", response_class=HTMLResponse)
     def status_page() -> HTMLResponse:
         from rl_insight import netaddr
-        from rl_insight.server import promapi, statuspage
+        from rl_insight.server import alerts, promapi, statuspage
         from rl_insight.server.state import prometheus_url
 
         report = state.services_report()
@@ -54,8 +54,9 @@ def router(state: ServerState) -> APIRouter:
         grafana = next((svc for svc in report["services"] if svc["name"] == "grafana"), {})
         grafana_url = netaddr.http_url(state.advertise_host, state.settings.grafana.port) \
             if grafana.get("ready") else None
+        firing = alerts.report(state.settings, state.services, timeout=1.0)
         return HTMLResponse(statuspage.render(report, exps, targets, state.lanes.list(),
-                                              grafana_url))
+                                              grafana_url, alerts=firing))
 
     @r.get("/healthz", summary="Liveness of the server process")
     def healthz() -> dict:

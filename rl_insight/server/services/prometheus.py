@@ -1,7 +1,8 @@
 """Prometheus: its generated config, command line and upstream release.
 
 The config scrapes the RL-Insight server (with honor_labels, so pushed series keep their
-own job and instance) and every target the server writes as file-based discovery.
+own job and instance) and every target the server writes as file-based discovery, loads
+the generated alerting rules, and sends what fires to the managed Alertmanager.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import yaml
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
+from rl_insight.server import alert_rules
 from rl_insight.server.services.base import (
     Launch,
     PortUse,
@@ -63,9 +65,11 @@ class Prometheus(Service):
         """Where the server writes file_sd target files that Prometheus watches."""
         return settings.generated_dir / "targets"
 
-    def render(self, settings: Settings, version: str = "") -> dict:
+    def render(self, settings: Settings, version: str = "",
+               alertmanager: bool | None = None) -> dict:
         """The prometheus.yml as plain data, for the binary's ``version`` (empty: the
-        oldest we accept, so nothing newer is written)."""
+        oldest we accept, so nothing newer is written); alerts go to the managed
+        Alertmanager when ``alertmanager`` (default: when it is enabled)."""
         p = settings.prometheus
         server = netaddr.join_host_port(netaddr.local_host(settings.bind_host("server")),
                                         settings.server.port)
@@ -76,8 +80,17 @@ class Prometheus(Service):
                       "evaluation_interval": p.scrape_interval}
         if version and version_at_least(version, SCRAPE_PROTOCOLS_SINCE):
             glob["scrape_protocols"] = TEXT_FIRST
+        out: dict = {"global": glob}
+        if settings.alerts.enabled:
+            out["rule_files"] = [str(alert_rules.rule_file(settings))]
+        if settings.alertmanager.enabled if alertmanager is None else alertmanager:
+            am = netaddr.join_host_port(
+                netaddr.local_host(settings.bind_host("alertmanager")),
+                settings.alertmanager.port)
+            out["alerting"] = {"alertmanagers": [
+                {"api_version": "v2", "static_configs": [{"targets": [am]}]}]}
         return {
-            "global": glob,
+            **out,
             "scrape_configs": [
                 {
                     "job_name": SERVER_JOB,
@@ -101,10 +114,17 @@ class Prometheus(Service):
         work = self.work_dir(settings)
         self.targets_dir(settings).mkdir(parents=True, exist_ok=True)
         config = work / "prometheus.yml"
-        from rl_insight.server.binaries import probe_version
+        from rl_insight.server.binaries import locate, probe_version
+        from rl_insight.server.services.alertmanager import Alertmanager
 
-        write_atomic(config, yaml.safe_dump(self.render(settings, probe_version(binary) or ""),
-                                            sort_keys=False))
+        if settings.alerts.enabled:
+            alert_rules.write(settings)
+        # an Alertmanager that is not installed is not sent to (Prometheus would log a
+        # refused connection at every evaluation)
+        am = settings.alertmanager.enabled and locate(Alertmanager(), settings).found is not None
+        write_atomic(config, yaml.safe_dump(
+            self.render(settings, probe_version(binary) or "", alertmanager=am),
+            sort_keys=False))
         data = self.data_dir(settings)
         data.mkdir(parents=True, exist_ok=True)
         host = settings.bind_host("prometheus")
