@@ -6,7 +6,9 @@ Prometheus parse their YAML strictly, so an unknown key there stops the service.
 - Tempo v2.6.1 config structs (cmd/tempo/app/config.go and the modules' Config types);
 - Prometheus v2.54.1 and v2.42.0: cmd/prometheus/main.go flags, config/config.go keys;
 - Grafana 13 conf/defaults.ini, provisioning types and built-in panel types (read from
-  the newest sources stored before 13.2; see each file's `_source`).
+  the newest sources stored before 13.2; see each file's `_source`);
+- Alertmanager v0.27.0 config structs and flags (Alertmanager also parses strictly), and
+  Prometheus' alerting config and rule-file keys at v2.54.1 and v2.42.0.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import yaml
 
 from dashboards import build
 from rl_insight import config
+from rl_insight.server import alert_rules
 from rl_insight.server.services import SERVICES
 from rl_insight.server.services.prometheus import TEXT_FIRST
 
@@ -88,10 +91,56 @@ def test_every_prometheus_key_and_flag_is_in_that_version(settings, version, tmp
             relabel = next(v for k, v in sections.items() if k.startswith("relabel.Config"))
             assert rule.get("action", "replace") in relabel["actions"]
 
+    alerting = pinned("prometheus-alerting.json")["versions"][version]
+    with_am = SERVICES["prometheus"].render(settings, version, alertmanager=True)
+    assert set(with_am["alerting"]) <= set(alerting["AlertingConfig (alerting:)"])
+    for am in with_am["alerting"]["alertmanagers"]:
+        assert set(am) <= set(alerting["AlertmanagerConfig (alerting.alertmanagers[])"]), am
+        assert am["api_version"] in alerting["alertmanager_api_versions"]
+        for item in am["static_configs"]:
+            assert set(item) <= keys("static_configs")
+    rules = alert_rules.render(settings)
+    assert set(rules) <= set(alerting["RuleGroups (rule file top level)"])
+    for group in rules["groups"]:
+        assert set(group) <= set(alerting["RuleGroup (groups[])"])
+        for rule in group["rules"]:
+            assert set(rule) <= set(alerting["RuleNode (groups[].rules[])"]), rule
+
     flags = set(pinned(f"prometheus-v{version}-flags.json")["flags"])
     launch = SERVICES["prometheus"].launch(settings, Path("/usr/bin/prometheus"))
     used = {a[2:].split("=", 1)[0] for a in launch.argv[1:]}
     assert used <= flags, used - flags
+
+
+def test_every_alertmanager_key_and_flag_is_in_alertmanager_0_27_0(settings):
+    pin = pinned("alertmanager-v0.27.0-config.json")
+    sections = pin["sections"]
+
+    def keys(title_start: str) -> set[str]:
+        return set(next(v for k, v in sections.items() if k.startswith(title_start)))
+
+    for key, value in (("webhook_urls", "http://127.0.0.1:9/a,http://127.0.0.1:9/b"),
+                       ("slack_api_url", "https://hooks.slack.com/services/T/B/x"),
+                       ("slack_channel", "#rl"), ("email_to", "team@example.com"),
+                       ("email_from", "rl@example.com"),
+                       ("smtp_smarthost", "smtp.example.com:587"),
+                       ("smtp_auth_username", "rl"), ("smtp_auth_password", "pw")):
+        config.set_key(settings, f"alertmanager.{key}", value)
+    rendered = SERVICES["alertmanager"].render(settings)
+    assert set(rendered) <= keys("Config (top level)")
+    assert set(rendered["route"]) <= keys("Route")
+    for receiver in rendered["receivers"]:
+        assert set(receiver) <= keys("Receiver"), receiver
+        for kind, title in (("webhook_configs", "WebhookConfig"),
+                            ("slack_configs", "SlackConfig"), ("email_configs", "EmailConfig")):
+            assert receiver[kind], kind  # every receiver kind is checked here
+            for item in receiver[kind]:
+                assert set(item) <= keys(title), (kind, item)
+
+    launch = SERVICES["alertmanager"].launch(settings, Path("/usr/bin/alertmanager"))
+    used = {a[2:].split("=", 1)[0] for a in launch.argv[1:]}
+    assert used <= set(pin["flags"]), used - set(pin["flags"])
+    assert launch.ready_url.endswith(pin["ready_path"])
 
 
 def test_every_grafana_ini_key_and_provisioning_field_is_in_grafana_13(settings, tmp_path):

@@ -14,7 +14,6 @@ from pathlib import Path
 import yaml
 
 from rl_insight.config import ConfigError, Settings
-from rl_insight.server.services.base import write_atomic
 
 GROUP = "rl_insight"
 RULE_FILE = "rl-insight-alerts.yml"
@@ -89,7 +88,9 @@ def nonfinite_metric(settings: Settings, for_: str) -> dict:
     # the metric's name goes into a label first: comparisons between vectors and abs()
     # match and keep series without their names, so two metrics of one run would collide
     x = f'label_replace({selector}, "metric", "$1", "__name__", "rl_insight_monitor_(.+)")'
-    expr = f"({x} != {x})\nor\n(abs({x}) == +Inf)"  # NaN is the one value != itself
+    # NaN is the one value != itself; the infinities are compared as they are (abs()
+    # would report -Inf as +Inf)
+    expr = f"({x} != {x})\nor\n({x} == +Inf)\nor\n({x} == -Inf)"
     return _rule(
         "RLInsightNonFiniteMetric", active(expr), for_, "critical",
         f"{RUN_LABEL}: {{{{ $labels.metric }}}} is {{{{ $value }}}}",
@@ -220,6 +221,9 @@ def rule_file(settings: Settings) -> Path:
 
 
 def write(settings: Settings) -> Path:
+    # imported here: the services package imports this module (durations, the rules)
+    from rl_insight.server.services.base import write_atomic
+
     path = rule_file(settings)
     write_atomic(path, dump(render(settings)))
     return path
