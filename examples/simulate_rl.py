@@ -60,9 +60,9 @@ class RolloutReplica:
         """Generate ``n`` requests; with ``keys``, write the responses to TransferQueue
         (partition ``train`` or ``val``) as a V1 rollout worker does."""
         t0 = time.perf_counter()
-        wall0 = time.time_ns()
         with rl_insight.trace_state(self.generate_state, state_lane_id=self.lane, step=step,
                                     phase=phase, requests=n):
+            wall0 = time.time_ns()  # in the block: the first one also enables monitoring
             self.engine.submit(n)
             agents = [threading.Thread(target=self.agent_loop, args=(step, i), daemon=True)
                       for i in range(4)]
@@ -77,7 +77,7 @@ class RolloutReplica:
                 time.sleep((self.slowdown - 1) * (time.perf_counter() - t0))
             if step == self.hang[0] and phase == "train":  # stuck in generation
                 time.sleep(self.hang[1])
-        self.generated.append((step, wall0, time.time_ns()))
+            self.generated.append((step, wall0, time.time_ns()))
         if keys:
             rng = random.Random(step * 1000 + self.index)
             data_queue.put_responses("val" if phase == "validation" else "train", keys,
@@ -133,10 +133,10 @@ class TrainerRank:
         self.phases: list[tuple[str, int, int]] = []  # ground truth: (state, start, end)
 
     def phase(self, name: str, seconds: float, step: int) -> None:
-        t0 = time.time_ns()
         with rl_insight.trace_state(name, state_lane_id=self.lane, step=step):
+            t0 = time.time_ns()
             time.sleep(seconds)
-        self.phases.append((name, t0, time.time_ns()))
+            self.phases.append((name, t0, time.time_ns()))
 
     def ground_truth(self) -> list[tuple[str, int, int]]:
         return self.phases

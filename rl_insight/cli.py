@@ -293,7 +293,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not got and args.format == "table":
             return (f"no finished step of {args.project}/{args.experiment} yet: a step is "
                     "reported a few seconds after the trainer logs it")
-        return report.render(got, args.format)
+        return report.render(got, args.format).rstrip("\n")
     return _api(rows)
 
 

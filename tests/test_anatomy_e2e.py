@@ -1,0 +1,163 @@
+"""End to end, with faults: the simulated run on a real Ray cluster, with a straggler
+replica, a replica that hangs in generation, a trainer that stalls, a NaN loss, a replica
+whose KV cache is too small, an engine that goes down and a worker that floods its
+buffer. The server, the real Prometheus (evaluating the generated rules) and the real
+Alertmanager deliver every alert to a webhook receiver in this test; the step anatomy
+matches the simulation's own ground truth, in `rl-insight report` and in Prometheus."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from bench.anatomy_error import compare
+from dashboards import panels
+from tests.conftest import REPO, Cli, free_port_overrides, wait_for
+from tests.raycluster import RayCluster
+from tests.webhook import WebhookReceiver
+
+pytestmark = pytest.mark.integration
+RUN = {"project": "e2e-faults", "experiment_name": "anatomy"}
+STEPS = 7
+SIM = ["--mode", "sync", "--steps", str(STEPS), "--replicas", "3", "--ranks", "2",
+       "--step-seconds", "3", "--val-every", "0", "--no-transfer-queue",
+       "--straggler", "2:2",  # replica 2 generates twice as long as the others
+       "--kv-pressure", "1",  # replica 1: KV cache saturated, preempting
+       "--flood-at", "2",  # a worker drops events
+       "--hang", "0:4:15",  # replica 0 stuck in vllm_generate in step 4
+       "--nan-loss-at", "5",
+       "--stall-at", "6", "--stall-seconds", "15",  # the trainer hangs before step 6
+       "--engine-down-at", "7",  # replica 0's /metrics goes away
+       "--linger", "6", "--project", RUN["project"], "--experiment-name",
+       RUN["experiment_name"]]
+ALERTS = {  # alert -> labels it must carry
+    "RLInsightTrainingStalled": RUN,
+    "RLInsightNonFiniteMetric": RUN,
+    "RLInsightReplicaStuckInState": {**RUN, "state_lane_id": "replica_0",
+                                     "state_name": "vllm_generate"},
+    "RLInsightKVCacheSaturated": {**RUN, "replica": "1"},
+    "RLInsightPreemptionBurst": {**RUN, "replica": "1"},
+    "RLInsightTargetDown": {**RUN, "replica": "0"},
+    "RLInsightDroppingEvents": {},
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    hook = WebhookReceiver().start()
+    cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
+    url = cli.start(
+        "prometheus.scrape_interval=1s", "anatomy.settle_s=1", "anatomy.max_wait_s=30",
+        "alerts.pending_for=0s", "alerts.stall_factor=2", "alerts.stall_min_s=5",
+        "alerts.state_stuck_factor=3", "alerts.state_stuck_min_s=5",
+        "alerts.state_stuck_window=10m", "alerts.kv_cache_usage_max=0.8",
+        "alerts.preemptions_per_s_max=0.2", "alerts.target_down_for=0s",
+        "alerts.dropped_window=10m", f"alertmanager.webhook_urls={hook.url}",
+        "alertmanager.group_wait=1s", "alertmanager.group_interval=1s",
+        "alertmanager.repeat_interval=1h")
+    truth = tmp_path_factory.mktemp("truth") / "truth.json"
+    cluster = RayCluster(tmp_path_factory.mktemp("ray"),
+                         extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
+    try:
+        r = subprocess.run([sys.executable, str(REPO / "examples" / "simulate_rl.py"), *SIM,
+                            "--truth", str(truth)], env=cluster.env(), cwd=cluster.workdir,
+                           capture_output=True, text=True, timeout=400)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        line = next(x for x in r.stdout.splitlines() if x.startswith("SIMULATION "))
+        sim = json.loads(line[len("SIMULATION "):])
+        yield cli, url, hook, sim, json.loads(truth.read_text())
+    finally:
+        cluster.stop()
+        cli.run("server", "stop")
+        hook.stop()
+
+
+def test_every_alert_reaches_the_webhook_through_alertmanager(world):
+    _cli, _url, hook, _sim, _truth = world
+
+    def missing() -> list[str]:
+        got = hook.alerts()
+        return [name for name, labels in ALERTS.items()
+                if not any(a["labels"].get("alertname") == name and
+                           all(a["labels"].get(k) == v for k, v in labels.items())
+                           for a in got)]
+    wait_for(lambda: not missing(), 60, "every alert at the webhook", interval=0.5)
+    stuck = [a for a in hook.alerts()
+             if a["labels"]["alertname"] == "RLInsightReplicaStuckInState"]
+    assert {a["labels"]["state_lane_id"] for a in stuck} == {"replica_0"}  # only the hung
+    assert all(a["annotations"].get("summary") for a in hook.alerts())
+
+
+def test_report_matches_the_ground_truth(world):
+    cli, url, _hook, _sim, truth = world
+    out = cli.run("report", "--server-url", url, "--project", RUN["project"],
+                  "--experiment-name", RUN["experiment_name"], "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    err = compare(rows, truth)
+    print("anatomy error against the ground truth:", json.dumps(err))
+    assert err["steps_compared"] == STEPS
+    assert err["duration_s"]["max"] < 0.05  # the marks are the trainer's own log times
+    assert err["replica_generate_s"]["max"] < 0.1
+    assert err["weight_update_s"]["max"] < 0.1
+    for row in rows:  # the straggler, except in the step where replica 0 hung
+        assert row["slowest_replica"] == ("0" if row["step"] == 4 else "2"), row
+        if row["step"] != 4:  # replica 1, short of KV cache, is slow too: the median moves
+            assert 1.3 < row["straggler_ratio"] < 2.6, row
+        assert row["staleness"] == 0 and row["overlap_s"] < 0.05  # synchronous
+        assert set(row["phases"]) >= {"actor_compute_log_prob", "actor_update",
+                                      "update_weights"}
+    by_step = {r["step"]: r for r in rows}
+    assert by_step[6]["trainer_idle_s"] > 14  # the stall: no rank in any phase
+    table = cli.run("report", "--server-url", url, "--project", RUN["project"],
+                    "--experiment-name", RUN["experiment_name"])
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split()[0] == "STEP"
+    assert len([x for x in table.stdout.splitlines() if x.split()[:1] == ["7"]]) == 2
+    csv = cli.run("report", "--server-url", url, "--project", RUN["project"],
+                  "--experiment-name", RUN["experiment_name"], "--format", "csv")
+    assert csv.stdout.splitlines()[0].startswith("step,") and \
+        len(csv.stdout.splitlines()) == STEPS + 1
+
+
+def test_prometheus_holds_one_sample_per_step_at_the_step_end(world):
+    cli, url, _hook, sim, _truth = world
+    rows = requests.get(url + "/api/v1/anatomy", params=RUN, timeout=10).json()["steps"]
+    ends = [r["end_ns"] / 1e6 for r in rows]
+    sel = f'project="{RUN["project"]}",experiment_name="{RUN["experiment_name"]}"'
+    window = int(time.time() - sim["t_start"]) + 30
+
+    def samples() -> list:
+        got = requests.get(cli.prometheus + "/api/v1/query", params={
+            "query": f"rl_insight_step_duration_seconds{{{sel}}}[{window}s]"},
+            timeout=10).json()["data"]["result"]
+        return got[0]["values"] if got else []
+    wait_for(lambda: len(samples()) >= STEPS - 1, 15, "a sample per step in Prometheus")
+    got = samples()
+    stamps = [round(float(t) * 1000) for t, _ in got]
+    assert len(stamps) == len(set(stamps))  # never the same step twice
+    # each at a step's end, as the report has it (the text format counts whole ms)
+    assert all(min(abs(t - e) for e in ends) <= 1 for t in stamps), (stamps, ends)
+    # per replica, one series each (no step label), one sample per step
+    reps = requests.get(cli.prometheus + "/api/v1/query", params={
+        "query": f"count_over_time(rl_insight_step_replica_generate_seconds{{{sel}}}"
+                 f"[{window}s])"}, timeout=10).json()["data"]["result"]
+    assert sorted(x["metric"]["replica"] for x in reps) == ["0", "1", "2"]
+
+
+def test_alert_panels_show_the_firing_alerts(world):
+    """The dashboards' alert table has rows while this run's alerts fire."""
+    cli, _url, _hook, sim, _truth = world
+    for panel in (panels.ALERT_PANELS[1], panels.ALL_ALERTS):
+        expr = panel.queries[0].expr.replace("$project", RUN["project"]).replace(
+            "$experiment_name", RUN["experiment_name"])
+        r = requests.get(cli.prometheus + "/api/v1/query_range", params={
+            "query": expr, "start": sim["t_start"], "end": time.time(), "step": "1s"},
+            timeout=10).json()
+        names = {x["metric"].get("alertname") for x in r["data"]["result"]}
+        assert {"RLInsightTrainingStalled", "RLInsightNonFiniteMetric"} <= names, names
