@@ -400,7 +400,8 @@ ST = "rl_insight_step_"
 def per_step(metric: str, sel: str = RUN, by: str = "") -> str:
     """A step-anatomy series only at the query step just after each step's sample, so a
     bar chart shows one bar per RL step instead of repeating the last one."""
-    expr = f"{ST}{metric}{{{sel}}} and timestamp({ST}{metric}{{{sel}}}) > time() - $__interval"
+    expr = (f"{ST}{metric}{{{sel}}} and timestamp({ST}{metric}{{{sel}}}) > time() - "
+            "$__interval_ms / 1000")
     return f"max by ({by}) ({expr})" if by else expr
 
 

@@ -73,7 +73,7 @@ def substitute(expr: str, run: dict | None) -> str:
     values = {"$project": run["project"] if run else ".*",
               "$experiment_name": run["experiment_name"] if run else ".*",
               "$replica": ".*", "$node": ".*", "$__rate_interval": "10s",
-              "$__range": "5m", "$__interval": "2s"}
+              "$__range": "5m", "$__interval": "2s", "$__interval_ms": "2000"}
     for k in sorted(values, key=len, reverse=True):
         expr = expr.replace(k, values[k])
     assert "$" not in re.sub(r'"\$1"', "", expr), expr
