@@ -129,7 +129,9 @@ def test_every_panel_query_returns_data_for_the_run(world):
                         empty.append(f"{d.uid} / {panel.title}: {expr}")
     assert checked > 150
     assert not empty, "panels without data:\n" + "\n".join(empty)
-    assert all("dcgm" in s or "npu" in s for s in skipped), skipped
+    # GPUs and NPUs are not here; alert panels have rows only while an alert fires
+    # (tests/test_anatomy_e2e.py makes them fire)
+    assert all("dcgm" in s or "npu" in s or "needs alerts" in s for s in skipped), skipped
 
 
 def test_dashboard_variables_list_the_run(world):
