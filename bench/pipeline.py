@@ -47,6 +47,7 @@ class Stack:
         self.sets = ["host=127.0.0.1", f"server.port={self.port}",
                      f"prometheus.port={self.prom_port}", "prometheus.scrape_interval=1s",
                      "tempo.enabled=false", "grafana.enabled=false",
+                     "alertmanager.enabled=false",
                      f"traces.relay_url={receiver.url}", "push.max_series_total=10000000"]
         self.url = f"http://127.0.0.1:{self.port}"
         self.prom = f"http://127.0.0.1:{self.prom_port}"

@@ -134,8 +134,10 @@ class Doctor:
             if svc.get("ready"):
                 self.add(f"service {svc['name']}", OK, f"ready on port {svc.get('port')}")
             elif state in ("not installed", "disabled"):
-                what = "spans wait in the server's spool" if svc["name"] == "tempo" else \
-                    "no dashboards" if svc["name"] == "grafana" else "no metrics are stored"
+                what = {"tempo": "spans wait in the server's spool",
+                        "grafana": "no dashboards",
+                        "alertmanager": "alerts fire and are listed, but not delivered",
+                        }.get(svc["name"], "no metrics are stored")
                 self.add(f"service {svc['name']}", WARN, f"{state}: {what}",
                          "rl-insight server install (or --local-archive DIR)")
             else:
