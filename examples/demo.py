@@ -18,7 +18,8 @@ from rl_insight import config, netaddr
 
 REPO = Path(__file__).resolve().parents[1]
 PORT_KEYS = ["server.port", "prometheus.port", "tempo.port", "tempo.grpc_port",
-             "tempo.otlp_grpc_port", "tempo.otlp_http_port", "grafana.port"]
+             "tempo.otlp_grpc_port", "tempo.otlp_http_port", "grafana.port",
+             "alertmanager.port"]
 
 
 def rl_insight(*args: str, check: bool = True) -> int:
@@ -45,10 +46,13 @@ def port_overrides(settings: config.Settings) -> list[str]:
 
 SIM = ["--steps", "4", "--replicas", "2", "--ranks", "2", "--mode", "sync",
        "--step-seconds", "4", "--linger", "8", "--project", "rl-insight-demo",
-       "--experiment-name", "demo"]
+       "--experiment-name", "demo",
+       "--straggler", "1:1.5"]  # replica 1 a little slow: the step anatomy shows it
 
 DASHBOARDS = [
     ("RL-Insight · Training overview", "rewards, losses, KL, step time by phase, throughput"),
+    ("RL-Insight · Step anatomy", "where each step's time went: rollout, trainer phases, "
+     "weight update; the straggler replica, idle replicas and ranks"),
     ("RL-Insight · Rollout · vLLM", "each replica's running and waiting requests, KV cache, "
      "tokens/s, TTFT and latency quantiles, preemptions, sleep state"),
     ("RL-Insight · TransferQueue", "the real TransferQueue of the run: partitions, "
@@ -116,6 +120,10 @@ def main() -> int:
         server = netaddr.http_url("127.0.0.1", settings.server.port)
         simulate(server)
         show(prom, server)
+        rl_insight("report", "--server-url", server, "--project", "rl-insight-demo",
+                   "--experiment-name", "demo", check=False)
+        rl_insight("alerts", "--server-url", server, "--project", "rl-insight-demo",
+                   "--experiment-name", "demo", check=False)
         rl_insight("server", "status", *overrides, check=False)
     finally:
         if started:
