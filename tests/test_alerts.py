@@ -105,6 +105,16 @@ def test_thresholds_come_from_the_settings(settings):
             "and on(project, experiment_name) rl_insight_experiment_active == 1"), name
 
 
+def test_both_sections_take_the_environment_and_flags_like_every_other(home):
+    s = config.load(["alertmanager.group_wait=3s"], environ={
+        "RL_INSIGHT_HOME": str(home), "RL_INSIGHT_ALERTS_STALL_FACTOR": "4",
+        "RL_INSIGHT_ALERTMANAGER_PORT": "19093",
+        "RL_INSIGHT_ALERTMANAGER_WEBHOOK_URLS": "http://h:1/a"})
+    assert (s.alerts.stall_factor, s.alertmanager.port) == (4.0, 19093)
+    assert (s.alertmanager.webhook_urls, s.alertmanager.group_wait) == ("http://h:1/a", "3s")
+    assert [p.key for p in SERVICES["alertmanager"].ports(s)] == ["alertmanager.port"]
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("alerts.pending_for", "5 minutes", "alerts.pending_for: expected a duration"),
     ("alerts.state_stuck_window", "0s", "alerts.state_stuck_window: must be longer than 0"),

@@ -9,10 +9,14 @@ whoever asks gets what is known and what to do.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
 from rl_insight.server import promapi
+
+if TYPE_CHECKING:
+    from rl_insight.server.state import ServiceInfo
 
 STATE_ORDER = {"firing": 0, "pending": 1}
 OK = "ok"
@@ -26,13 +30,13 @@ def alertmanager_url(settings: Settings) -> str:
                             settings.alertmanager.port)
 
 
-def _runs(service: object | None) -> tuple[bool, str]:
-    """Whether a managed service is meant to run here, and why not (from ServiceInfo)."""
+def _runs(service: ServiceInfo | None) -> tuple[bool, str]:
+    """Whether a managed service is meant to run here, and why not."""
     if service is None:
         return False, "not managed by this server"
-    if not getattr(service, "enabled", False):
-        return False, getattr(service, "message", "") or "disabled"
-    if not getattr(service, "installed", False):
+    if not service.enabled:
+        return False, service.message or "disabled"
+    if not service.installed:
         return False, "not installed: run `rl-insight server install`"
     return True, ""
 
@@ -61,8 +65,9 @@ def _notification(am_alerts: list[dict]) -> dict[tuple, str]:
     return out
 
 
-def report(settings: Settings, services: Mapping[str, object], project: str | None = None,
-           experiment_name: str | None = None, timeout: float = 3.0) -> dict:
+def report(settings: Settings, services: Mapping[str, ServiceInfo],
+           project: str | None = None, experiment_name: str | None = None,
+           timeout: float = 3.0) -> dict:
     """Every pending and firing alert (of one run, if named), firing first; and whether
     Prometheus and Alertmanager answered."""
     from rl_insight.server.state import prometheus_url
