@@ -106,7 +106,7 @@ def test_thresholds_come_from_the_settings(settings):
 
 
 def test_both_sections_take_the_environment_and_flags_like_every_other(home):
-    s = config.load(["alertmanager.group_wait=3s"], environ={
+    s = config.load(overrides=["alertmanager.group_wait=3s"], environ={
         "RL_INSIGHT_HOME": str(home), "RL_INSIGHT_ALERTS_STALL_FACTOR": "4",
         "RL_INSIGHT_ALERTMANAGER_PORT": "19093",
         "RL_INSIGHT_ALERTMANAGER_WEBHOOK_URLS": "http://h:1/a"})
