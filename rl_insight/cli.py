@@ -96,14 +96,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return code
+    w = max(len(svc["name"]) for svc in report["services"]) if report["services"] else 6
     if not report["running"]:
-        print(f"server      {report['message']} (start it with `rl-insight server start`)")
+        print(f"{'server':<{w}} {report['message']} (start it with `rl-insight server start`)")
     else:
         s = report["server"]
-        print(f"server      ready  pid {s['pid']}  port {s['port']}  version {s['version']}"
-              f"  up {s['uptime_s']:.0f}s  {report['clients']['server_url']}")
+        print(f"{'server':<{w}} ready  pid {s['pid']}  port {s['port']}  version "
+              f"{s['version']}  up {s['uptime_s']:.0f}s  {report['clients']['server_url']}")
     for svc in report["services"]:
-        cols = [f"{svc['name']:<11} {svc['state']}"]
+        cols = [f"{svc['name']:<{w}} {svc['state']}"]
         if svc.get("pid"):
             cols.append(f"pid {svc['pid']}")
         if svc.get("port"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 
@@ -56,7 +57,10 @@ def test_start_status_stop_twice_leaves_nothing(cli):
         assert svc["tempo"]["state"] == "not installed"
         assert svc["grafana"]["state"] == "not installed"
         text = cli.run("server", "status")
-        assert "tempo       not installed" in text.stdout and text.returncode == 0
+        assert re.search(r"^tempo +not installed", text.stdout, re.M) and text.returncode == 0
+        names = [line.split()[0] for line in text.stdout.splitlines()]
+        states = {line.index(line.split()[1]) for line in text.stdout.splitlines()}
+        assert names[0] == "server" and len(states) == 1  # one column for the states
         # Prometheus really serves, and scrapes the server
         prom = f"http://127.0.0.1:{setting(cli, 'prometheus.port')}"
         assert requests.get(prom + "/-/ready", timeout=5).status_code == 200
