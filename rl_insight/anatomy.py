@@ -100,7 +100,6 @@ class StepRow:
     trainer_idle_s: float = 0.0
     overlap_s: float = 0.0
     staleness: int | None = None
-    trainer_step_s: float | None = None  # the trainer's own timing_s/step, if it said
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "replicas"}
@@ -114,8 +113,7 @@ def _num(replica: str) -> tuple[int, str]:
 
 
 def step_row(step: int, start_ns: int, end_ns: int,
-             lanes: Mapping[str, Iterable[tuple[str, int, int]]],
-             trainer_step_s: float | None = None) -> StepRow:
+             lanes: Mapping[str, Iterable[tuple[str, int, int]]]) -> StepRow:
     """The anatomy of one step. ``lanes``: lane id -> (state, start, end) intervals; they
     may reach outside the window (sums are clipped to it) and should include the
     previous step's, which staleness looks back into."""
@@ -137,8 +135,7 @@ def step_row(step: int, start_ns: int, end_ns: int,
     gen_union = clip(union(iv for ivs in gen_by_replica.values() for iv in ivs),
                      start_ns, end_ns)
     busy_union = clip(union(rank_all), start_ns, end_ns)
-    row = StepRow(step, start_ns, end_ns, window / NS, length(gen_union) / NS,
-                  trainer_step_s=trainer_step_s)
+    row = StepRow(step, start_ns, end_ns, window / NS, length(gen_union) / NS)
     inside = {r: clip(iv, start_ns, end_ns) for r, iv in gen_by_replica.items()}
     latest = max((iv[-1][1] for iv in inside.values() if iv), default=None)
     for r, iv in inside.items():

@@ -8,13 +8,21 @@ import io
 import json
 from collections.abc import Sequence
 
-COLUMNS = (  # (header, key, format) of the terminal table
-    ("STEP", "step", "{:>5}"), ("TIME s", "duration_s", "{:>7.2f}"),
-    ("ROLLOUT s", "generate_s", "{:>9.2f}"), ("SLOWEST", "slowest_replica", "{:>7}"),
-    ("STRAGGLER", "straggler_ratio", "{:>9.2f}"), ("WEIGHTS s", "weight_update_s", "{:>9.2f}"),
-    ("TRAIN s", "trainer_busy_s", "{:>7.2f}"), ("TRAIN IDLE", "trainer_idle_pct", "{:>9.0f}%"),
-    ("ROLLOUT IDLE", "replica_idle_pct", "{:>11.0f}%"), ("OVERLAP s", "overlap_s", "{:>9.2f}"),
-    ("STALE", "staleness", "{:>5}"),
+
+def _s(v) -> str:
+    return f"{v:.2f}"
+
+
+def _pct(v) -> str:
+    return f"{v:.0f}%"
+
+
+COLUMNS = (  # (header, key, format) of the terminal table; a missing value prints "-"
+    ("STEP", "step", str), ("TIME s", "duration_s", _s), ("ROLLOUT s", "generate_s", _s),
+    ("SLOWEST", "slowest_replica", str), ("STRAGGLER", "straggler_ratio", _s),
+    ("WEIGHTS s", "weight_update_s", _s), ("TRAIN s", "trainer_busy_s", _s),
+    ("TRAIN IDLE", "trainer_idle_pct", _pct), ("ROLLOUT IDLE", "replica_idle_pct", _pct),
+    ("OVERLAP s", "overlap_s", _s), ("STALE", "staleness", str),
 )
 
 
@@ -34,22 +42,14 @@ def flat(row: dict) -> dict:
     return out
 
 
-def _cell(fmt: str, value) -> str:
-    if value is None:
-        return fmt.replace(".2f", "").replace(".0f%", "").format("-")
-    try:
-        return fmt.format(value)
-    except (ValueError, TypeError):
-        return fmt.replace(".2f", "").replace(".0f%", "").format(str(value))
-
-
 def table(rows: Sequence[dict]) -> str:
-    """The per-step table; phases below it as one line per step when there are any."""
+    """The per-step table, right-aligned under its headers; then the trainer's time per
+    phase, a line per step, when there are phases."""
     flats = [flat(r) for r in rows]
-    head = "  ".join(f"{h:>{len(_cell(f, 0))}}" for h, _, f in COLUMNS)
-    lines = [head]
-    for r in flats:
-        lines.append("  ".join(_cell(f, r.get(k)) for _, k, f in COLUMNS))
+    cells = [[h for h, _, _ in COLUMNS]] + [
+        ["-" if r.get(k) is None else fmt(r[k]) for _, k, fmt in COLUMNS] for r in flats]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     phases = sorted({p for r in rows for p in r.get("phases", {})})
     if phases:
         lines += ["", "trainer time per phase (s): " + ", ".join(phases)]
