@@ -22,7 +22,8 @@ def _settings(args: argparse.Namespace) -> config_mod.Settings:
 
 
 SECRET_KEYS = ("server.token", "grafana.admin_password", "alertmanager.slack_api_url",
-               "alertmanager.smtp_auth_password")
+               "alertmanager.smtp_auth_password", "prometheus.remote_write_password",
+               "prometheus.remote_write_bearer_token")
 
 
 def _passthrough(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
@@ -351,6 +352,21 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 1 if any(a["state"] == "firing" for a in got["alerts"]) else 0
 
 
+def cmd_prometheus_config(args: argparse.Namespace) -> int:
+    """The scrape configs for a Prometheus of one's own (no managed one needed)."""
+    import os
+
+    from rl_insight.server.services.prometheus import external_config_text
+
+    url = args.server_url or os.environ.get("RL_INSIGHT_SERVER_URL")
+    if not url:
+        print("rl-insight: no server URL: pass --server-url http://<server-ip>:18080 or set "
+              "RL_INSIGHT_SERVER_URL", file=sys.stderr)
+        return 2
+    print(external_config_text(url, args.refresh_interval), end="")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -450,6 +466,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", parents=[common], help="print the effective settings")
     p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("prometheus-config",
+                       help="print the scrape configs for a Prometheus of your own")
+    p.add_argument("--server-url", help="the server as that Prometheus reaches it "
+                                        "(default: $RL_INSIGHT_SERVER_URL)")
+    p.add_argument("--refresh-interval", default="30s",
+                   help="how often it asks the server for targets (default 30s)")
+    p.set_defaults(func=cmd_prometheus_config)
 
     targets = sub.add_parser("targets", help="registered scrape targets")
     tsub = targets.add_subparsers(dest="action_targets", required=True)
