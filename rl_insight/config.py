@@ -55,6 +55,13 @@ class PrometheusSettings:
     version: str = "2.54.1"
     scrape_interval: str = "5s"
     retention: str = "15d"
+    # every sample also goes to these (comma-separated) remote-write URLs, e.g. a
+    # long-term store; the credentials below are written to files (mode 0600) that
+    # prometheus.yml references, never into the YAML or onto a command line
+    remote_write_urls: str = ""
+    remote_write_username: str = ""
+    remote_write_password: str = ""  # a secret: masked, passed to a detached server by env
+    remote_write_bearer_token: str = ""  # a secret; instead of username/password
 
 
 @dataclass
@@ -472,4 +479,7 @@ def as_dict(settings: Settings, *, redact: bool = True) -> dict[str, Any]:
         for key in ("slack_api_url", "smtp_auth_password"):
             if data["alertmanager"][key]:
                 data["alertmanager"][key] = "***"
+        for key in ("remote_write_password", "remote_write_bearer_token"):
+            if data["prometheus"][key]:
+                data["prometheus"][key] = "***"
     return data

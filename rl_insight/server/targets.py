@@ -449,26 +449,38 @@ class TargetStore:
         write_atomic(self.state_file, json.dumps(rows, indent=1))
         self.write_sd()
 
-    def write_sd(self) -> None:
-        """One file_sd JSON per job; files of jobs with no visible target are removed."""
+    def sd_groups(self) -> list[dict]:
+        """One service-discovery group ``{targets, labels}`` per target Prometheus is to
+        scrape (archived runs and targets awaiting their run left out), sorted: the one
+        source of both the managed Prometheus' file_sd and the http_sd route."""
+        return self._visible()[0]
+
+    def _visible(self) -> tuple[list[dict], bool]:
+        """The groups, and whether some target is held back awaiting its run."""
         with self._lock:
-            by_job: dict[str, list[dict]] = {}
+            groups, waiting = [], False
             now = time.time()
-            self._waiting = False
             for t in self._targets.values():
                 if t.project and self.hidden(t.project, t.experiment_name):
                     continue
                 if self.awaiting_run(t, now):
-                    self._waiting = True
+                    waiting = True
                     continue
-                by_job.setdefault(t.job_name, []).append(
-                    {"targets": [t.target], "labels": t.sd_labels()})
+                groups.append({"targets": [t.target], "labels": t.sd_labels()})
+        return sorted(groups, key=lambda g: json.dumps(g, sort_keys=True)), waiting
+
+    def write_sd(self) -> None:
+        """One file_sd JSON per job; files of jobs with no visible target are removed."""
+        with self._lock:
+            by_job: dict[str, list[dict]] = {}
+            groups, self._waiting = self._visible()
+            for group in groups:
+                by_job.setdefault(group["labels"]["job"], []).append(group)
             self.sd_dir.mkdir(parents=True, exist_ok=True)
             wanted = {sd_file_name(job): groups for job, groups in by_job.items()}
             for name, groups in wanted.items():
                 path = self.sd_dir / name
-                text = json.dumps(sorted(groups, key=lambda g: json.dumps(g, sort_keys=True)),
-                                  indent=1)
+                text = json.dumps(groups, indent=1)
                 if not path.exists() or path.read_text() != text:
                     write_atomic(path, text)
             for path in self.sd_dir.glob("*.json"):

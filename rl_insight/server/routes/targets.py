@@ -109,6 +109,17 @@ def router(state: ServerState) -> APIRouter:
             raise HttpError(503, f"Prometheus does not answer: {exc.__class__.__name__}; "
                                  "`rl-insight server status` shows it") from None
 
+    @r.get("/api/v1/prometheus/sd",
+           summary="What the managed Prometheus scrapes, in Prometheus' HTTP service "
+                   "discovery format (for a Prometheus of your own: http_sd_configs)")
+    def http_sd(job: str | None = None, project: str | None = None,
+                experiment_name: str | None = None) -> list[dict]:
+        # a read, open without the token like every GET: it shows what
+        # GET /api/v1/prometheus/targets shows already, and a Prometheus polls it
+        wanted = {"job": job, "project": project, "experiment_name": experiment_name}
+        return [g for g in state.targets.sd_groups()
+                if all(v is None or g["labels"].get(k, "") == v for k, v in wanted.items())]
+
     @r.get("/api/v1/prometheus/targets", summary="Registered scrape targets")
     def list_targets(project: str | None = None, experiment_name: str | None = None) -> dict:
         return {"targets": state.targets.list(project, experiment_name)}

@@ -2,17 +2,22 @@
 
 The config scrapes the RL-Insight server (with honor_labels, so pushed series keep their
 own job and instance) and every target the server writes as file-based discovery, loads
-the generated alerting rules, and sends what fires to the managed Alertmanager.
+the generated alerting rules, sends what fires to the managed Alertmanager, and copies
+every sample to the configured remote-write URLs. ``external_scrape_configs`` is the
+same scraping for a Prometheus the server does not manage (HTTP service discovery).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
 from rl_insight import netaddr
-from rl_insight.config import Settings
+from rl_insight.config import ConfigError, Settings
 from rl_insight.server import alert_rules
 from rl_insight.server.services.base import (
     Launch,
@@ -45,6 +50,57 @@ ENGINE_NAME_RELABEL = [
      "engine_replica", "replacement": "${1}"},
     {"action": "labeldrop", "regex": "exported_replica"},
 ]
+TARGETS_JOB = "rl_insight_targets"
+# the server's route in Prometheus' HTTP service discovery format
+SD_PATH = "/api/v1/prometheus/sd"
+# files beside prometheus.yml holding the remote-write credentials (mode 0600)
+PASSWORD_FILE = "remote_write_password"
+TOKEN_FILE = "remote_write_bearer_token"
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _http_url(key: str, value: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ConfigError(f"{key}: expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
+def external_scrape_configs(server_url: str, refresh_interval: str = "30s") -> list[dict]:
+    """The scrape configs a Prometheus the server does not manage adds to scrape what the
+    managed one would: the server's own /metrics (pushed run metrics; honor_labels keeps
+    their job and instance) and every registered target through HTTP service discovery
+    (one block for every job: each group carries its `job`)."""
+    parts = urlsplit(_http_url("--server-url", server_url.strip()))
+    prefix = parts.path.rstrip("/")
+    server: dict = {"job_name": SERVER_JOB, "honor_labels": True}
+    if parts.scheme == "https":
+        server["scheme"] = "https"
+    if prefix:
+        server["metrics_path"] = prefix + "/metrics"
+    server["static_configs"] = [{"targets": [parts.netloc]}]
+    base = f"{parts.scheme}://{parts.netloc}{prefix}"
+    return [
+        server,
+        {
+            "job_name": TARGETS_JOB,
+            # Prometheus v2.42.0 and v2.54.1 discovery/http/http.go SDConfig: url,
+            # refresh_interval (default 60s)
+            "http_sd_configs": [{"url": base + SD_PATH, "refresh_interval": refresh_interval}],
+            "metric_relabel_configs": ENGINE_NAME_RELABEL,
+        },
+    ]
+
+
+def external_config_text(server_url: str, refresh_interval: str = "30s") -> str:
+    """``external_scrape_configs`` as the YAML an operator pastes into prometheus.yml
+    (README and the test use this same text)."""
+    body = yaml.safe_dump({"scrape_configs": external_scrape_configs(
+        server_url, refresh_interval)}, sort_keys=False)
+    return (f"# RL-Insight at {server_url}: add these jobs to your prometheus.yml\n"
+            "# (under an existing scrape_configs: only the two list entries)\n" + body)
 
 
 class Prometheus(Service):
@@ -83,6 +139,9 @@ class Prometheus(Service):
         out: dict = {"global": glob}
         if settings.alerts.enabled:
             out["rule_files"] = [str(alert_rules.rule_file(settings))]
+        writes = self.remote_write(settings)
+        if writes:
+            out["remote_write"] = writes
         if settings.alertmanager.enabled if alertmanager is None else alertmanager:
             am = netaddr.join_host_port(
                 netaddr.local_host(settings.bind_host("alertmanager")),
@@ -100,7 +159,7 @@ class Prometheus(Service):
                 {"job_name": "prometheus", "static_configs": [{"targets": [own]}]},
                 {
                     # The server writes one file per job; a group's `job` label names it.
-                    "job_name": "rl_insight_targets",
+                    "job_name": TARGETS_JOB,
                     "file_sd_configs": [
                         {"files": [str(targets / "*.json")], "refresh_interval": "5s"}
                     ],
@@ -109,11 +168,60 @@ class Prometheus(Service):
             ],
         }
 
+    def remote_write(self, settings: Settings) -> list[dict]:
+        """One remote_write section per URL of ``prometheus.remote_write_urls``. The
+        credentials are referenced by file (``write_secrets`` writes them), so neither
+        prometheus.yml nor a command line holds them."""
+        p = settings.prometheus
+        urls = [_http_url("prometheus.remote_write_urls", u)
+                for u in _csv(p.remote_write_urls)]
+        if p.remote_write_bearer_token and (p.remote_write_username
+                                            or p.remote_write_password):
+            # Prometheus refuses both in one client config (common config/http_config.go
+            # HTTPClientConfig.Validate: at most one of basic_auth, authorization, ...)
+            raise ConfigError("prometheus.remote_write_bearer_token and "
+                              "prometheus.remote_write_username/password exclude each other")
+        if p.remote_write_password and not p.remote_write_username:
+            raise ConfigError("prometheus.remote_write_password needs "
+                              "prometheus.remote_write_username")
+        auth: dict = {}
+        work = self.work_dir(settings)
+        if p.remote_write_username:
+            # basic_auth: username, password_file (prometheus/common v0.39.0 and v0.55.0,
+            # config/http_config.go BasicAuth, the versions Prometheus v2.42.0 and v2.54.1
+            # require)
+            basic: dict = {"username": p.remote_write_username}
+            if p.remote_write_password:
+                basic["password_file"] = str(work / PASSWORD_FILE)
+            auth["basic_auth"] = basic
+        elif p.remote_write_bearer_token:
+            # authorization: type, credentials_file (same files, type Authorization)
+            auth["authorization"] = {"type": "Bearer",
+                                     "credentials_file": str(work / TOKEN_FILE)}
+        # url (Prometheus v2.42.0 and v2.54.1 config/config.go RemoteWriteConfig)
+        return [{"url": u, **auth} for u in urls]
+
+    def write_secrets(self, settings: Settings) -> None:
+        """The remote-write credentials into files only the server's user reads (0600);
+        a file no setting asks for any more is removed."""
+        p = settings.prometheus
+        work = self.work_dir(settings)
+        wanted = {PASSWORD_FILE: p.remote_write_password if p.remote_write_username else "",
+                  TOKEN_FILE: p.remote_write_bearer_token}
+        for name, secret in wanted.items():
+            path = work / name
+            if secret and p.remote_write_urls.strip():
+                write_atomic(path, secret)  # mkstemp: created 0600
+                os.chmod(path, 0o600)
+            else:
+                path.unlink(missing_ok=True)
+
     def launch(self, settings: Settings, binary: Path) -> Launch:
         p = settings.prometheus
         work = self.work_dir(settings)
         self.targets_dir(settings).mkdir(parents=True, exist_ok=True)
         config = work / "prometheus.yml"
+        self.write_secrets(settings)
         from rl_insight.server.binaries import locate, probe_version
         from rl_insight.server.services.alertmanager import Alertmanager
 
