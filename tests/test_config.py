@@ -63,3 +63,33 @@ def test_bad_file_is_reported(home, tmp_path):
         config.load(f, environ={})
     with pytest.raises(config.ConfigError, match="does not exist"):
         config.load(tmp_path / "missing.yaml", environ={})
+
+
+def test_remote_write_settings_from_the_environment_and_flags_with_secrets_masked(
+        home, capsys):
+    import yaml
+
+    from rl_insight import cli
+
+    env = {"RL_INSIGHT_HOME": str(home),
+           "RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_URLS": "http://a:1/w,http://b:2/w",
+           "RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_PASSWORD": "PW-1"}
+    s = config.load(overrides=["prometheus.remote_write_bearer_token=TOK-2"], environ=env)
+    assert s.prometheus.remote_write_urls == "http://a:1/w,http://b:2/w"
+    shown = config.as_dict(s)["prometheus"]
+    assert shown["remote_write_password"] == shown["remote_write_bearer_token"] == "***"
+    assert config.as_dict(s, redact=False)["prometheus"]["remote_write_password"] == "PW-1"
+    secrets = ["prometheus.remote_write_password=PW-1",
+               "prometheus.remote_write_bearer_token=TOK-2"]
+    flags = [x for item in secrets for x in ("--set", item)]
+    assert cli.main(["server", "config", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "PW-1" not in out and "TOK-2" not in out
+    assert yaml.safe_load(out)["prometheus"]["remote_write_password"] == "***"
+    # a detached start passes them through its environment, never its command line
+    passed, environ = cli._passthrough(cli.build_parser().parse_args(
+        ["server", "start", "--detach", *flags,
+         "--set", "prometheus.remote_write_urls=http://a:1/w"]))
+    assert passed == ["--set", "prometheus.remote_write_urls=http://a:1/w"]
+    assert environ == {"RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_PASSWORD": "PW-1",
+                       "RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_BEARER_TOKEN": "TOK-2"}

@@ -65,3 +65,39 @@ def test_push_and_otlp_refusals_answer_with_their_own_status(client):
                headers={"Content-Type": "application/x-protobuf"})
     assert 400 <= r.status_code < 500 and r.json()["error"]
     assert len(state.pushes.groups) == 1  # the stored group is untouched
+
+
+def test_http_sd_answers_prometheus_format_with_filters_and_without_archived_runs(client):
+    c, state = client
+    assert c.get("/api/v1/prometheus/sd").json() == []
+    for body in (GOOD, {**GOOD, "targets": ["10.0.0.6:8000"], "labels": {"replica": "1"}},
+                 {**GOOD, "job_name": "transfer_queue", "targets": ["10.0.0.7:9000"],
+                  "labels": None, "experiment_name": "e2"}):
+        assert c.post("/api/v1/prometheus/targets", json=body).status_code == 200
+    r = c.get("/api/v1/prometheus/sd")
+    # Prometheus' http_sd wants exactly this media type (discovery/http/http.go)
+    assert r.headers["content-type"] == "application/json"
+    groups = r.json()
+    assert groups == state.targets.sd_groups()
+    assert {"targets": ["10.0.0.5:8000"], "labels": {
+        "job": "vllm", "project": "p", "experiment_name": "e", "replica": "0"}} in groups
+    assert all(set(g) == {"targets", "labels"} and isinstance(g["targets"], list)
+               and all(isinstance(v, str) for v in g["labels"].values()) for g in groups)
+
+    def targets(**params) -> list[str]:
+        return [t for g in c.get("/api/v1/prometheus/sd", params=params).json()
+                for t in g["targets"]]
+
+    assert targets(job="vllm") == ["10.0.0.5:8000", "10.0.0.6:8000"]
+    assert targets(experiment_name="e2") == ["10.0.0.7:9000"]
+    assert targets(project="p", experiment_name="e", job="transfer_queue") == []
+    assert targets(project="nope") == []
+    ok = c.post("/api/v1/experiments/archive", json={"project": "p", "experiment_name": "e"})
+    assert ok.status_code == 200, ok.text
+    assert targets() == ["10.0.0.7:9000"]  # the archived run's targets are not scraped
+    # with a token, a Prometheus still reads it without one (a GET), writes still need it
+    state.settings.server.token = "tok"
+    with TestClient(create_app(state)) as guarded:
+        assert guarded.get("/api/v1/prometheus/sd").json() == [
+            g for g in groups if g["labels"]["experiment_name"] == "e2"]
+        assert guarded.post("/api/v1/prometheus/targets", json=GOOD).status_code == 401

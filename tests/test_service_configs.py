@@ -185,3 +185,92 @@ def test_engine_names_survive_openmetrics_negotiation(home):
     for kept in ("vllm:num_requests_running", "vllm_omni:stage_gen_time_s_count",
                  "sglang:token_usage", "tq_partitions_total", "node_cpu_seconds_total"):
         assert relabel(kept) == kept
+
+
+def test_remote_write_credentials_live_in_0600_files_not_in_the_yaml_or_argv(home):
+    import os
+
+    urls = "http://10.0.0.9:8428/api/v1/write, https://lts.example/api/v1/push"
+    s = config.load(overrides=["host=127.0.0.1", f"prometheus.remote_write_urls={urls}",
+                               "prometheus.remote_write_username=rl",
+                               "prometheus.remote_write_password=PW-secret-1"])
+    prom = SERVICES["prometheus"]
+    work = prom.work_dir(s)
+    pw, tok = work / "remote_write_password", work / "remote_write_bearer_token"
+
+    def launched() -> dict:
+        launch = prom.launch(s, Path("/usr/bin/prometheus"))
+        text = (Path(launch.cwd) / "prometheus.yml").read_text()
+        for secret in ("PW-secret-1", "TOK-secret-2"):
+            assert secret not in text and not any(secret in a for a in launch.argv)
+        assert not launch.env
+        return yaml.safe_load(text)
+
+    data = launched()
+    assert data["remote_write"] == [
+        {"url": u, "basic_auth": {"username": "rl", "password_file": str(pw)}}
+        for u in ("http://10.0.0.9:8428/api/v1/write", "https://lts.example/api/v1/push")]
+    assert pw.read_text() == "PW-secret-1" and os.stat(pw).st_mode & 0o777 == 0o600
+    if shutil.which("promtool"):
+        r = subprocess.run(["promtool", "check", "config", str(work / "prometheus.yml")],
+                           capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    s.prometheus.remote_write_username = s.prometheus.remote_write_password = ""
+    s.prometheus.remote_write_bearer_token = "TOK-secret-2"
+    data = launched()
+    assert data["remote_write"][0]["authorization"] == {"type": "Bearer",
+                                                        "credentials_file": str(tok)}
+    assert tok.read_text() == "TOK-secret-2" and os.stat(tok).st_mode & 0o777 == 0o600
+    assert not pw.exists()  # a secret no setting asks for is not left behind
+
+    s.prometheus.remote_write_urls = ""
+    assert "remote_write" not in launched() and not tok.exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["prometheus.remote_write_urls=10.0.0.9:8428/api/v1/write"], "expected an http://"),
+    (["prometheus.remote_write_username=u", "prometheus.remote_write_bearer_token=t"],
+     "exclude each other"),
+    (["prometheus.remote_write_password=p"], "needs prometheus.remote_write_username"),
+])
+def test_bad_remote_write_settings_name_the_setting(home, overrides, message):
+    s = config.load(overrides=["prometheus.remote_write_urls=http://x:1/w", *overrides])
+    with pytest.raises(config.ConfigError, match=message):
+        SERVICES["prometheus"].render(s)
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool comes with Debian's "
+                    "prometheus package, which `make test` installs")
+def test_the_external_prometheus_block_passes_promtool(tmp_path):
+    from rl_insight import cli
+    from rl_insight.server.services.prometheus import external_config_text
+
+    text = external_config_text("http://10.0.0.5:18080", "15s")
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global: {scrape_interval: 15s}\n" + text)
+    r = subprocess.run(["promtool", "check", "config", str(cfg)], capture_output=True,
+                       text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}
+    assert jobs["rl_insight_server"]["honor_labels"] is True
+    assert jobs["rl_insight_server"]["static_configs"] == [{"targets": ["10.0.0.5:18080"]}]
+    assert jobs["rl_insight_targets"]["http_sd_configs"] == [
+        {"url": "http://10.0.0.5:18080/api/v1/prometheus/sd", "refresh_interval": "15s"}]
+    managed = next(j for j in SERVICES["prometheus"].render(config.Settings())[
+        "scrape_configs"] if j["job_name"] == "rl_insight_targets")
+    assert jobs["rl_insight_targets"]["metric_relabel_configs"] == managed[
+        "metric_relabel_configs"]  # the same engine-name restoration as the managed one
+    # a server behind an https path prefix
+    (https_server, _) = yaml.safe_load(external_config_text("https://mon.example/rli/"))[
+        "scrape_configs"]
+    assert (https_server["scheme"], https_server["metrics_path"]) == ("https", "/rli/metrics")
+    # the CLI prints exactly this text
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["server", "prometheus-config", "--server-url",
+                         "http://10.0.0.5:18080", "--refresh-interval", "15s"]) == 0
+    assert out.getvalue() == text

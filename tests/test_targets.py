@@ -168,3 +168,38 @@ def test_local_targets_refused_when_the_caller_is_unknown(peer, proxied):
     log = LocalTargetLog()
     log.refuse(peer, "x")
     assert log.report()["refused"] == 1
+
+
+def test_http_sd_and_file_sd_are_the_same_groups(tmp_path):
+    """One function decides what Prometheus scrapes: the file_sd files hold exactly the
+    groups the http_sd route answers, archived runs and targets awaiting a run left out
+    of both."""
+    hidden = set()
+    store = TargetStore(tmp_path / "t.json", tmp_path / "sd",
+                        hidden=lambda p, e: (p, e) in hidden, unbound_grace_s=60)
+    store.register(parse_registration({"job_name": "vllm", "targets": ["a:1", "b:2"],
+                                       "labels": [{"replica": 0}, {"replica": 1}],
+                                       "project": "p", "experiment_name": "e"}))
+    store.register(parse_registration({"job_name": "transfer_queue", "targets": ["c:3"],
+                                       "project": "p", "experiment_name": "e2"}))
+    store.register(parse_registration({"job_name": "vllm", "targets": ["d:4"],
+                                       "owner": "proc:h:1"}))  # awaiting its run
+
+    def same() -> list[dict]:
+        groups = store.sd_groups()
+        assert sorted(groups, key=json.dumps) == sorted(sd_groups(tmp_path / "sd"),
+                                                        key=json.dumps)
+        return groups
+
+    groups = same()
+    assert [g["targets"] for g in groups] == [["a:1"], ["b:2"], ["c:3"]]
+    assert groups[0]["labels"] == {"job": "vllm", "project": "p", "experiment_name": "e",
+                                   "replica": "0"}
+    hidden.add(("p", "e"))
+    store.write_sd()  # what archiving calls
+    assert [g["targets"] for g in same()] == [["c:3"]]
+    # asking for the groups does not stop the held-back target from joining file_sd
+    store.unbound_grace_s = 0
+    store.sd_groups()
+    store.publish_due()
+    assert [g["targets"] for g in same()] == [["c:3"], ["d:4"]]

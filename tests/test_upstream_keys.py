@@ -181,3 +181,49 @@ def test_every_panel_type_ships_with_grafana_13_and_every_datasource_is_provisio
                 continue
             refs = [panel["datasource"]] + [t["datasource"] for t in panel["targets"]]
             assert {r["uid"] for r in refs} <= uids, (name, panel["title"])
+
+
+@pytest.mark.parametrize("version", ["2.54.1", "2.42.0"])
+def test_remote_write_and_the_external_scrape_configs_are_in_that_version(settings, version):
+    """remote_write with basic auth or a bearer token, both by *_file, and the jobs a
+    Prometheus of one's own adds (http_sd), key by key against that version's structs."""
+    from rl_insight.server.services.prometheus import external_scrape_configs
+
+    sections = pinned(f"prometheus-v{version}-config.json")["sections"]
+
+    def keys(title_start: str) -> set[str]:
+        return set(next(v for k, v in sections.items() if k.startswith(title_start))["keys"])
+
+    settings.prometheus.remote_write_urls = "http://10.0.0.9:8428/api/v1/write,https://x/w"
+    auth_kinds = {}
+    for auth in ({"remote_write_username": "rl", "remote_write_password": "pw"},
+                 {"remote_write_bearer_token": "tok"}):
+        for key in ("remote_write_username", "remote_write_password",
+                    "remote_write_bearer_token"):
+            setattr(settings.prometheus, key, auth.get(key, ""))
+        rendered = SERVICES["prometheus"].render(settings, version)
+        assert "remote_write" in keys("Config (top level)")
+        assert len(rendered["remote_write"]) == 2
+        for rw in rendered["remote_write"]:
+            assert set(rw) <= keys("RemoteWriteConfig"), rw
+            for kind, title in (("basic_auth", "BasicAuth"),
+                                ("authorization", "Authorization")):
+                if kind in rw:
+                    assert set(rw[kind]) <= keys(title), rw[kind]
+                    auth_kinds[kind] = rw[kind]
+    assert auth_kinds["basic_auth"]["password_file"] and auth_kinds["authorization"][
+        "credentials_file"]  # both kinds were checked, each by file
+    assert not ({"password", "credentials"} & (set(auth_kinds["basic_auth"])
+                                               | set(auth_kinds["authorization"])))
+
+    for scrape in external_scrape_configs("https://10.0.0.5:18080/rli/", "2s"):
+        assert set(scrape) <= keys("ScrapeConfig"), scrape
+        for item in scrape.get("static_configs", []):
+            assert set(item) <= keys("static_configs")
+        for item in scrape.get("http_sd_configs", []):
+            assert set(item) <= keys("http_sd_configs"), item
+        for rule in scrape.get("metric_relabel_configs", []):
+            assert set(rule) <= keys("relabel.Config"), rule
+    # the checks can fail: a misspelt key, and one this version may not have
+    assert not {"url", "queue_confg"} <= keys("RemoteWriteConfig")
+    assert ("username_file" in keys("BasicAuth")) == (version == "2.54.1")
