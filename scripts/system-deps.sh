@@ -1,7 +1,8 @@
 #!/bin/bash
 # Installs the Debian packages the tests and the demo use, if they are missing:
 # prometheus (with promtool), prometheus-pushgateway, prometheus-node-exporter,
-# prometheus-alertmanager (with amtool), and chromium (headless, for the status page test).
+# prometheus-alertmanager (with amtool), victoria-metrics (the remote-write test's
+# receiver), and chromium (headless, for the status page test).
 set -euo pipefail
 
 packages=()
@@ -11,6 +12,7 @@ command -v prometheus-pushgateway >/dev/null || packages+=(prometheus-pushgatewa
 command -v prometheus-node-exporter >/dev/null || packages+=(prometheus-node-exporter)
 command -v prometheus-alertmanager >/dev/null || packages+=(prometheus-alertmanager)
 command -v amtool >/dev/null || packages+=(prometheus-alertmanager)
+command -v victoria-metrics >/dev/null || packages+=(victoria-metrics)  # remote write
 command -v chromium >/dev/null || packages+=(chromium)  # the status page's browser test
 command -v nft >/dev/null || packages+=(nftables)  # firewall rules in the multi-host test
 if [ ${#packages[@]} -eq 0 ]; then
@@ -36,7 +38,7 @@ $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${packages[@]}"
 # Debian starts these as services on some systems; the project runs its own copies.
 for svc in prometheus prometheus-pushgateway prometheus-node-exporter \
-           prometheus-alertmanager; do
+           prometheus-alertmanager victoria-metrics; do
   if command -v systemctl >/dev/null && systemctl is-active --quiet "$svc" 2>/dev/null; then
     $SUDO systemctl stop "$svc" || true
   fi
