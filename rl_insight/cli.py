@@ -367,6 +367,58 @@ def cmd_prometheus_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dashboard_mapping(args: argparse.Namespace, dashboards: dict) -> dict[str, str]:
+    from rl_insight.dashboard_install import datasources
+    from rl_insight.dashboard_mapping import parse_mapping
+
+    return parse_mapping(args.datasource or [], datasources(dashboards))
+
+
+def cmd_dashboards_install(args: argparse.Namespace) -> int:
+    """The shipped dashboards into the user's own Grafana; credentials from the environment."""
+    from rl_insight import dashboard_install as dash
+    from rl_insight import grafana_api
+
+    dashboards = dash.shipped()
+    try:
+        mapping = _dashboard_mapping(args, dashboards)
+        dash.folder_uid(args.folder)
+        auth = grafana_api.auth_from_env()
+    except (ValueError, grafana_api.GrafanaError) as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 2
+    try:
+        done = dash.install(args.grafana_url, auth, folder=args.folder, mapping=mapping,
+                            overwrite=args.overwrite, dashboards=dashboards,
+                            say=lambda s: print(s, flush=True),
+                            warn=lambda s: print(s, file=sys.stderr, flush=True))
+    except grafana_api.GrafanaError as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 1
+    counts = {s: sum(o.status == s for o in done) for s in ("created", "updated", "kept",
+                                                            "failed")}
+    print(f"{len(done)} dashboards in folder {args.folder!r}: "
+          + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return 1 if counts["failed"] else 0
+
+
+def cmd_dashboards_export(args: argparse.Namespace) -> int:
+    """The shipped dashboards, data sources mapped, as files for Git or file provisioning."""
+    from rl_insight import dashboard_install as dash
+
+    dashboards = dash.shipped()
+    try:
+        mapping = _dashboard_mapping(args, dashboards)
+        written = dash.export(Path(args.directory).expanduser(), mapping,
+                              dashboards=dashboards)
+    except (ValueError, OSError) as exc:
+        print(f"rl-insight: {exc}", file=sys.stderr)
+        return 2
+    print(f"{len(written)} dashboards in {args.directory} (Grafana's file provisioning "
+          "reads them: a dashboards provider with options.path set to that folder)")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -463,6 +515,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment-name", "--experiment", dest="experiment")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_alerts)
+
+    dashboards = top.add_parser("dashboards", help="the shipped Grafana dashboards, for "
+                                                   "a Grafana of your own")
+    dsub = dashboards.add_subparsers(dest="action_dashboards", required=True)
+    mapping = argparse.ArgumentParser(add_help=False)
+    mapping.add_argument("--datasource", action="append", metavar="NAME=UID",
+                         help="point the dashboards' data source NAME (prometheus, tempo) "
+                              "at your data source's uid; repeatable")
+    p = dsub.add_parser("install", parents=[mapping],
+                        help="upload the dashboards through Grafana's HTTP API (token from "
+                             "GRAFANA_TOKEN or RL_INSIGHT_GRAFANA_TOKEN, or GRAFANA_USER "
+                             "and GRAFANA_PASSWORD)")
+    p.add_argument("--grafana-url", required=True, metavar="URL",
+                   help="your Grafana, e.g. https://grafana.example.com (with its sub-path)")
+    p.add_argument("--folder", default="RL-Insight",
+                   help="the folder to put them in, found or created (default RL-Insight)")
+    p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=True,
+                   help="replace dashboards already there (default); --no-overwrite keeps "
+                        "them")
+    p.set_defaults(func=cmd_dashboards_install)
+    p = dsub.add_parser("export", parents=[mapping],
+                        help="write the dashboards as DIR/<uid>.json (GitOps, Grafana's file "
+                             "provisioning)")
+    p.add_argument("directory", metavar="DIR")
+    p.set_defaults(func=cmd_dashboards_export)
 
     p = sub.add_parser("config", parents=[common], help="print the effective settings")
     p.set_defaults(func=cmd_config)
