@@ -544,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", parents=[common], help="print the effective settings")
     p.set_defaults(func=cmd_config)
 
-    p = sub.add_parser("prometheus-config",
+    p = sub.add_parser("prometheus-config", parents=[common],
                        help="print the scrape configs for a Prometheus of your own")
     p.add_argument("--server-url", help="the server as that Prometheus reaches it "
                                         "(default: $RL_INSIGHT_SERVER_URL)")
