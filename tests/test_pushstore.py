@@ -136,3 +136,25 @@ def test_untyped_series_of_one_name_form_one_family(tmp_path):
     assert len([k for k in series(st) if k[0] == "u"]) == 5
     with pytest.raises(PushError, match="appears twice"):
         st.push({"job": "j"}, 'u{i="1"} 1\nu{i="1"} 2\n', replace=True)
+
+
+def test_total_series_follows_every_change(tmp_path):
+    """The total is kept as groups change (it is read on every push), never recounted."""
+    st = PushStore(PushSettings(idle_ttl_s=100), tmp_path)
+
+    def recount(s: PushStore) -> int:
+        return sum(g.series for g in s.groups.values())
+
+    st.push({"job": "a"}, "x 1\ny 1\n", replace=True)
+    st.push({"job": "a"}, "z 1\n", replace=False)  # POST merges: 3
+    st.push({"job": "b"}, "x 1\n", replace=True)
+    assert st.total_series() == recount(st) == 4
+    st.push({"job": "a"}, "x 2\n", replace=True)
+    st.delete({"job": "b"})
+    assert st.total_series() == recount(st) == 1
+    st.persist()
+    again = PushStore(PushSettings(), tmp_path)
+    again.load()
+    assert again.total_series() == 1
+    assert st.expire(max(g.push_time for g in st.groups.values()) + 101, lambda _: None) == 1
+    assert st.total_series() == 0

@@ -154,6 +154,7 @@ class PushStore:
         self._types: dict[str, dict[str, int]] = {}  # family -> type -> groups using it
         self._lock = threading.RLock()
         self._dirty: set[GroupKey] = set()
+        self._series = 0  # series in all groups, kept as groups change (read per push)
         self.pushes = 0
         self.version = 0  # bumped on every change (for caching the exposition)
 
@@ -215,6 +216,7 @@ class PushStore:
         for group, step in ((old, -1), (new, 1)):
             if group is None:
                 continue
+            self._series += step * group.series
             for name, fam in group.families.items():
                 counts = self._types.setdefault(name, {})
                 counts[fam.type] = counts.get(fam.type, 0) + step
@@ -232,7 +234,7 @@ class PushStore:
     # -- reads -------------------------------------------------------------------
     def total_series(self) -> int:
         with self._lock:
-            return sum(g.series for g in self.groups.values())
+            return self._series
 
     def families(self, visible: Callable[[Mapping[str, str]], bool] = lambda labels: True
                  ) -> list[Metric]:
