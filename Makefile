@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rl-insight-installed
 
-.PHONY: setup system-deps test lint demo bench bench-quick pictures soak clean
+.PHONY: setup system-deps test lint demo bench bench-quick bench-scale pictures soak clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -34,6 +34,11 @@ bench: setup system-deps
 
 bench-quick: setup system-deps
 	./scripts/private-net.sh $(BIN)/python bench/run.py --quick
+
+# 1,000 engine endpoints and 4,000 rank lanes at three sizes, then lanes alone (about
+# 25 minutes; docs/scaling.md); BENCH_SCALE_ARGS=--quick for a 2-minute try
+bench-scale: setup system-deps
+	./scripts/private-net.sh $(BIN)/python bench/scale.py $(BENCH_SCALE_ARGS)
 
 pictures: setup system-deps
 	$(BIN)/python -m pip install -q -e '.[test,docs]'

@@ -1,0 +1,545 @@
+"""Measured scale: many engine endpoints and trainer-rank lanes against one server and
+its managed Prometheus, on this machine, at several sizes.
+
+    python bench/scale.py [--sizes 250,500,1000] [--lanes-per-endpoint 4]
+                          [--lane-sizes 50,100,200,400] [--lane-tick 1] [--quick]
+    make bench-scale      # the same, in a private network namespace
+
+Per size N: the server starts with the CLI, as the tests start it (Prometheus 5 s
+scrape interval, alerting rules on; Tempo, Grafana and Alertmanager off, spans relayed
+to a counting OTLP sink); N simulated vLLM endpoints (bench/scale_engines.py, 250 per
+process, each on its own loopback port, ~420 series each) are registered through
+``POST /api/v1/prometheus/targets``, one call per replica as verl's
+``register_rollout_replicas`` targets arrive; then
+
+1. registration: latency per call (p50, p99), and the time until Prometheus scrapes
+   every endpoint (``count(up{job="vllm"} == 1) == N``);
+2. scrape only (``--scrape-seconds``): CPU (seconds per wall second) and RSS of the
+   server and Prometheus, Prometheus' head series, the engine targets'
+   ``scrape_duration_seconds`` (p50, p99 over every sample of every target in the
+   phase) and Prometheus' ``prometheus_target_interval_length_seconds``;
+3. with lanes (``--lanes-per-endpoint`` x N ``rank_<r>`` lanes, bench/scale_lanes.py:
+   what that many dedicated lane actors send, one state span per lane per
+   ``--span-interval``): the same figures again, plus span intake offered and achieved,
+   latency of span requests and of lane pushes, the lane cycle, and the server's own
+   scrape (its /metrics carries every pushed lane group).
+
+The lane actors themselves are not run: a dedicated lane actor is a Ray worker process
+of ~90 MB (docs/performance.md), 4,000 of them are ~350 GB. What the server carries
+from them is their requests, and those are sent as they would send them.
+
+Load goes to loopback only, is bounded in count and time, and stops by itself. Prints
+one table (a column per size) and writes bench/scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import psutil  # noqa: E402
+import requests  # noqa: E402
+
+from bench.common import save  # noqa: E402
+from tests.conftest import Cli, free_port_overrides  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "scale.json"
+PROJECT, EXPERIMENT = "bench-scale", "scale"
+
+
+class Sink:
+    """The trace relay's destination: reads each OTLP request, counts it, answers 200
+    with an empty ExportTraceServiceResponse (Tempo's place, at almost no cost)."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        sink = self
+        self.requests = 0
+        self.bytes = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802
+                n = int(self.headers.get("content-length", 0))
+                self.rfile.read(n)
+                sink.requests += 1
+                sink.bytes += n
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1/traces"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Procs:
+    """CPU seconds and peak RSS of named processes, sampled in the background."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, list[psutil.Process]] = {}
+        self.peak: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def add(self, name: str, pid: int) -> None:
+        with self._lock:
+            self.procs.setdefault(name, []).append(psutil.Process(pid))
+
+    def drop(self, name: str) -> None:
+        with self._lock:
+            self.procs.pop(name, None)
+
+    def cpu(self) -> dict[str, float]:
+        out = {}
+        with self._lock:
+            for name, ps in self.procs.items():
+                total = 0.0
+                for p in ps:
+                    try:
+                        t = p.cpu_times()
+                        total += t.user + t.system
+                    except psutil.Error:
+                        pass
+                out[name] = total
+        return out
+
+    def rss(self) -> dict[str, float]:
+        out = {}
+        with self._lock:
+            for name, ps in self.procs.items():
+                total = 0
+                for p in ps:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                out[name] = total / 2**20
+        return out
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.peak = {}
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            for name, mb in self.rss().items():
+                with self._lock:
+                    self.peak[name] = max(self.peak.get(name, 0.0), mb)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class Phase:
+    """CPU per wall second of every watched process between start and end."""
+
+    def __init__(self, procs: Procs) -> None:
+        self.procs = procs
+        procs.reset_peak()
+        self.t0, self.c0 = time.time(), procs.cpu()
+
+    def end(self) -> dict:
+        t1, c1 = time.time(), self.procs.cpu()
+        wall = t1 - self.t0
+        return {"start": self.t0, "end": t1, "wall_s": wall,
+                "cpu_per_s": {k: (c1[k] - self.c0.get(k, 0.0)) / wall for k in c1},
+                "rss_peak_mb": dict(self.procs.peak), "rss_end_mb": self.procs.rss()}
+
+
+def prom_query(prom: str, query: str, at: float | None = None) -> list[dict]:
+    params = {"query": query}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    try:
+        r = requests.get(prom + "/api/v1/query", params=params, timeout=60)
+        return r.json()["data"]["result"]
+    except (requests.RequestException, ValueError, KeyError):
+        return []
+
+
+def prom_value(prom: str, query: str, at: float | None = None) -> float | None:
+    got = prom_query(prom, query, at)
+    try:
+        return float(got[0]["value"][1])
+    except (IndexError, KeyError, ValueError):
+        return None
+
+
+def samples(prom: str, selector: str, start: float, end: float) -> list[float]:
+    """Every raw sample of the selector's series between start and end."""
+    window = max(int(end - start), 1)
+    got = prom_query(prom, f"{selector}[{window}s]", at=end)
+    return [float(v) for s in got for _, v in s.get("values", [])]
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(int(len(s) * q), len(s) - 1)]
+
+
+def prom_figures(prom: str, start: float, end: float) -> dict:
+    vllm = samples(prom, 'scrape_duration_seconds{job="vllm"}', start, end)
+    server = samples(prom, 'scrape_duration_seconds{job="rl_insight_server"}', start, end)
+    up_server = samples(prom, 'up{job="rl_insight_server"}', start, end)
+    out = {
+        "head_series": prom_value(prom, "prometheus_tsdb_head_series", end),
+        "engine_scrape_s_p50": pct(vllm, 0.5), "engine_scrape_s_p99": pct(vllm, 0.99),
+        "engine_scrapes": len(vllm),
+        "engines_up": prom_value(prom, 'count(up{job="vllm"} == 1)', end),
+        "server_scrape_s_p50": pct(server, 0.5), "server_scrape_s_max": max(server,
+                                                                            default=None),
+        "server_scrape_up_share": (sum(up_server) / len(up_server)) if up_server else None,
+        "server_scrape_samples": prom_value(
+            prom, 'scrape_samples_scraped{job="rl_insight_server"}', end),
+        "samples_appended_per_s": prom_value(
+            prom, f"rate(prometheus_tsdb_head_samples_appended_total[{int(end - start)}s])",
+            end),
+    }
+    for q in ("0.5", "0.99"):
+        out[f"interval_length_s_q{q}"] = prom_value(
+            prom, f'max(prometheus_target_interval_length_seconds{{quantile="{q}"}})', end)
+    return out
+
+
+def start_engines(n: int, per_proc: int, seconds: float, procs: Procs
+                  ) -> tuple[list[subprocess.Popen], list[int], dict]:
+    """n endpoints in ceil(n / per_proc) processes; their ports, once all listen."""
+    sizes = [min(per_proc, n - i) for i in range(0, n, per_proc)]
+    ps = [subprocess.Popen([sys.executable, str(HERE / "scale_engines.py"), "--count",
+                            str(k), "--seconds", str(seconds), "--seed", str(i)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                           cwd=REPO) for i, k in enumerate(sizes)]
+    ports, info = [], {}
+    for p in ps:
+        line = p.stdout.readline()
+        if not line:
+            raise RuntimeError("an engine process ended before it listened")
+        info = json.loads(line)
+        ports += info["ports"]
+        procs.add("engines", info["pid"])
+    return ps, ports, info
+
+
+def register(url: str, ports: list[int]) -> dict:
+    """One registration per replica, as its address becomes known."""
+    s = requests.Session()
+    lat = []
+    t_first = time.time()
+    for i, port in enumerate(ports):
+        body = {"job_name": "vllm", "targets": [f"127.0.0.1:{port}"],
+                "labels": [{"replica": str(i)}], "project": PROJECT,
+                "experiment_name": EXPERIMENT}
+        t = time.perf_counter()
+        r = s.post(url + "/api/v1/prometheus/targets", json=body, timeout=60)
+        lat.append(time.perf_counter() - t)
+        r.raise_for_status()
+    return {"calls": len(lat), "first": t_first, "last": time.time(),
+            "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3,
+            "max_ms": max(lat) * 1e3, "total_s": sum(lat),
+            "first_100_p50_ms": pct(lat[:100], 0.5) * 1e3,
+            "last_100_p50_ms": pct(lat[-100:], 0.5) * 1e3}
+
+
+def wait_all_up(prom: str, n: int, timeout: float) -> float | None:
+    end = time.time() + timeout
+    while time.time() < end:
+        v = prom_value(prom, 'count(up{job="vllm"} == 1)')
+        if v is not None and v >= n:
+            return time.time()
+        time.sleep(0.5)
+    return None
+
+
+def sleep_until(t: float) -> None:
+    while (left := t - time.time()) > 0:
+        time.sleep(min(left, 1.0))
+
+
+def run_size(n: int, lanes: int, steady: float, args) -> dict:
+    print(f"\n== {n} endpoints, {lanes} lanes", flush=True)
+    home = Path(tempfile.mkdtemp(prefix="rl-insight-scale-"))
+    sink = Sink()
+    procs = Procs()
+    cli = Cli(home, free_port_overrides())
+    engines: list[subprocess.Popen] = []
+    out: dict = {"endpoints": n, "lanes": lanes}
+    budget = args.scrape_seconds + args.warmup + steady + 600
+    try:
+        t = time.time()
+        url = cli.start(f"prometheus.scrape_interval={args.scrape_interval}",
+                        "tempo.enabled=false", "grafana.enabled=false",
+                        "alertmanager.enabled=false", f"traces.relay_url={sink.url}")
+        out["server_start_s"] = time.time() - t
+        prom = cli.prometheus
+        pid = requests.get(url + "/api/v1/services", timeout=10).json()["server"]["pid"]
+        procs.add("server", pid)
+        for child in psutil.Process(pid).children():
+            if "prometheus" in child.name():
+                procs.add("prometheus", child.pid)
+        if n:
+            engines, ports, info = start_engines(n, args.endpoints_per_process, budget,
+                                                 procs)
+            out["series_per_endpoint"] = info["series"]
+            out["bytes_per_scrape"] = info["bytes"]
+            out["engine_processes"] = len(engines)
+            print(f"   {len(engines)} engine processes, {info['series']} series and "
+                  f"{info['bytes']:,} bytes per endpoint; registering", flush=True)
+            reg = register(url, ports)
+            up = wait_all_up(prom, n, 300)
+            reg["all_up_after_first_s"] = (up - reg["first"]) if up else None
+            reg["all_up_after_last_s"] = (up - reg["last"]) if up else None
+            out["registration"] = reg
+            print(f"   registered: p50 {reg['p50_ms']:.1f} ms, p99 {reg['p99_ms']:.1f} ms; "
+                  f"all up {reg['all_up_after_first_s']} s after the first", flush=True)
+
+            # scrape only
+            time.sleep(2 * float(args.scrape_interval.rstrip("s")))  # a steady rhythm
+            ph = Phase(procs)
+            time.sleep(args.scrape_seconds)
+            a = ph.end()
+            a["prometheus"] = prom_figures(prom, a["start"], a["end"])
+            out["scrape_only"] = a
+            print(f"   scrape only: server {a['cpu_per_s'].get('server', 0):.2f} CPU/s, "
+                  f"Prometheus {a['cpu_per_s'].get('prometheus', 0):.2f} CPU/s, head "
+                  f"series {a['prometheus']['head_series']}", flush=True)
+
+        # with lanes
+        gen = subprocess.Popen([sys.executable, str(HERE / "scale_lanes.py"), "--url", url,
+                                "--lanes", str(lanes), "--span-interval",
+                                str(args.span_interval), "--tick", str(args.lane_tick),
+                                "--warmup", str(args.warmup),
+                                "--seconds", str(steady), "--project", PROJECT,
+                                "--experiment", EXPERIMENT],
+                               stdout=subprocess.PIPE, text=True, cwd=REPO)
+        procs.add("lane_load", gen.pid)
+        started = json.loads(gen.stdout.readline())
+        sleep_until(started["steady_start"])
+        ph = Phase(procs)
+        sleep_until(started["steady_end"])
+        b = ph.end()
+        received0 = prom_value(prom, "rl_insight_spans_received_total", b["start"])
+        received1 = prom_value(prom, "rl_insight_spans_received_total", b["end"])
+        relayed0 = prom_value(prom, "rl_insight_spans_relayed_total", b["start"])
+        relayed1 = prom_value(prom, "rl_insight_spans_relayed_total", b["end"])
+        b["prometheus"] = prom_figures(prom, b["start"], b["end"])
+        b["prometheus"]["lane_series"] = prom_value(
+            prom, 'count({job="rl_insight_lanes"})', b["end"])
+        if None not in (received0, received1):
+            b["server_spans_received_per_s"] = (received1 - received0) / b["wall_s"]
+        if None not in (relayed0, relayed1):
+            b["server_spans_relayed_per_s"] = (relayed1 - relayed0) / b["wall_s"]
+        try:
+            done, _ = gen.communicate(timeout=120)
+            b["lanes"] = json.loads(done.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            gen.kill()
+            gen.wait()
+            b["lanes"] = None
+        procs.drop("lane_load")
+        out["with_lanes"] = b
+        ln = b["lanes"] or {}
+        print(f"   with lanes: server {b['cpu_per_s'].get('server', 0):.2f} CPU/s, "
+              f"spans {ln.get('spans_accepted_per_s', 0):,.0f}/s of "
+              f"{ln.get('spans_offered_per_s', 0):,.0f}/s offered", flush=True)
+        out["sink"] = {"requests": sink.requests, "bytes": sink.bytes}
+    finally:
+        for p in engines:
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+        r = cli.run("server", "stop", timeout=120)
+        if r.returncode != 0:
+            print(r.stdout + r.stderr, file=sys.stderr)
+        for p in engines:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        procs.stop()
+        sink.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    return out
+
+
+def fmt(v, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, (int, float)) and abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
+
+
+def rows(results: list[dict]) -> list[tuple[str, list]]:
+    def g(r: dict, *path):
+        for p in path:
+            if not isinstance(r, dict):
+                return None
+            r = r.get(p)
+        return r
+
+    def both(label, *path):
+        return [(f"{label}, scrape only", [g(r, "scrape_only", *path) for r in results]),
+                (f"{label}, with lanes", [g(r, "with_lanes", *path) for r in results])]
+
+    out = [
+        ("endpoints (replicas)", [r["endpoints"] for r in results]),
+        ("series per endpoint", [r.get("series_per_endpoint") for r in results]),
+        ("rank lanes", [r["lanes"] for r in results]),
+        ("registration p50, ms", [g(r, "registration", "p50_ms") for r in results]),
+        ("registration p99, ms", [g(r, "registration", "p99_ms") for r in results]),
+        ("registration of the last 100, p50 ms",
+         [g(r, "registration", "last_100_p50_ms") for r in results]),
+        ("all endpoints up, s after the first registration",
+         [g(r, "registration", "all_up_after_first_s") for r in results]),
+        ("all endpoints up, s after the last registration",
+         [g(r, "registration", "all_up_after_last_s") for r in results]),
+        *both("Prometheus head series", "prometheus", "head_series"),
+        *both("samples appended/s", "prometheus", "samples_appended_per_s"),
+        *both("engine scrape p50, s", "prometheus", "engine_scrape_s_p50"),
+        *both("engine scrape p99, s", "prometheus", "engine_scrape_s_p99"),
+        *both("target interval q0.99, s (5 s set)", "prometheus",
+              "interval_length_s_q0.99"),
+        *both("server CPU, s per s", "cpu_per_s", "server"),
+        *both("server RSS peak, MB", "rss_peak_mb", "server"),
+        *both("Prometheus CPU, s per s", "cpu_per_s", "prometheus"),
+        *both("Prometheus RSS peak, MB", "rss_peak_mb", "prometheus"),
+        *both("engine processes CPU, s per s", "cpu_per_s", "engines"),
+        ("lane load generator CPU, s per s",
+         [g(r, "with_lanes", "cpu_per_s", "lane_load") for r in results]),
+        ("lane series in Prometheus", [g(r, "with_lanes", "prometheus", "lane_series")
+                                       for r in results]),
+        ("server scrape samples (its /metrics)",
+         [g(r, "with_lanes", "prometheus", "server_scrape_samples") for r in results]),
+        ("server scrape p50, s", [g(r, "with_lanes", "prometheus", "server_scrape_s_p50")
+                                  for r in results]),
+        ("server scrape max, s", [g(r, "with_lanes", "prometheus", "server_scrape_s_max")
+                                  for r in results]),
+        ("server scrape up share", [g(r, "with_lanes", "prometheus",
+                                      "server_scrape_up_share") for r in results]),
+        ("spans offered/s", [g(r, "with_lanes", "lanes", "spans_offered_per_s")
+                             for r in results]),
+        ("spans accepted/s (200)", [g(r, "with_lanes", "lanes", "spans_accepted_per_s")
+                                    for r in results]),
+        ("spans relayed/s (server counter)", [g(r, "with_lanes", "server_spans_relayed_per_s")
+                                              for r in results]),
+        ("lane requests nominal/s (3 per lane per tick)",
+         [g(r, "with_lanes", "lanes", "requests_nominal_per_s") for r in results]),
+        ("lane requests answered 200/s",
+         [g(r, "with_lanes", "lanes", "requests_ok_per_s") for r in results]),
+        ("span request p50, ms", [g(r, "with_lanes", "lanes", "kinds", "spans", "p50_ms")
+                                  for r in results]),
+        ("span request p99, ms", [g(r, "with_lanes", "lanes", "kinds", "spans", "p99_ms")
+                                  for r in results]),
+        ("lane metrics push p50, ms", [g(r, "with_lanes", "lanes", "kinds", "lane_metrics",
+                                         "p50_ms") for r in results]),
+        ("lane metrics push p99, ms", [g(r, "with_lanes", "lanes", "kinds", "lane_metrics",
+                                         "p99_ms") for r in results]),
+        ("own metrics push p99, ms", [g(r, "with_lanes", "lanes", "kinds", "own_metrics",
+                                        "p99_ms") for r in results]),
+        ("lane cycle p50, s (the tick + its requests)",
+         [g(r, "with_lanes", "lanes", "cycle_s_p50") for r in results]),
+        ("lane cycle p99, s", [g(r, "with_lanes", "lanes", "cycle_s_p99") for r in results]),
+        ("requests timed out (5 s) or failed", [
+            None if g(r, "with_lanes", "lanes", "kinds") is None else sum(
+                n for k in g(r, "with_lanes", "lanes", "kinds").values()
+                for c, n in k["codes"].items() if c != "200") for r in results]),
+        ("spans pending in lanes at the end",
+         [g(r, "with_lanes", "lanes", "spans_pending_at_end") for r in results]),
+    ]
+    return out
+
+
+def table(results: list[dict]) -> str:
+    body = rows(results)
+    width = max(len(name) for name, _ in body)
+    lines = [f"{'what':<{width}} " + " ".join(f"{r['endpoints']:>6,}/{r['lanes']:<5,}"
+                                              for r in results)]
+    for name, values in body:
+        lines.append(f"{name:<{width}} " + " ".join(f"{fmt(v):>12}" for v in values))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="250,500,1000", help="endpoints per run")
+    ap.add_argument("--lanes-per-endpoint", type=int, default=4)
+    ap.add_argument("--lane-sizes", default="50,100,200,400",
+                    help="then runs with lanes only (no endpoints), e.g. 100,200,400")
+    ap.add_argument("--endpoints-per-process", type=int, default=250)
+    ap.add_argument("--scrape-interval", default="5s")
+    ap.add_argument("--scrape-seconds", type=float, default=60.0,
+                    help="the scrape-only phase")
+    ap.add_argument("--warmup", type=float, default=20.0, help="lanes before measuring")
+    ap.add_argument("--steady", type=float, default=120.0, help="the phase with lanes")
+    ap.add_argument("--lane-steady", type=float, default=45.0,
+                    help="the measured phase of the lanes-only runs")
+    ap.add_argument("--span-interval", type=float, default=1.0)
+    ap.add_argument("--lane-tick", type=float, default=1.0,
+                    help="the lane actors' client.lane_flush_interval_s (default 1 s)")
+    ap.add_argument("--quick", action="store_true",
+                    help="50 endpoints with 200 lanes, then 50 lanes alone; short phases")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.scrape_seconds, args.warmup, args.steady = "50", 15.0, 10.0, 20.0
+        args.lane_sizes, args.lane_steady = "50", 15.0
+    runs = [(int(x), int(x) * args.lanes_per_endpoint, args.steady)
+            for x in args.sizes.split(",") if x]
+    runs += [(0, int(x), args.lane_steady) for x in args.lane_sizes.split(",") if x]
+    os.environ.pop("RL_INSIGHT_SERVER_URL", None)
+    results = []
+    for n, lanes, steady in runs:
+        results.append(run_size(n, lanes, steady, args))
+        Path(args.out).write_text(json.dumps(record(args, results), indent=2))
+    print("\n" + table(results))
+    save("scale", record(args, results))
+    print(f"\nwritten: {args.out}")
+    return 0
+
+
+def record(args, results: list[dict]) -> dict:
+    import platform
+
+    return {"machine": {"cpus": os.cpu_count(),
+                        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+                        "python": platform.python_version(),
+                        "platform": platform.platform()},
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join(["python", "bench/scale.py", *sys.argv[1:]]),
+            "settings": {k: v for k, v in vars(args).items() if k != "out"},
+            "sizes": results}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
