@@ -268,6 +268,21 @@ def register(url: str, ports: list[int]) -> dict:
             "last_100_p50_ms": pct(lat[-100:], 0.5) * 1e3}
 
 
+def http_sd(url: str) -> dict:
+    """What one poll of GET /api/v1/prometheus/sd costs (a Prometheus of one's own, or
+    each shard, polls it once per refresh_interval)."""
+    s = requests.Session()
+    lat, size, groups = [], 0, 0
+    for _ in range(10):
+        t = time.perf_counter()
+        r = s.get(url + "/api/v1/prometheus/sd", timeout=60)
+        lat.append(time.perf_counter() - t)
+        if r.status_code != 200:
+            return {"status": r.status_code}
+        size, groups = len(r.content), len(r.json())
+    return {"p50_ms": pct(lat, 0.5) * 1e3, "bytes": size, "groups": groups}
+
+
 def wait_all_up(prom: str, n: int, timeout: float) -> float | None:
     end = time.time() + timeout
     while time.time() < end:
@@ -317,6 +332,7 @@ def run_size(n: int, lanes: int, steady: float, args) -> dict:
             reg["all_up_after_first_s"] = (up - reg["first"]) if up else None
             reg["all_up_after_last_s"] = (up - reg["last"]) if up else None
             out["registration"] = reg
+            out["http_sd"] = http_sd(url)
             print(f"   registered: p50 {reg['p50_ms']:.1f} ms, p99 {reg['p99_ms']:.1f} ms; "
                   f"all up {reg['all_up_after_first_s']} s after the first", flush=True)
 
@@ -424,6 +440,7 @@ def rows(results: list[dict]) -> list[tuple[str, list]]:
          [g(r, "registration", "all_up_after_first_s") for r in results]),
         ("all endpoints up, s after the last registration",
          [g(r, "registration", "all_up_after_last_s") for r in results]),
+        ("GET /api/v1/prometheus/sd p50, ms", [g(r, "http_sd", "p50_ms") for r in results]),
         *both("Prometheus head series", "prometheus", "head_series"),
         *both("samples appended/s", "prometheus", "samples_appended_per_s"),
         *both("engine scrape p50, s", "prometheus", "engine_scrape_s_p50"),
