@@ -185,7 +185,7 @@ def test_doctor_on_a_worker_names_an_unreachable_or_loopback_server_url(world):
     checks = doctor(worker, url)
     assert checks["server"]["status"] == "ok"
     assert {k for k, c in checks.items() if k.startswith("port ")} == {
-        "port prometheus", "port grafana"}
+        "port prometheus", "port grafana", "port alertmanager"}
     assert all(c["status"] == "ok" for k, c in checks.items() if k.startswith("port "))
 
 

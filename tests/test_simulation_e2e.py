@@ -186,3 +186,29 @@ def test_vllm_omni_replica_is_the_rl_replica_and_its_own_is_engine_replica(world
     assert sorted(s["replica"] for s in series) == ["0", "1"]
     assert {(s["engine_replica"], s["stage"]) for s in series} == {("0", "0")}
     assert not any("exported_replica" in s for s in series)
+
+
+def test_step_anatomy_in_both_modes(world):
+    """Separate-asynchronous: the next batch is generated while the ranks train, so
+    rollout and training overlap and the trainer consumes a batch one weight update old;
+    synchronous: neither."""
+    _, url, runs = world
+
+    def rows(run):
+        r = requests.get(url + "/api/v1/anatomy", params={
+            "project": run["project"], "experiment_name": run["experiment_name"]},
+            timeout=5)
+        steps = r.json()["steps"] if r.status_code == 200 else []
+        return steps if len(steps) == 3 else None
+
+    for backend, (mode, _) in RUNS.items():
+        steps = wait_for(lambda b=backend: rows(runs[b]), 20, f"3 steps of {backend}")
+        assert [s["step"] for s in steps] == [1, 2, 3]
+        for s in steps:
+            assert set(s["replicas"]) == {"0", "1"} and s["generate_s"] > 0, s
+        if mode == "async":
+            assert {"switch_to_trainer", "switch_to_rollout"} <= set(steps[1]["phases"])
+            for s in steps[1:]:
+                assert s["staleness"] == 1 and s["overlap_s"] > 0.1, s
+        else:
+            assert all(s["staleness"] == 0 and s["overlap_s"] < 0.05 for s in steps)

@@ -1,5 +1,5 @@
 """Soak: a steady load (64 lanes, 2,000 spans/s, 500 metric updates/s) for
-RL_INSIGHT_SOAK_SECONDS (CI: 90; `make soak`: 600), sampling the RSS of the server,
+RL_INSIGHT_SOAK_SECONDS (CI: 60; `make soak`: 600), sampling the RSS of the server,
 the hub and the lane actors. Goal: no growth trend."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.conftest import Cli, free_port_overrides
 from tests.raycluster import RayCluster
 
 pytestmark = pytest.mark.integration
-SECONDS = float(os.environ.get("RL_INSIGHT_SOAK_SECONDS", "90"))
+SECONDS = float(os.environ.get("RL_INSIGHT_SOAK_SECONDS", "60"))
 
 LOAD = r'''
 import json, sys, threading, time, ray, rl_insight
