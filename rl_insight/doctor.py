@@ -184,7 +184,9 @@ class Doctor:
         host = urlparse(self.url).hostname or ""
         for svc in (self.report or {}).get("services", []):
             port = svc.get("port")
-            if not port or not svc.get("ready"):
+            # running, ready or not: a firewall rule on the monitoring host can fail the
+            # server's own readiness probe of the very port this check is about
+            if not port or not (svc.get("ready") or svc.get("pid")):
                 continue
             why = reachable(host, int(port))
             name = f"port {svc['name']}"
