@@ -162,14 +162,23 @@ class Phase:
     def __init__(self, procs: Procs) -> None:
         self.procs = procs
         procs.reset_peak()
-        self.t0, self.c0 = time.time(), procs.cpu()
+        self.t0, self.c0, self.m0 = time.time(), procs.cpu(), machine_busy()
 
     def end(self) -> dict:
-        t1, c1 = time.time(), self.procs.cpu()
+        t1, c1, m1 = time.time(), self.procs.cpu(), machine_busy()
         wall = t1 - self.t0
-        return {"start": self.t0, "end": t1, "wall_s": wall,
-                "cpu_per_s": {k: (c1[k] - self.c0.get(k, 0.0)) / wall for k in c1},
+        cpu = {k: (c1[k] - self.c0.get(k, 0.0)) / wall for k in c1}
+        busy = (m1 - self.m0) / wall
+        return {"start": self.t0, "end": t1, "wall_s": wall, "cpu_per_s": cpu,
+                "machine_busy_cpu_per_s": busy,
+                "others_cpu_per_s": max(busy - sum(cpu.values()), 0.0),
                 "rss_peak_mb": dict(self.procs.peak), "rss_end_mb": self.procs.rss()}
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine has been busy (every process, ours or not)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 def prom_query(prom: str, query: str, at: float | None = None) -> list[dict]:
@@ -452,6 +461,8 @@ def rows(results: list[dict]) -> list[tuple[str, list]]:
         *both("Prometheus CPU, s per s", "cpu_per_s", "prometheus"),
         *both("Prometheus RSS peak, MB", "rss_peak_mb", "prometheus"),
         *both("engine processes CPU, s per s", "cpu_per_s", "engines"),
+        *both("machine CPU busy, s per s (of 2)", "machine_busy_cpu_per_s"),
+        *both("other processes' CPU, s per s", "others_cpu_per_s"),
         ("lane load generator CPU, s per s",
          [g(r, "with_lanes", "cpu_per_s", "lane_load") for r in results]),
         ("lane series in Prometheus", [g(r, "with_lanes", "prometheus", "lane_series")
