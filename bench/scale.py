@@ -38,7 +38,9 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -277,6 +279,43 @@ def register(url: str, ports: list[int]) -> dict:
             "last_100_p50_ms": pct(lat[-100:], 0.5) * 1e3}
 
 
+COUNTERS = re.compile(r'^(rl_insight_http_requests_total|rl_insight_spans_received_total|'
+                      r'rl_insight_push_groups|rl_insight_push_series|rl_insight_spool_spans)'
+                      r'(\{.*\})? (\S+)$', re.M)
+
+
+def server_counters(url: str) -> dict:
+    """The server's own counters, read from its /metrics directly (when Prometheus'
+    scrape of it times out, this is the only account of what it took)."""
+    t = time.time()
+    try:
+        r = requests.get(url + "/metrics", timeout=300)
+    except requests.RequestException as exc:
+        return {"error": exc.__class__.__name__}
+    out: dict = {"at": time.time(), "fetch_s": time.time() - t, "bytes": len(r.content),
+                 "requests": {}}
+    for name, labels, value in COUNTERS.findall(r.text):
+        if name == "rl_insight_http_requests_total":
+            lab = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            key = f"{lab.get('method')} {lab.get('route')} {lab.get('code')}"
+            out["requests"][key] = out["requests"].get(key, 0.0) + float(value)
+        else:
+            out[name] = float(value)
+    return out
+
+
+def counter_rates(c0: dict, c1: dict) -> dict:
+    """Per second between two server_counters readings: requests by route and code."""
+    if "at" not in c0 or "at" not in c1:
+        return {}
+    dt = c1["at"] - c0["at"]
+    out = {k: (v - c0["requests"].get(k, 0.0)) / dt for k, v in c1["requests"].items()
+           if v - c0["requests"].get(k, 0.0) > 0}
+    out["spans_received"] = (c1.get("rl_insight_spans_received_total", 0.0) -
+                             c0.get("rl_insight_spans_received_total", 0.0)) / dt
+    return out
+
+
 def http_sd(url: str) -> dict:
     """What one poll of GET /api/v1/prometheus/sd costs (a Prometheus of one's own, or
     each shard, polls it once per refresh_interval)."""
@@ -307,14 +346,14 @@ def sleep_until(t: float) -> None:
         time.sleep(min(left, 1.0))
 
 
-def run_size(n: int, lanes: int, steady: float, args) -> dict:
-    print(f"\n== {n} endpoints, {lanes} lanes", flush=True)
+def run_size(n: int, lanes: int, steady: float, args, tick: float) -> dict:
+    print(f"\n== {n} endpoints, {lanes} lanes ticking every {tick:g} s", flush=True)
     home = Path(tempfile.mkdtemp(prefix="rl-insight-scale-"))
     sink = Sink()
     procs = Procs()
     cli = Cli(home, free_port_overrides())
     engines: list[subprocess.Popen] = []
-    out: dict = {"endpoints": n, "lanes": lanes}
+    out: dict = {"endpoints": n, "lanes": lanes, "lane_tick_s": tick}
     budget = args.scrape_seconds + args.warmup + steady + 600
     try:
         t = time.time()
@@ -359,12 +398,13 @@ def run_size(n: int, lanes: int, steady: float, args) -> dict:
         # with lanes
         gen = subprocess.Popen([sys.executable, str(HERE / "scale_lanes.py"), "--url", url,
                                 "--lanes", str(lanes), "--span-interval",
-                                str(args.span_interval), "--tick", str(args.lane_tick),
+                                str(args.span_interval), "--tick", str(tick),
                                 "--warmup", str(args.warmup),
                                 "--seconds", str(steady), "--project", PROJECT,
                                 "--experiment", EXPERIMENT],
                                stdout=subprocess.PIPE, text=True, cwd=REPO)
         procs.add("lane_load", gen.pid)
+        counters0 = server_counters(url)
         started = json.loads(gen.stdout.readline())
         sleep_until(started["steady_start"])
         ph = Phase(procs)
@@ -374,6 +414,9 @@ def run_size(n: int, lanes: int, steady: float, args) -> dict:
         received1 = prom_value(prom, "rl_insight_spans_received_total", b["end"])
         relayed0 = prom_value(prom, "rl_insight_spans_relayed_total", b["start"])
         relayed1 = prom_value(prom, "rl_insight_spans_relayed_total", b["end"])
+        counters1 = server_counters(url)
+        b["server_counters_end"] = counters1
+        b["server_rates"] = counter_rates(counters0, counters1)
         b["prometheus"] = prom_figures(prom, b["start"], b["end"])
         b["prometheus"]["lane_series"] = prom_value(
             prom, 'count({job="rl_insight_lanes"})', b["end"])
@@ -441,6 +484,8 @@ def rows(results: list[dict]) -> list[tuple[str, list]]:
         ("endpoints (replicas)", [r["endpoints"] for r in results]),
         ("series per endpoint", [r.get("series_per_endpoint") for r in results]),
         ("rank lanes", [r["lanes"] for r in results]),
+        ("lane tick, s (client.lane_flush_interval_s)", [r.get("lane_tick_s")
+                                                         for r in results]),
         ("registration p50, ms", [g(r, "registration", "p50_ms") for r in results]),
         ("registration p99, ms", [g(r, "registration", "p99_ms") for r in results]),
         ("registration of the last 100, p50 ms",
@@ -479,6 +524,17 @@ def rows(results: list[dict]) -> list[tuple[str, list]]:
                              for r in results]),
         ("spans accepted/s (200)", [g(r, "with_lanes", "lanes", "spans_accepted_per_s")
                                     for r in results]),
+        ("spans the server took/s (its counter, warmup and steady)",
+         [g(r, "with_lanes", "server_rates", "spans_received") for r in results]),
+        ("requests the server answered/s (its counter)",
+         [None if not g(r, "with_lanes", "server_rates") else sum(
+             v for k, v in r["with_lanes"]["server_rates"].items() if k != "spans_received")
+          for r in results]),
+        ("server /metrics at the end: MB", [
+            None if g(r, "with_lanes", "server_counters_end", "bytes") is None else
+            r["with_lanes"]["server_counters_end"]["bytes"] / 1e6 for r in results]),
+        ("server /metrics at the end: s to read",
+         [g(r, "with_lanes", "server_counters_end", "fetch_s") for r in results]),
         ("spans relayed/s (server counter)", [g(r, "with_lanes", "server_spans_relayed_per_s")
                                               for r in results]),
         ("lane requests nominal/s (3 per lane per tick)",
@@ -511,8 +567,9 @@ def rows(results: list[dict]) -> list[tuple[str, list]]:
 def table(results: list[dict]) -> str:
     body = rows(results)
     width = max(len(name) for name, _ in body)
-    lines = [f"{'what':<{width}} " + " ".join(f"{r['endpoints']:>6,}/{r['lanes']:<5,}"
-                                              for r in results)]
+    lines = [f"{'what':<{width}} " + " ".join(
+        f"{r['endpoints']:>5,}/{r['lanes']:,}@{r.get('lane_tick_s', 1):g}".rjust(12)
+        for r in results)]
     for name, values in body:
         lines.append(f"{name:<{width}} " + " ".join(f"{fmt(v):>12}" for v in values))
     return "\n".join(lines)
@@ -522,8 +579,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="250,500,1000", help="endpoints per run")
     ap.add_argument("--lanes-per-endpoint", type=int, default=4)
-    ap.add_argument("--lane-sizes", default="50,100,200,400",
-                    help="then runs with lanes only (no endpoints), e.g. 100,200,400")
+    ap.add_argument("--lane-sizes", default="50,100,200,400,700,100@4,200@4,400@4",
+                    help="then runs with lanes only (no endpoints); L@T: L lanes ticking "
+                         "every T s (client.lane_flush_interval_s) instead of --lane-tick")
     ap.add_argument("--endpoints-per-process", type=int, default=250)
     ap.add_argument("--scrape-interval", default="5s")
     ap.add_argument("--scrape-seconds", type=float, default=60.0,
@@ -544,11 +602,14 @@ def main() -> int:
         args.lane_sizes, args.lane_steady = "50", 15.0
     runs = [(int(x), int(x) * args.lanes_per_endpoint, args.steady)
             for x in args.sizes.split(",") if x]
-    runs += [(0, int(x), args.lane_steady) for x in args.lane_sizes.split(",") if x]
+    runs += [(0, x, args.lane_steady) for x in args.lane_sizes.split(",") if x]
     os.environ.pop("RL_INSIGHT_SERVER_URL", None)
+    # a plain kill stops cleanly too: the server, its Prometheus and the engines
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = []
     for n, lanes, steady in runs:
-        results.append(run_size(n, lanes, steady, args))
+        lanes, _, tick = str(lanes).partition("@")
+        results.append(run_size(n, int(lanes), steady, args, float(tick or args.lane_tick)))
         Path(args.out).write_text(json.dumps(record(args, results), indent=2))
     print("\n" + table(results))
     save("scale", record(args, results))

@@ -117,6 +117,9 @@ class Conn:
             return -2  # connection error
 
     async def _request(self, method: str, path: str, body: bytes, ctype: str) -> int:
+        if self.writer is not None and (self.reader.at_eof() or
+                                        self.writer.transport.is_closing()):
+            self.close()  # closed by the server while idle: urllib3 opens a new one too
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
@@ -124,7 +127,10 @@ class Conn:
                 "User-Agent: rl-insight-bench-lane\r\n\r\n").encode()
         self.writer.write(head + body)
         await self.writer.drain()
-        status = int((await self.reader.readline()).split()[1])
+        line = (await self.reader.readline()).split()
+        if len(line) < 2:
+            raise ConnectionResetError("the server closed the connection")
+        status = int(line[1])
         length, close = 0, False
         while True:
             line = await self.reader.readline()
