@@ -274,3 +274,17 @@ def test_route_and_report_over_otlp(server):
     assert float(rows[0]["replica_0_generate_s"]) == 4.0
     assert float(rows[0]["phase_update_weights_s"]) == 1.0
     assert json.loads(report.render(got["steps"], "json"))[0]["step"] == 1
+
+
+def test_a_run_without_step_marks_holds_a_bounded_number_of_spans():
+    """Nothing is finalized without marks, so nothing is pruned: the per-lane bound is
+    what keeps thousands of busy lanes from growing the server."""
+    from rl_insight.server.anatomy import MAX_SPANS_PER_LANE
+
+    store, _ = _store()
+    for k in range(MAX_SPANS_PER_LANE + 50):
+        store.add(_rows("p", "e", {f"rank_{i}": [("actor_update", k * S, k * S + 1)]
+                                   for i in range(20)}, []))
+    run = store._runs[("p", "e")]
+    assert all(len(q) == MAX_SPANS_PER_LANE for q in run.lanes.values())
+    assert len(run.lanes) == 20
