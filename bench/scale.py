@@ -447,6 +447,11 @@ def run_size(n: int, lanes: int, steady: float, args, tick: float) -> dict:
         r = cli.run("server", "stop", timeout=120)
         if r.returncode != 0:
             print(r.stdout + r.stderr, file=sys.stderr)
+        for pid in cli.ours():  # interrupted mid-start: no run file to stop it by yet
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for p in engines:
             try:
                 p.wait(30)
@@ -575,6 +580,17 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def markdown(results: list[dict]) -> str:
+    """The same table in Markdown (docs/scaling.md)."""
+    head = [f"{r['endpoints']:,} / {r['lanes']:,} @{r.get('lane_tick_s', 1):g} s"
+            for r in results]
+    lines = ["| what | " + " | ".join(head) + " |",
+             "| --- |" + " ---: |" * len(results)]
+    for name, values in rows(results):
+        lines.append(f"| {name} | " + " | ".join(fmt(v) for v in values) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="250,500,1000", help="endpoints per run")
@@ -596,7 +612,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="50 endpoints with 200 lanes, then 50 lanes alone; short phases")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--markdown", metavar="JSON",
+                    help="print the table of an earlier run (bench/scale.json) in Markdown; "
+                         "runs nothing")
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())["sizes"]))
+        return 0
     if args.quick:
         args.sizes, args.scrape_seconds, args.warmup, args.steady = "50", 15.0, 10.0, 20.0
         args.lane_sizes, args.lane_steady = "50", 15.0

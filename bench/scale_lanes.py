@@ -223,8 +223,8 @@ async def lane(rank: int, args, bodies: dict, ident: Identity, stats: Stats,
         stats.note("own_metrics", t, time.time(), code)
         if stats.t0 <= now < stats.t1:
             stats.cycles.append(time.time() - cycle0)
+        backlog[rank] = len(pending)  # kept up to date: a lane still waiting is cancelled
     conn.close()
-    backlog[rank] = len(pending)
 
 
 def pct(values: list[float], q: float) -> float:
