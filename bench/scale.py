@@ -240,6 +240,52 @@ def prom_figures(prom: str, start: float, end: float) -> dict:
     return out
 
 
+class VictoriaMetrics:
+    """Debian's victoria-metrics 1.79 on a free loopback port: a remote-write receiver
+    on this machine, standing in for Mimir, Thanos or a VictoriaMetrics cluster."""
+
+    def __init__(self, data: Path) -> None:
+        from rl_insight import netaddr
+
+        port = netaddr.free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            ["victoria-metrics", f"-httpListenAddr=127.0.0.1:{port}",
+             f"-storageDataPath={data}", "-retentionPeriod=1d", "-loggerLevel=WARN"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.time() + 30
+        while time.time() < end:
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                time.sleep(0.2)
+        raise RuntimeError("victoria-metrics did not answer /health")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def remote_write_figures(prom: str, start: float, end: float) -> dict:
+    """What the managed Prometheus sent on (Prometheus 2.42's remote storage metrics)."""
+    w = f"{max(int(end - start), 1)}s"
+    return {
+        "samples_sent_per_s": prom_value(
+            prom, f"sum(rate(prometheus_remote_storage_samples_total[{w}]))", end),
+        "samples_failed": prom_value(
+            prom, f"sum(increase(prometheus_remote_storage_samples_failed_total[{w}]))", end),
+        "lag_s": prom_value(
+            prom, "max(prometheus_remote_storage_highest_timestamp_in_seconds) - "
+                  "min(prometheus_remote_storage_queue_highest_sent_timestamp_seconds)", end),
+        "shards": prom_value(prom, "max(prometheus_remote_storage_shards)", end),
+    }
+
+
 def start_engines(n: int, per_proc: int, seconds: float, procs: Procs
                   ) -> tuple[list[subprocess.Popen], list[int], dict]:
     """n endpoints in ceil(n / per_proc) processes; their ports, once all listen."""
@@ -346,20 +392,31 @@ def sleep_until(t: float) -> None:
         time.sleep(min(left, 1.0))
 
 
-def run_size(n: int, lanes: int, steady: float, args, tick: float) -> dict:
-    print(f"\n== {n} endpoints, {lanes} lanes ticking every {tick:g} s", flush=True)
+def run_size(n: int, lanes: int, steady: float, args, tick: float,
+             remote_write: bool = False) -> dict:
+    print(f"\n== {n} endpoints, {lanes} lanes" + (f" ticking every {tick:g} s" if lanes else "")
+          + (", remote write to a local VictoriaMetrics" if remote_write else ""), flush=True)
     home = Path(tempfile.mkdtemp(prefix="rl-insight-scale-"))
     sink = Sink()
     procs = Procs()
     cli = Cli(home, free_port_overrides())
     engines: list[subprocess.Popen] = []
-    out: dict = {"endpoints": n, "lanes": lanes, "lane_tick_s": tick}
+    vm = None
+    out: dict = {"endpoints": n, "lanes": lanes, "lane_tick_s": tick,
+                 "remote_write": remote_write,
+                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     budget = args.scrape_seconds + args.warmup + steady + 600
     try:
+        extra = []
+        if remote_write:
+            vm = VictoriaMetrics(home / "vm")
+            procs.add("victoria_metrics", vm.proc.pid)
+            extra.append(f"prometheus.remote_write_urls={vm.url}/api/v1/write")
         t = time.time()
         url = cli.start(f"prometheus.scrape_interval={args.scrape_interval}",
                         "tempo.enabled=false", "grafana.enabled=false",
-                        "alertmanager.enabled=false", f"traces.relay_url={sink.url}")
+                        "alertmanager.enabled=false", f"traces.relay_url={sink.url}",
+                        *extra)
         out["server_start_s"] = time.time() - t
         prom = cli.prometheus
         pid = requests.get(url + "/api/v1/services", timeout=10).json()["server"]["pid"]
@@ -390,11 +447,15 @@ def run_size(n: int, lanes: int, steady: float, args, tick: float) -> dict:
             time.sleep(args.scrape_seconds)
             a = ph.end()
             a["prometheus"] = prom_figures(prom, a["start"], a["end"])
+            if remote_write:
+                a["remote_write"] = remote_write_figures(prom, a["start"], a["end"])
             out["scrape_only"] = a
             print(f"   scrape only: server {a['cpu_per_s'].get('server', 0):.2f} CPU/s, "
                   f"Prometheus {a['cpu_per_s'].get('prometheus', 0):.2f} CPU/s, head "
                   f"series {a['prometheus']['head_series']}", flush=True)
 
+        if not lanes:
+            return out
         # with lanes
         gen = subprocess.Popen([sys.executable, str(HERE / "scale_lanes.py"), "--url", url,
                                 "--lanes", str(lanes), "--span-interval",
@@ -459,6 +520,8 @@ def run_size(n: int, lanes: int, steady: float, args, tick: float) -> dict:
                 p.kill()
         procs.stop()
         sink.stop()
+        if vm is not None:
+            vm.stop()
         shutil.rmtree(home, ignore_errors=True)
     return out
 
@@ -511,6 +574,14 @@ def rows(results: list[dict]) -> list[tuple[str, list]]:
         *both("Prometheus CPU, s per s", "cpu_per_s", "prometheus"),
         *both("Prometheus RSS peak, MB", "rss_peak_mb", "prometheus"),
         *both("engine processes CPU, s per s", "cpu_per_s", "engines"),
+        ("remote write: samples sent/s", [g(r, "scrape_only", "remote_write",
+                                            "samples_sent_per_s") for r in results]),
+        ("remote write: lag, s", [g(r, "scrape_only", "remote_write", "lag_s")
+                                  for r in results]),
+        ("remote write: VictoriaMetrics CPU, s per s",
+         [g(r, "scrape_only", "cpu_per_s", "victoria_metrics") for r in results]),
+        ("remote write: VictoriaMetrics RSS peak, MB",
+         [g(r, "scrape_only", "rss_peak_mb", "victoria_metrics") for r in results]),
         *both("machine CPU busy, s per s (of 2)", "machine_busy_cpu_per_s"),
         *both("other processes' CPU, s per s", "others_cpu_per_s"),
         ("lane load generator CPU, s per s",
@@ -583,7 +654,7 @@ def table(results: list[dict]) -> str:
 def markdown(results: list[dict]) -> str:
     """The same table in Markdown (docs/scaling.md)."""
     head = [f"{r['endpoints']:,} / {r['lanes']:,} @{r.get('lane_tick_s', 1):g} s"
-            for r in results]
+            + (" RW" if r.get("remote_write") else "") for r in results]
     lines = ["| what | " + " | ".join(head) + " |",
              "| --- |" + " ---: |" * len(results)]
     for name, values in rows(results):
@@ -604,6 +675,9 @@ def main() -> int:
                     help="the scrape-only phase")
     ap.add_argument("--warmup", type=float, default=20.0, help="lanes before measuring")
     ap.add_argument("--steady", type=float, default=120.0, help="the phase with lanes")
+    ap.add_argument("--remote-write-sizes", default="1000",
+                    help="then runs with endpoints only, remote writing to a local "
+                         "VictoriaMetrics")
     ap.add_argument("--lane-steady", type=float, default=45.0,
                     help="the measured phase of the lanes-only runs")
     ap.add_argument("--span-interval", type=float, default=1.0)
@@ -621,17 +695,20 @@ def main() -> int:
         return 0
     if args.quick:
         args.sizes, args.scrape_seconds, args.warmup, args.steady = "50", 15.0, 10.0, 20.0
-        args.lane_sizes, args.lane_steady = "50", 15.0
+        args.lane_sizes, args.lane_steady, args.remote_write_sizes = "50", 15.0, "50"
     runs = [(int(x), int(x) * args.lanes_per_endpoint, args.steady)
             for x in args.sizes.split(",") if x]
     runs += [(0, x, args.lane_steady) for x in args.lane_sizes.split(",") if x]
+    runs += [(int(x), "0@rw", 0.0) for x in args.remote_write_sizes.split(",") if x]
     os.environ.pop("RL_INSIGHT_SERVER_URL", None)
     # a plain kill stops cleanly too: the server, its Prometheus and the engines
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = []
     for n, lanes, steady in runs:
         lanes, _, tick = str(lanes).partition("@")
-        results.append(run_size(n, int(lanes), steady, args, float(tick or args.lane_tick)))
+        rw = tick == "rw"
+        tick = args.lane_tick if rw or not tick else float(tick)
+        results.append(run_size(n, int(lanes), steady, args, tick, remote_write=rw))
         Path(args.out).write_text(json.dumps(record(args, results), indent=2))
     print("\n" + table(results))
     save("scale", record(args, results))
