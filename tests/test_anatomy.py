@@ -288,3 +288,22 @@ def test_a_run_without_step_marks_holds_a_bounded_number_of_spans():
     run = store._runs[("p", "e")]
     assert all(len(q) == MAX_SPANS_PER_LANE for q in run.lanes.values())
     assert len(run.lanes) == 20
+
+
+def test_a_span_that_arrives_after_its_step_was_final_redoes_the_row():
+    """A restarted lane actor resends what it had not delivered after newer spans, so a
+    replica can report past a step's end before its generation in that step arrives."""
+    store, _ = _store()
+    lanes = _sync_step(0)
+    late = lanes.pop("replica_1")  # its generation, 0..3 s, comes last
+    store.add(_rows("p", "e", lanes, [(1, 0, 10 * S)]))
+    store.add(_rows("p", "e", {"replica_0": [("vllm_generate", 10 * S, 11 * S)],
+                               "replica_1": [("vllm_generate", 10 * S, 11 * S)],
+                               "rank_0": [("actor_update", 10 * S, 12 * S)]}, []))
+    assert store.update(now=13) == 1
+    assert store.rows("p", "e")[0].replicas["1"].generate_s == 0  # not in yet
+    store.add(_rows("p", "e", {"replica_1": late}, []))
+    assert store.update(now=14) == 1
+    [row] = store.rows("p", "e")
+    assert row.replicas["1"].generate_s == 3 and row.straggler_ratio == pytest.approx(4 / 3.5)
+    assert store.runs()[0]["late_spans"] == 1

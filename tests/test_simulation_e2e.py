@@ -204,11 +204,14 @@ def test_step_anatomy_in_both_modes(world):
     for backend, (mode, _) in RUNS.items():
         steps = wait_for(lambda b=backend: rows(runs[b]), 20, f"3 steps of {backend}")
         assert [s["step"] for s in steps] == [1, 2, 3]
-        for s in steps:
-            assert set(s["replicas"]) == {"0", "1"} and s["generate_s"] > 0, s
-        if mode == "async":
+        assert all(set(s["replicas"]) == {"0", "1"} for s in steps)
+        if mode == "async":  # the last step generates nothing: no next batch
+            for s in steps[:2]:
+                assert all(r["generate_s"] > 0 for r in s["replicas"].values()), s
+                assert s["overlap_s"] > 0.1, s
             assert {"switch_to_trainer", "switch_to_rollout"} <= set(steps[1]["phases"])
-            for s in steps[1:]:
-                assert s["staleness"] == 1 and s["overlap_s"] > 0.1, s
+            assert [s["staleness"] for s in steps] == [0, 1, 1], steps
         else:
-            assert all(s["staleness"] == 0 and s["overlap_s"] < 0.05 for s in steps)
+            for s in steps:
+                assert all(r["generate_s"] > 0 for r in s["replicas"].values()), s
+                assert s["staleness"] == 0 and s["overlap_s"] < 0.05, s

@@ -44,7 +44,9 @@ class RunAnatomy:
         self.durations: deque[float] = deque(maxlen=1000)  # of every mark, final or not
         self.last_mark_end = 0
         self.final_end = 0
-        self.late_spans = 0
+        self.late_spans = 0  # arrived after their step was final (its row is redone)
+        self.late: list[int] | None = None  # [first start, last end] of those spans
+        self.horizon = 0  # spans ending before this were pruned
 
     def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
         if lane == TRAINER_LANE and state == STEP_STATE:
@@ -59,8 +61,10 @@ class RunAnatomy:
             return
         if not (REPLICA.match(lane) or RANK.match(lane)):
             return
-        if end <= self.final_end:
-            self.late_spans += 1
+        if end <= self.final_end or start < self.final_end:
+            self.late_spans += end <= self.final_end
+            self.late = [min(start, self.late[0]), max(end, self.late[1])] if self.late \
+                else [start, end]
         q = self.lanes.get(lane)
         if q is None:
             q = self.lanes[lane] = deque(maxlen=MAX_SPANS_PER_LANE)
@@ -73,7 +77,7 @@ class RunAnatomy:
         """Rows of the steps whose spans are in: every lane active around the step has
         reported past its end, or the run finished, or max_wait_s passed; and settle_s
         passed in any case (spans of different lanes arrive through different actors)."""
-        out = []
+        out = self._redo_late()
         settle, wait = int(settings.settle_s * 1e9), int(settings.max_wait_s * 1e9)
         for end in sorted(self.marks):
             step, start = self.marks[end]
@@ -92,8 +96,27 @@ class RunAnatomy:
             self._prune(start - (end - start))
         return out
 
+    def _redo_late(self) -> list[StepRow]:
+        """Rows of final steps that a late span overlaps, computed again (a lane actor
+        that restarted sends what it had not delivered, after newer spans), as long as
+        their spans are still held."""
+        late, self.late = self.late, None
+        if late is None:
+            return []
+        lanes = {lane: list(q) for lane, q in self.lanes.items()}
+        redone = []
+        for i in range(len(self.rows) - 1, -1, -1):
+            row = self.rows[i]
+            if row.start_ns < self.horizon:
+                break
+            if row.start_ns < late[1] and late[0] < row.end_ns:
+                self.rows[i] = step_row(row.step, row.start_ns, row.end_ns, lanes)
+                redone.append(self.rows[i])
+        return redone
+
     def _prune(self, before_ns: int) -> None:
         """Drop spans that ended before the previous window: staleness looks one back."""
+        self.horizon = max(self.horizon, before_ns)
         for q in self.lanes.values():
             while q and q[0][2] < before_ns:
                 q.popleft()
@@ -128,7 +151,8 @@ class AnatomyStore:
                 run.add_span(lane, state, start, end, step)
 
     def update(self, now: float | None = None) -> int:
-        """Finalize what is ready; returns the number of new rows."""
+        """Finalize what is ready, and redo final rows that late spans overlap; returns
+        the number of rows made or made again."""
         now_ns = int((time.time() if now is None else now) * 1e9)
         with self._lock:
             runs = list(self._runs.items())
