@@ -362,6 +362,53 @@ def counter_rates(c0: dict, c1: dict) -> dict:
     return out
 
 
+def request_costs(url: str, pid: int, n: int = 200) -> dict:
+    """The server's CPU and the latency of one request of each kind a lane actor sends,
+    one at a time on one keep-alive connection, the server otherwise idle; the groups
+    pushed are deleted again, so the load that follows starts from nothing."""
+    from bench.scale_lanes import INTERVAL, lane_bodies
+    from rl_insight.collector.otlp_encode import encode
+    from rl_insight.events import Identity, Span
+
+    ident = Identity("bench-cost", "cost")
+    bodies = [lane_bodies(ident, r) for r in range(n)]
+    proc = psutil.Process(pid)
+    s = requests.Session()
+    text = {"Content-Type": "text/plain; version=0.0.4"}
+
+    def one(kind: str, b: dict) -> requests.Response:
+        if kind == "healthz":
+            return s.get(url + "/healthz")
+        if kind == "own_metrics":
+            return s.put(url + b["own_path"], headers=text, data=b["own_text"].format(
+                received=1, sent=1, pending=0).encode())
+        if kind == "lane_metrics":
+            return s.post(url + b["run_path"], data=b["run_body"], headers=text)
+        now = time.time_ns()
+        return s.post(url + "/v1/traces", headers={"Content-Type": "application/x-protobuf"},
+                      data=encode([(ident, "cost", Span("actor_update", now - 10**9, now,
+                                                        "rank_0", (("step", 1),) + INTERVAL,
+                                                        0, 0, 0, True))]))
+
+    out = {}
+    for kind in ("healthz", "own_metrics", "lane_metrics", "spans"):
+        lat = []
+        t = proc.cpu_times()
+        c0 = t.user + t.system
+        for b in bodies:
+            t0 = time.perf_counter()
+            r = one(kind, b)
+            lat.append(time.perf_counter() - t0)
+            r.raise_for_status()
+        t = proc.cpu_times()
+        out[kind] = {"server_cpu_ms": (t.user + t.system - c0) / n * 1e3,
+                     "p50_ms": pct(lat, 0.5) * 1e3}
+    for b in bodies:
+        s.delete(url + b["run_path"])
+        s.delete(url + b["own_path"])
+    return out
+
+
 def http_sd(url: str) -> dict:
     """What one poll of GET /api/v1/prometheus/sd costs (a Prometheus of one's own, or
     each shard, polls it once per refresh_interval)."""
@@ -456,6 +503,8 @@ def run_size(n: int, lanes: int, steady: float, args, tick: float,
 
         if not lanes:
             return out
+        if not n and args.request_costs:
+            out["request_costs"] = request_costs(url, pid)
         # with lanes
         gen = subprocess.Popen([sys.executable, str(HERE / "scale_lanes.py"), "--url", url,
                                 "--lanes", str(lanes), "--span-interval",
@@ -586,6 +635,9 @@ def rows(results: list[dict]) -> list[tuple[str, list]]:
         *both("other processes' CPU, s per s", "others_cpu_per_s"),
         ("lane load generator CPU, s per s",
          [g(r, "with_lanes", "cpu_per_s", "lane_load") for r in results]),
+        *[(f"server CPU per {k} request alone, ms", [g(r, "request_costs", k, "server_cpu_ms")
+                                                      for r in results])
+          for k in ("healthz", "own_metrics", "lane_metrics", "spans")],
         ("lane series in Prometheus", [g(r, "with_lanes", "prometheus", "lane_series")
                                        for r in results]),
         ("server scrape samples (its /metrics)",
@@ -652,14 +704,25 @@ def table(results: list[dict]) -> str:
 
 
 def markdown(results: list[dict]) -> str:
-    """The same table in Markdown (docs/scaling.md)."""
-    head = [f"{r['endpoints']:,} / {r['lanes']:,} @{r.get('lane_tick_s', 1):g} s"
-            + (" RW" if r.get("remote_write") else "") for r in results]
-    lines = ["| what | " + " | ".join(head) + " |",
-             "| --- |" + " ---: |" * len(results)]
-    for name, values in rows(results):
-        lines.append(f"| {name} | " + " | ".join(fmt(v) for v in values) + " |")
-    return "\n".join(lines)
+    """The table in Markdown (docs/scaling.md): the runs with endpoints, then the runs
+    with lanes alone; rows with nothing measured in a table's runs are left out."""
+    out = []
+    for title, runs in (("Runs with endpoints", [r for r in results if r["endpoints"]]),
+                        ("Runs with lanes alone", [r for r in results
+                                                   if not r["endpoints"]])):
+        if not runs:
+            continue
+        head = [f"{r['endpoints']:,} / {r['lanes']:,}"
+                + (f" @{r.get('lane_tick_s', 1):g} s" if r["lanes"] else "")
+                + (" RW" if r.get("remote_write") else "") for r in runs]
+        out += [f"{title} (endpoints / lanes @ lane tick; RW: remote write)", "",
+                "| what | " + " | ".join(head) + " |", "| --- |" + " ---: |" * len(runs)]
+        for name, values in rows(runs):
+            if any(v is not None for v in values) and name not in (
+                    "endpoints (replicas)", "rank lanes"):
+                out.append(f"| {name} | " + " | ".join(fmt(v) for v in values) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def main() -> int:
@@ -678,6 +741,9 @@ def main() -> int:
     ap.add_argument("--remote-write-sizes", default="1000",
                     help="then runs with endpoints only, remote writing to a local "
                          "VictoriaMetrics")
+    ap.add_argument("--no-request-costs", dest="request_costs", action="store_false",
+                    help="skip the one-request-at-a-time cost of each kind before the "
+                         "lanes-only runs")
     ap.add_argument("--lane-steady", type=float, default=45.0,
                     help="the measured phase of the lanes-only runs")
     ap.add_argument("--span-interval", type=float, default=1.0)
