@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from rl_insight import config
 from rl_insight.anatomy import step_row, union
+from rl_insight.client.steps import StepClock
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
 from rl_insight.export import report
@@ -215,6 +216,48 @@ def test_verl_logging_order_makes_contiguous_step_spans(recorded):
     assert [dict(s.attributes)["step"] for s in spans] == [1, 2, 3]
     assert spans[0].end_ns - spans[0].start_ns == int(2.5 * S)  # the first: timing_s/step
     assert spans[1].start_ns == spans[0].end_ns and spans[2].start_ns == spans[1].end_ns
+
+
+class _Clock:
+    """A clock the test moves: the step marks' times without sleeping."""
+
+    def __init__(self) -> None:
+        self.ns = 1_000 * S
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def _log(clock, steps, order) -> list:
+    """Steps of the given lengths (s), each dict logged 1 ms after the step ends, its
+    keys 0.1 ms apart, after a 1.5 s pause (the verl test's TransferQueue wait)."""
+    got: list = []
+    marks = StepClock(got.append, clock)
+    for number, seconds in enumerate(steps, start=1):
+        clock.ns += int(seconds * S)
+        keys = {"step": ("rl_insight_monitor_training_global_step", number),
+                "time": ("rl_insight_monitor_timing_s_step", seconds - 0.001)}
+        for key in order:
+            marks.observe(*keys[key])
+            clock.ns += S // 10_000
+        clock.ns += int(1.5 * S)
+    marks.flush()
+    return [(dict(s.attributes)["step"], s.start_ns, s.end_ns) for s in got]
+
+
+@pytest.mark.parametrize("order", [("step", "time"), ("time", "step")])
+def test_the_first_step_has_its_own_duration_in_either_order(order):
+    """Steps shorter than 5 s, the duration logged before or after the step number: the
+    first step's window is its own duration, never the next step's (a dict that puts
+    timing_s/step first gave step 1 the second step's length and cut off its rollout)."""
+    clock = _Clock()
+    t0 = clock.ns
+    spans = _log(clock, [4.0, 2.0, 2.5], order)
+    assert [n for n, _, _ in spans] == [1, 2, 3]
+    first_end = spans[0][2]
+    assert abs(spans[0][1] - (first_end - int(3.999 * S))) < S // 1000, spans[0]
+    assert spans[0][1] >= t0  # not before the step began
+    assert spans[1][1] == spans[0][2] and spans[2][1] == spans[1][2]  # contiguous
 
 
 def test_tracking_step_and_global_step_make_one_mark_and_bad_values_none(recorded):
