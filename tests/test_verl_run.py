@@ -44,11 +44,31 @@ sys.path.insert(0, os.path.join(os.environ["REPO"], "examples"))
 import fake_engines  # FAKE vLLM engines: vLLM's metric names, text format
 
 URL, PROJECT, EXPERIMENT, CONCURRENCY = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+PROM = sys.argv[5]  # the test's Prometheus: the run waits until a scrape has seen it
+RUN = f'project="{PROJECT}",experiment_name="{EXPERIMENT}"'
+
+
+def scraped_after(query, t, count=1, timeout=30):
+    """Wait until Prometheus holds a sample of each of `count` series of `query` taken
+    at or after unix time `t` (a scrape saw the state at t); fail at the deadline."""
+    import requests
+    deadline, last = time.time() + timeout, None
+    while time.time() < deadline:
+        try:
+            last = requests.get(PROM + "/api/v1/query", params={
+                "query": f"timestamp({query})"}, timeout=5).json()["data"]["result"]
+            if len([x for x in last if float(x["value"][1]) >= t]) >= count:
+                return
+        except Exception as exc:
+            last = repr(exc)
+        time.sleep(0.2)
+    raise TimeoutError(f"no scrape of {query} after {t} within {timeout}s: {last}")
 # main_ppo: trainer.logger contains rl_insight -> the variable, forwarded to all workers
 os.environ["VERL_RL_INSIGHT_ENABLE"] = "1"
 ray.init(address="auto", runtime_env={"env_vars": {
     "VERL_RL_INSIGHT_ENABLE": "1", "RL_INSIGHT_SERVER_URL": URL,
     "TQ_METRICS_COLLECT_INTERVAL": "1"}})  # TransferQueue's gauges: every 1 s, not 10
+COLLECT_S = 1.0
 ray.cloudpickle.register_pickle_by_value(fake_engines)
 
 
@@ -172,6 +192,7 @@ class TaskRunner:
                                    "global_steps": step} for _ in every])
             ray.get([r.generate_batch.remote(CONCURRENCY, ks)
                      for r, ks in zip(replicas, keys)])
+            t_put = time.time()
             ready = [k for k, v in tq.kv_list("train")["train"].items()
                      if v.get("status") == "success"]
             tq.kv_batch_get(keys=ready, partition_id="train", select_fields=["responses"])
@@ -197,9 +218,14 @@ class TaskRunner:
                 data["val-core/openai/gsm8k/reward/mean@1"] = 0.4 + 0.05 * step
                 data["val-aux/openai/gsm8k/acc/mean@1"] = 0.39
             tracking.log(data=data, step=step)
-            time.sleep(1.5)  # TransferQueue's gauges see the batch before it is cleared
+            # the partition's series exist only while it holds the batch: a scrape sees
+            # them, refreshed after the put (TransferQueue's gauges: every second)
+            scraped_after(f'tq_partition_samples_total{{{RUN},partition_id="train"}}',
+                          t_put + COLLECT_S)
             tq.kv_clear(keys=every, partition_id="train")
-        time.sleep(3)  # and its counters reach a scrape
+        # the counters of the last clear reach a scrape of the controller and both units
+        scraped_after(f'up{{{RUN},job=~"transfer_queue.*"}}', time.time() + COLLECT_S,
+                      count=3)
         tracking.finish()
         tq.close()
         return {"t_start": t_start, "addresses": addresses}
@@ -222,7 +248,7 @@ def verl_run(tmp_path_factory):
         from tests.conftest import REPO
 
         r = cluster.run_driver(DRIVER, url, PROJECT, EXPERIMENT, str(CONCURRENCY),
-                               timeout=300, REPO=str(REPO))
+                               cli.prometheus, timeout=300, REPO=str(REPO))
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
         line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
         result = json.loads(line[len("RESULT "):])
