@@ -29,17 +29,18 @@ from tests.raycluster import RayCluster
 pytestmark = pytest.mark.integration
 RESULTS: dict[str, dict] = {}
 DURATION = 8.0
-INJECT_AT = 3.0
+INJECT_AFTER = 100  # events handed over (acknowledged) before the fault lands
 
 LOAD = r'''
 import json, os, sys, time, ray, rl_insight
-fault, exp, duration, out, inject_at = sys.argv[1:6]
-duration, inject_at = float(duration), float(inject_at)
+fault, exp, duration, out, inject_after = sys.argv[1:6]
+duration, inject_after = float(duration), int(inject_after)
 rl_insight.ray.attach(project="rel", experiment_name=exp)
 from rl_insight.ray import actors
 
 
-def emit(source, lanes, out_path, duration):
+def emit(source, lanes, out_path, duration, flowing=None):
+    """Events until the deadline; `flowing` is set once a hand-over was acknowledged."""
     state = {"metrics": 0, "spans": 0, "max_call_ms": 0.0, "calls": 0}
 
     def save():
@@ -63,6 +64,8 @@ def emit(source, lanes, out_path, duration):
         if i % 25 == 0 and rl_insight.flush(5):   # handed over: acknowledged
             state["metrics"] = state["spans"] = i
             save()
+            if flowing is not None and i >= inject_after:
+                flowing.set()
         time.sleep(0.004)
     if rl_insight.flush(60):
         state["metrics"] = state["spans"] = i
@@ -80,11 +83,13 @@ if fault == "replica":
     replica = Replica.remote()
     replica.run.remote(exp, out + ".replica", duration)
 import threading
+flowing = threading.Event()  # the driver's events flow: the fault may land
+
 
 def inject():
     """The fault, and proof that it happened: the actor's pid before and after Ray
     restarted it (written beside the load's state for the test to check)."""
-    time.sleep(inject_at)
+    flowing.wait(duration)  # mid-run: after events were handed over, while more flow
     ns = "rl_insight"
     done = {"fault": fault}
     try:
@@ -111,7 +116,7 @@ def inject():
         json.dump(done, f)
 
 threading.Thread(target=inject, daemon=True).start()
-emit("driver", ["replica_0", "rank_0", "req_a", "req_b"], out, duration)
+emit("driver", ["replica_0", "rank_0", "req_a", "req_b"], out, duration, flowing)
 print("LOAD DONE", flush=True)
 '''
 
@@ -162,7 +167,7 @@ def start_load(world, fault: str, exp: str, tmp_path: Path) -> tuple:
     script = tmp_path / "load.py"
     script.write_text(LOAD)
     proc = subprocess.Popen([sys.executable, str(script), fault, exp, str(DURATION), out,
-                             str(INJECT_AT)], env=world["cluster"].env(),
+                             str(INJECT_AFTER)], env=world["cluster"].env(),
                             cwd=world["cluster"].workdir, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     return proc, out
@@ -224,7 +229,10 @@ def run_fault(world, fault: str, tmp_path: Path, inject=None, kill_driver=False,
     before = dropped_counts(world["url"])
     proc, out = start_load(world, fault, exp, tmp_path)
     if inject is not None or kill_driver:
-        time.sleep(INJECT_AT)  # the fault lands mid-run, while events flow
+        # the fault lands mid-run: once events were handed over, while more flow
+        wait_for(lambda: read_state(out)["metrics"] >= INJECT_AFTER or proc.poll() is not None,
+                 60, f"{INJECT_AFTER} events of the {fault} run handed over")
+        assert proc.poll() is None, "the load ended before its fault"
         if kill_driver:
             proc.send_signal(signal.SIGKILL)
         if inject is not None:
@@ -247,7 +255,8 @@ def test_server_killed_and_restarted(world, tmp_path):
     def kill_and_restart():
         pid = json.loads((cli.home / "run" / "server.json").read_text())["pid"]
         os.kill(pid, signal.SIGKILL)
-        time.sleep(3)
+        # gone, with every process it supervised (they die with it): the port is free
+        wait_for(lambda: not cli.ours(), 30, "the killed server and its children to exit")
         cli.start(*world["overrides"])
 
     run_fault(world, "server", tmp_path, kill_and_restart)
