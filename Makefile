@@ -5,7 +5,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rl-insight-installed
 
-.PHONY: setup system-deps test lint demo bench bench-quick bench-scale pictures soak clean
+# the integration tier in 2 xdist workers: on the project's 2-core machine the suite
+# waits on processes (Ray, Prometheus, simulated steps) more than it computes, and 2
+# workers took it from 17 to under 9 minutes (README, "Tests"); more did not pay there
+PYTEST_WORKERS ?= 2
+
+.PHONY: setup system-deps test test-fast lint demo bench bench-quick bench-scale pictures soak clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -23,8 +28,14 @@ system-deps:
 lint: setup
 	$(BIN)/ruff check rl_insight tests examples scripts bench dashboards
 
+# everything, as CI runs it; the slowest 15 tests close the output
 test: setup system-deps lint
-	./scripts/private-net.sh $(BIN)/python -m pytest -q -ra
+	./scripts/private-net.sh $(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) \
+	    --dist loadgroup --durations=15
+
+# for every edit: the tests that start no process (a test that does fails, naming it)
+test-fast: setup
+	RL_INSIGHT_FAST_TIER=1 $(BIN)/python -m pytest -q -m "not integration" --durations=5
 
 demo: setup system-deps
 	$(BIN)/python examples/demo.py

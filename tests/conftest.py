@@ -14,6 +14,47 @@ import pytest
 from rl_insight import netaddr
 
 REPO = Path(__file__).resolve().parents[1]
+pytest_plugins = ["tests.worlds"]  # the session-wide server and Ray cluster
+WORLDS = ("ray_world", "route_server")
+FAST_TIER_ENV = "RL_INSIGHT_FAST_TIER"  # `make test-fast`: no process may be started
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One xdist group per module, or per shared world for the modules that use one, so
+    `--dist loadgroup` sets each module's (and each world's) fixtures up once, on one
+    worker."""
+    group: dict[str, str] = {}
+    for item in items:
+        key = item.nodeid.split("::", 1)[0]
+        world = next((w for w in WORLDS if w in item.fixturenames), None)
+        if world or key not in group:
+            group[key] = world or group.get(key) or key
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group[item.nodeid.split("::", 1)[0]]))
+
+
+@pytest.fixture(autouse=True)
+def _no_processes_in_the_fast_tier(monkeypatch: pytest.MonkeyPatch):
+    """In the fast tier, a test that starts a process fails, naming the command: it
+    belongs to the integration tier (`pytest.mark.integration`)."""
+    if os.environ.get(FAST_TIER_ENV) != "1":
+        yield
+        return
+    started: list[str] = []
+    real = subprocess.Popen._execute_child
+
+    def refuse(self, args, *a, **kw):
+        started.append(" ".join(map(str, args)) if isinstance(args, (list, tuple))
+                       else str(args))
+        raise OSError("the fast tier starts no processes: mark this test "
+                      "pytest.mark.integration")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    monkeypatch.setattr(os, "fork", lambda: refuse(None, ["os.fork()"]))
+    yield
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", real)
+    assert not started, ("a test of the fast tier started processes (mark it "
+                         f"pytest.mark.integration): {started}")
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.1):

@@ -142,6 +142,7 @@ def test_thresholds_that_would_always_fire_are_refused(settings, key):
 
 
 @needs_promtool
+@pytest.mark.integration  # starts a process
 def test_promtool_loads_the_rule_file_and_prometheus_config(settings):
     rules = alert_rules.write(settings)
     r = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True,
@@ -156,6 +157,7 @@ def test_promtool_loads_the_rule_file_and_prometheus_config(settings):
 
 
 @needs_promtool
+@pytest.mark.integration  # starts a process
 def test_nonfinite_fires_on_nan_and_both_infinities_of_listed_metrics_of_active_runs(
         settings, tmp_path):
     def s(name: str, values: str, run: str = RUN) -> dict:
@@ -194,6 +196,7 @@ def test_nonfinite_fires_on_nan_and_both_infinities_of_listed_metrics_of_active_
 
 
 @needs_promtool
+@pytest.mark.integration  # starts a process
 def test_training_stalled_after_max_of_factor_times_median_and_the_minimum(settings,
                                                                           tmp_path):
     def run(name: str, last_end: str, median: str) -> list[dict]:
@@ -219,6 +222,7 @@ def test_training_stalled_after_max_of_factor_times_median_and_the_minimum(setti
 
 
 @needs_promtool
+@pytest.mark.integration  # starts a process
 def test_replica_stuck_compares_its_time_in_the_state_with_the_usual(settings, tmp_path):
     config.set_key(settings, "alerts.state_stuck_min_s", "60")
     base = f'{RUN},job="rl_insight_lanes",lane_actor="lanes-0"'
@@ -258,6 +262,7 @@ def test_replica_stuck_compares_its_time_in_the_state_with_the_usual(settings, t
 
 
 @needs_promtool
+@pytest.mark.integration  # starts a process
 def test_engine_alerts_kv_cache_and_preemptions_of_vllm_and_sglang(settings, tmp_path):
     eng = f'{RUN},instance="10.0.0.5:8000",replica="0"'
     series = [
@@ -283,6 +288,7 @@ def test_engine_alerts_kv_cache_and_preemptions_of_vllm_and_sglang(settings, tmp
 
 
 @needs_promtool
+@pytest.mark.integration  # starts a process
 def test_target_down_only_for_engine_jobs_of_active_runs(settings, tmp_path):
     def up(job: str, run: str = RUN, value: str = "0x20") -> dict:
         return {"series": f'up{{{run},job="{job}",instance="10.0.0.5:8000"}}',
@@ -298,6 +304,7 @@ def test_target_down_only_for_engine_jobs_of_active_runs(settings, tmp_path):
 
 
 @needs_promtool
+@pytest.mark.integration  # starts a process
 def test_dropping_events_names_each_counter_that_grew(settings, tmp_path):
     series = [
         {"series": 'rl_insight_hub_events_dropped_total{job="rl_insight_hub",hub="h"}',
@@ -329,6 +336,7 @@ def test_prometheus_loads_the_rules_and_sends_to_the_managed_alertmanager(settin
     assert "rule_files" not in prom.render(settings)
 
 
+@pytest.mark.integration  # starts a process
 def test_an_alertmanager_that_is_not_installed_is_not_sent_to(settings, tmp_path):
     config.set_key(settings, "alertmanager.binary", str(tmp_path / "no-such-alertmanager"))
     launch = SERVICES["prometheus"].launch(settings, Path("/usr/bin/prometheus"))
@@ -391,6 +399,7 @@ def test_an_incomplete_receiver_is_an_error_naming_the_setting(settings, overrid
     "slack_channel": "#a", "email_to": "a@b.c", "email_from": "x@b.c",
     "smtp_smarthost": "smtp.b.c:25", "smtp_auth_username": "u", "smtp_auth_password": "p"}],
     ids=["no receiver", "every receiver"])
+@pytest.mark.integration  # starts a process
 def test_debians_alertmanager_0_25_accepts_the_config(settings, receivers):
     for key, value in receivers.items():
         config.set_key(settings, f"alertmanager.{key}", value)

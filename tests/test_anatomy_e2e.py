@@ -17,9 +17,7 @@ import requests
 
 from bench.anatomy_error import compare
 from dashboards import panels
-from tests.conftest import REPO, Cli, free_port_overrides, wait_for
-from tests.raycluster import RayCluster
-from tests.webhook import WebhookReceiver
+from tests.conftest import REPO, wait_for
 
 pytestmark = pytest.mark.integration
 RUN = {"project": "e2e-faults", "experiment_name": "anatomy"}
@@ -48,35 +46,18 @@ ALERTS = {  # alert -> labels it must carry
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    hook = WebhookReceiver().start()
-    cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
-    url = cli.start(
-        "prometheus.scrape_interval=1s", "anatomy.settle_s=1", "anatomy.max_wait_s=30",
-        # thresholds relative to the run's own step and state times, so a loaded machine
-        # (slower steps) still sees the 12 s stall and hang as far longer than usual
-        "alerts.pending_for=0s", "alerts.stall_factor=1.5", "alerts.stall_min_s=5",
-        "alerts.state_stuck_factor=2", "alerts.state_stuck_min_s=5",
-        "alerts.state_stuck_window=10m", "alerts.kv_cache_usage_max=0.8",
-        "alerts.preemptions_per_s_max=0.2", "alerts.target_down_for=0s",
-        "alerts.dropped_window=10m", f"alertmanager.webhook_urls={hook.url}",
-        "alertmanager.group_wait=1s", "alertmanager.group_interval=1s",
-        "alertmanager.repeat_interval=1h")
+def world(ray_world, tmp_path_factory):
+    """The faulty run on the shared server and Ray cluster (tests/worlds.py: its alert
+    thresholds and webhook are this module's)."""
     truth = tmp_path_factory.mktemp("truth") / "truth.json"
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"),
-                         extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
-    try:
-        r = subprocess.run([sys.executable, str(REPO / "examples" / "simulate_rl.py"), *SIM,
-                            "--truth", str(truth)], env=cluster.env(), cwd=cluster.workdir,
-                           capture_output=True, text=True, timeout=400)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        line = next(x for x in r.stdout.splitlines() if x.startswith("SIMULATION "))
-        sim = json.loads(line[len("SIMULATION "):])
-        yield cli, url, hook, sim, json.loads(truth.read_text())
-    finally:
-        cluster.stop()
-        cli.run("server", "stop")
-        hook.stop()
+    cluster = ray_world.cluster
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "simulate_rl.py"), *SIM,
+                        "--truth", str(truth)], env=cluster.env(), cwd=cluster.workdir,
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("SIMULATION "))
+    sim = json.loads(line[len("SIMULATION "):])
+    return ray_world.cli, ray_world.url, ray_world.hook, sim, json.loads(truth.read_text())
 
 
 def test_every_alert_reaches_the_webhook_through_alertmanager(world):
@@ -90,7 +71,8 @@ def test_every_alert_reaches_the_webhook_through_alertmanager(world):
                            for a in got)]
     wait_for(lambda: not missing(), 60, "every alert at the webhook", interval=0.5)
     stuck = [a for a in hook.alerts()
-             if a["labels"]["alertname"] == "RLInsightReplicaStuckInState"]
+             if a["labels"]["alertname"] == "RLInsightReplicaStuckInState" and
+             a["labels"].get("project") == RUN["project"]]  # the webhook is shared
     assert {a["labels"]["state_lane_id"] for a in stuck} == {"replica_0"}  # only the hung
     assert all(a["annotations"].get("summary") for a in hook.alerts())
 

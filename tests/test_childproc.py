@@ -18,7 +18,7 @@ PARENT = (
     "from rl_insight.childproc import die_with_parent\n"
     "p = subprocess.Popen(die_with_parent(['/bin/sleep', '120']))\n"
     "print(p.pid, flush=True)\n"
-    "time.sleep(120)\n")
+    "time.sleep(120)  # not a wait: the parent stays up until the test kills it\n")
 
 
 def alive(pid: int) -> bool:
@@ -31,6 +31,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("path", [os.environ.get("PATH", ""), "/nonexistent"],
                          ids=["setpriv", "fallback"])
+@pytest.mark.integration  # starts a process
 def test_a_child_dies_when_its_parent_is_killed(path):
     env = {**os.environ, "PATH": path, "PYTHONPATH": str(REPO)}
     parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env,
@@ -43,6 +44,7 @@ def test_a_child_dies_when_its_parent_is_killed(path):
     wait_for(lambda: not alive(child), 10, "the orphaned child to get SIGTERM and exit")
 
 
+@pytest.mark.integration  # starts a process
 def test_the_supervisor_runs_no_python_between_fork_and_exec(monkeypatch, tmp_path):
     seen = {}
 

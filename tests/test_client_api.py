@@ -62,8 +62,8 @@ def expected_name(key: str) -> str:
 
 
 @pytest.mark.integration
-def test_verl_tracking_keys_reach_prometheus(cli):
-    url = cli.start("prometheus.scrape_interval=1s")
+def test_verl_tracking_keys_reach_prometheus(route_server):
+    cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own run
     env = client_env(cli, RL_INSIGHT_SERVER_URL=url, VERL_RL_INSIGHT_ENABLE="1",
                      STEP_DATA=json.dumps(VERL_STEP))
     r = run_script(VERL_SCRIPT, env)
@@ -101,8 +101,8 @@ t.finish()
 
 
 @pytest.mark.integration
-def test_tracking_backend_flattens_skips_and_exports_the_step(cli):
-    url = cli.start("prometheus.enabled=false")
+def test_tracking_backend_flattens_skips_and_exports_the_step(route_server):
+    cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own run
     r = run_script(TRACKING_SCRIPT, client_env(cli, RL_INSIGHT_SERVER_URL=url))
     assert r.returncode == 0, r.stderr
     text = requests.get(url + "/metrics", timeout=5).text
@@ -247,27 +247,28 @@ print("RESULT " + json.dumps({"t0": t0, "t1": t1, "err": err}))
 
 
 @pytest.mark.integration
-def test_trace_state_from_four_processes(cli):
-    from rl_insight import netaddr
+def test_trace_state_from_four_processes(route_server):
+    # the shared server relays to the shared FAKE Tempo: this run's spans are told apart
+    # by their experiment
+    cli, url, tempo = route_server.cli, route_server.url, route_server.tempo
+    env = client_env(cli, RL_INSIGHT_SERVER_URL=url, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", FOUR_LANES_SCRIPT, str(r)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(4)]
+    results = {}
+    for r, p in enumerate(procs):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results[r] = json.loads(out.strip().splitlines()[-1][len("RESULT "):])
 
-    tempo = FakeTempo(netaddr.free_port()).start()
-    try:
-        url = cli.start("prometheus.enabled=false", f"traces.relay_url={tempo.url}")
-        env = client_env(cli, RL_INSIGHT_SERVER_URL=url, PYTHONPATH=str(REPO))
-        procs = [subprocess.Popen([sys.executable, "-c", FOUR_LANES_SCRIPT, str(r)], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(4)]
-        results = {}
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
-            results[r] = json.loads(out.strip().splitlines()[-1][len("RESULT "):])
-        wait_for(lambda: len(tempo.spans) >= 8, 20, "eight spans at the receiver")
-    finally:
-        tempo.stop()
+    def mine() -> list:
+        return [(a, s) for a, s in list(tempo.spans)
+                if a.get("experiment_name") == "four-lanes"]
+
+    wait_for(lambda: len(mine()) >= 8, 20, "eight spans at the receiver")
     assert results[2]["err"] == "engine fell over"  # propagated unchanged
     by_lane: dict[str, list] = {}
-    for attrs, span in tempo.spans:
+    for attrs, span in mine():
         by_lane.setdefault(attrs["state_lane_id"], []).append((attrs, span))
     assert sorted(by_lane) == [f"replica_{r}" for r in range(4)]
     for r in range(4):
@@ -324,6 +325,7 @@ def test_external_otlp_mode_without_server(cli):
     assert tempo.spans[0][0]["state_lane_id"] == "replica_0"
 
 
+@pytest.mark.integration  # starts a process
 def test_server_url_wins_over_otlp_endpoint(cli):
     env = client_env(cli, RL_INSIGHT_SERVER_URL="http://127.0.0.1:1",
                      RL_INSIGHT_OTLP_ENDPOINT="http://127.0.0.1:2")
@@ -334,6 +336,7 @@ def test_server_url_wins_over_otlp_endpoint(cli):
     assert r.stderr.count("using the server") == 1
 
 
+@pytest.mark.integration  # starts a process
 def test_disabled_calls_create_nothing():
     code = """
 import rl_insight
@@ -470,8 +473,9 @@ def test_api_signatures_match_the_contract():
 
 SHORT_LIVED = '''
 import sys, rl_insight
+base = int(sys.argv[2])
 for i in range(10):
-    rl_insight.update_prometheus_config([f"127.0.0.1:{31000 + i}"], "vllm", [{"replica": i}])
+    rl_insight.update_prometheus_config([f"127.0.0.1:{base + i}"], "vllm", [{"replica": i}])
 if sys.argv[1] == "init-after":  # verl's order: registration first, then the run is named
     rl_insight.init(project="short", experiment_name="lived")
 if sys.argv[1] in ("finish", "init-after"):
@@ -481,15 +485,18 @@ if sys.argv[1] in ("finish", "init-after"):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("ending", ["exit", "finish", "init-after"])
-def test_registrations_of_a_short_lived_process_arrive(cli, ending):
+def test_registrations_of_a_short_lived_process_arrive(route_server, ending):
     """A process that registers and exits at once still delivers every registration
     (finish() and interpreter exit wait for them within the exit deadline)."""
-    url = cli.start("prometheus.enabled=false")
+    cli, url = route_server.cli, route_server.url  # shared: each ending its own ports
+    base = 31000 + 100 * ["exit", "finish", "init-after"].index(ending)
     env = client_env(cli, RL_INSIGHT_SERVER_URL=url, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", SHORT_LIVED, ending], env=env, cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", SHORT_LIVED, ending, str(base)], env=env,
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-3000:]
-    rows = requests.get(url + "/api/v1/prometheus/targets", timeout=5).json()["targets"]
+    ours = {f"127.0.0.1:{base + i}" for i in range(10)}
+    rows = [t for t in requests.get(url + "/api/v1/prometheus/targets", timeout=5).json()
+            ["targets"] if t["target"] in ours]
     assert sorted(t["labels"]["replica"] for t in rows) == [str(i) for i in range(10)]
     want = ("short", "lived") if ending == "init-after" else ("", "")
     assert {(t["project"], t["experiment_name"]) for t in rows} == {want}

@@ -323,6 +323,7 @@ def test_no_flag_takes_a_secret(capsys):
     assert not [f for f in flags if "token" in f or "password" in f or "user" in f]
 
 
+@pytest.mark.integration  # starts a process
 def test_the_real_cli_takes_the_token_from_the_environment_only(grafana, tmp_path):
     """`rl-insight dashboards install` as a subprocess: while it talks to Grafana its
     command line holds no token, its environment does, and Grafana got it as Bearer."""

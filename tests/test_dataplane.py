@@ -104,23 +104,24 @@ def test_target_scraped_survives_restart_and_leaves_when_archived(cli, exporter)
     wait_for(lambda: target_health(cli.prometheus, "vllm"), 15, "the restored target back")
 
 
-def test_targets_add_from_yaml(cli, exporter, tmp_path):
-    cli.start(*FAST)
+def test_targets_add_from_yaml(route_server, exporter, tmp_path):
+    cli = route_server.cli  # shared (tests/worlds.py): FAST's settings, no restart
     f = tmp_path / "t.yaml"
     f.write_text(f"- job_name: node-exporter\n  targets: ['{exporter}']\n"
                  "  labels: {node: node-a}\n")
     r = cli.run("server", "targets", "add", str(f))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["registered"] == 1
-    wait_for(lambda: prom_query(cli.prometheus, 'up{job="node-exporter",node="node-a"}'),
+    wait_for(lambda: prom_query(cli.prometheus, f'up{{job="node-exporter",node="node-a",'
+                                                f'instance="{exporter}"}}'),
              15, "the YAML-registered target scraped")
     f.write_text("job_name: x\ntargets: ['http://bad:1']\n")
     r = cli.run("server", "targets", "add", str(f))
     assert r.returncode != 0 and "only host:port" in r.stderr
 
 
-def test_push_to_gateway_roundtrip_through_prometheus(cli):
-    url = cli.start(*FAST)
+def test_push_to_gateway_roundtrip_through_prometheus(route_server):
+    cli, url = route_server.cli, route_server.url  # shared: FAST's settings, own run
     gateway = url.split("//", 1)[1]
     reg = CollectorRegistry()
     Gauge("rl_insight_monitor_actor_pg_loss", "loss", ["key"], registry=reg).labels(
@@ -138,10 +139,11 @@ def test_push_to_gateway_roundtrip_through_prometheus(cli):
     # instance="" (the Pushgateway's convention) keeps Prometheus from adding the
     # server's own address; Prometheus stores an empty label as absent.
     assert "instance" not in res[0]["metric"]
-    assert prom_query(cli.prometheus, 'rl_insight_monitor_steps_total{project="proj"}')
+    run = 'project="proj",experiment_name="run/2"'
+    assert prom_query(cli.prometheus, f"rl_insight_monitor_steps_total{{{run}}}")
     wait_for(lambda: prom_query(cli.prometheus,
-                                'rl_insight_monitor_step_seconds_bucket{le="5.0"}'), 15,
-             "the pushed histogram buckets")
+                                f'rl_insight_monitor_step_seconds_bucket{{le="5.0",{run}}}'),
+             15, "the pushed histogram buckets")
 
     reg2 = CollectorRegistry()
     Gauge("rl_insight_monitor_extra", "more", registry=reg2).set(1)

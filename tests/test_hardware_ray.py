@@ -16,8 +16,8 @@ import pytest
 import requests
 
 from dashboards import panels
-from tests.conftest import Cli, free_port_overrides, processes_with_env, prom_query, wait_for
-from tests.raycluster import MARK, RayCluster
+from tests.conftest import processes_with_env, prom_query, wait_for
+from tests.raycluster import MARK
 
 pytestmark = pytest.mark.integration
 
@@ -33,14 +33,10 @@ print("RESULT " + json.dumps({"nodes": ray.get(mgr.reconcile_now.remote()),
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
-    url = cli.start("prometheus.scrape_interval=1s")
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"),
-                         extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
-    yield cli, url, cluster
-    cluster.stop()
-    cli.run("server", "stop")
+def stack(ray_world):
+    """The shared server and Ray cluster (tests/worlds.py); each test attaches under its
+    own namespace and looks only at its own nodes' targets."""
+    return ray_world.cli, ray_world.url, ray_world.cluster
 
 
 def result(r) -> dict:

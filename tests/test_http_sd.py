@@ -21,8 +21,6 @@ from tests.conftest import prom_query, wait_for
 pytestmark = pytest.mark.integration
 
 RUN = {"project": "sd-proj", "experiment_name": "sd-run"}
-NO_SERVICES = ["prometheus.enabled=false", "tempo.enabled=false", "grafana.enabled=false",
-               "alertmanager.enabled=false"]
 
 
 @pytest.fixture
@@ -81,16 +79,21 @@ def own_prometheus(tmp_path):
 
 
 def vllm_targets(prom: str) -> list[dict]:
+    """The run's engine targets among the second Prometheus' active targets."""
     try:
         active = requests.get(prom + "/api/v1/targets", params={"state": "active"},
                               timeout=5).json()["data"]["activeTargets"]
     except (requests.RequestException, ValueError, KeyError):
         return []
-    return [t for t in active if t["labels"].get("job") == "vllm"]
+    return [t for t in active if t["labels"].get("job") == "vllm" and
+            t["labels"].get("project") == RUN["project"]]
 
 
-def test_a_prometheus_of_ones_own_scrapes_what_http_sd_lists(cli, engines, own_prometheus):
-    url = cli.start(*NO_SERVICES)
+def test_a_prometheus_of_ones_own_scrapes_what_http_sd_lists(route_server, engines,
+                                                             own_prometheus):
+    # the shared server (tests/worlds.py): other tests' targets are listed too, this
+    # run's are told apart by its labels
+    cli, url = route_server.cli, route_server.url
     r = requests.post(url + "/api/v1/prometheus/targets", timeout=5, json={
         "job_name": "vllm", "targets": engines, "labels": [{"replica": 0}, {"replica": 1}],
         **RUN})
@@ -118,6 +121,9 @@ def test_a_prometheus_of_ones_own_scrapes_what_http_sd_lists(cli, engines, own_p
 
     r = requests.post(url + "/api/v1/experiments/archive", json=RUN, timeout=5)
     assert r.status_code == 200, r.text
-    assert requests.get(url + "/api/v1/prometheus/sd", timeout=5).json() == []
+    assert requests.get(url + "/api/v1/prometheus/sd", params={"project": RUN["project"]},
+                        timeout=5).json() == []
+    assert not [g for g in requests.get(url + "/api/v1/prometheus/sd", timeout=5).json()
+                if g["labels"].get("project") == RUN["project"]]
     wait_for(lambda: not vllm_targets(prom), 15,
              "the second Prometheus to drop the archived run's targets")

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -17,6 +19,7 @@ def fresh_python(code: str) -> None:
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.integration  # starts a process
 def test_the_cli_and_the_package_load_no_client_stack_until_used():
     code = ("import sys, rl_insight.cli, rl_insight.server.supervisor, rl_insight.childproc\n"
             "heavy = [m for m in sys.modules if m.startswith(('rl_insight.client', "
@@ -28,6 +31,7 @@ def test_the_cli_and_the_package_load_no_client_stack_until_used():
     fresh_python(code)
 
 
+@pytest.mark.integration  # starts a process
 def test_the_client_reaches_ray_only_through_its_transport_interface():
     """client/ never imports rl_insight.ray or Ray itself; ray/ implements the transport."""
     code = ("import sys, rl_insight.client.api, rl_insight.client.core, "

@@ -47,6 +47,7 @@ def manifest(home: Path) -> dict:
     return json.loads((home / "services" / "manifest.json").read_text())["services"]
 
 
+@pytest.mark.integration  # starts a process
 def test_local_archive_install_writes_manifest_and_is_idempotent(cli, home, archive_dir):
     r = cli.run("server", "install", "--local-archive", str(archive_dir), "--no-progress")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -88,6 +89,7 @@ def binaries_service(name):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
+@pytest.mark.integration  # starts a process
 def test_corrupt_archive_is_rejected_and_leaves_nothing(cli, home, archive_dir, damage):
     target = archive_dir / f"tempo_2.6.1_linux_{ARCH}.tar.gz"
     data = target.read_bytes()
@@ -102,6 +104,7 @@ def test_corrupt_archive_is_rejected_and_leaves_nothing(cli, home, archive_dir, 
     assert "tempo" not in (manifest(home) if (home / "services/manifest.json").exists() else {})
 
 
+@pytest.mark.integration  # starts a process
 def test_checksum_mismatch_is_rejected(cli, home, archive_dir):
     sums = archive_dir / f"grafana-13.0.0.linux-{ARCH}.tar.gz.sha256"
     sums.write_text("ab" * 32 + "\n")
@@ -120,6 +123,7 @@ def test_checksum_mismatch_is_rejected(cli, home, archive_dir):
     assert manifest(home)["grafana"]["checksum_verified"] is True
 
 
+@pytest.mark.integration  # starts a process
 def test_grafana_archive_under_the_download_pages_name(cli, home, archive_dir):
     """grafana.com names 13.x archives grafana_<v>_<build>_linux_<arch>.tar.gz; the same
     file with its .sha256 beside it installs from --local-archive."""
@@ -140,6 +144,7 @@ def test_grafana_archive_under_the_download_pages_name(cli, home, archive_dir):
     assert r.returncode != 0 and new.name in r.stdout
 
 
+@pytest.mark.integration  # starts a process
 def test_missing_local_archive_names_file_and_url(cli, home, archive_dir, monkeypatch):
     (archive_dir / f"tempo_2.6.1_linux_{ARCH}.tar.gz").unlink()
     cli.env["PATH"] = "/nonexistent"  # no tempo on PATH either
@@ -151,6 +156,7 @@ def test_missing_local_archive_names_file_and_url(cli, home, archive_dir, monkey
     assert f"{url}tempo_2.6.1_linux_{ARCH}.tar.gz" in out
 
 
+@pytest.mark.integration  # starts a process
 def test_host_prometheus_is_accepted_without_download(cli, home):
     r = cli.run("server", "install", "prometheus")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -161,6 +167,7 @@ def test_host_prometheus_is_accepted_without_download(cli, home):
     assert not (home / "services" / "prometheus").exists()
 
 
+@pytest.mark.integration  # starts a process
 def test_binary_older_than_minimum_is_passed_over(home, tmp_path):
     old = tmp_path / "prometheus"
     old.write_bytes(archives.fake_binary("prometheus, version 2.30.0 (branch: HEAD)"))
@@ -195,6 +202,7 @@ def mirror(archive_dir):
     httpd.shutdown()
 
 
+@pytest.mark.integration  # starts a process
 def test_download_with_checksum_through_a_mirror(home, mirror):
     lines: list[str] = []
     s = config.load(overrides=[f"install.mirror={mirror}"])
@@ -211,6 +219,7 @@ def test_download_with_checksum_through_a_mirror(home, mirror):
     assert any("no published checksum" in ln for ln in lines)
 
 
+@pytest.mark.integration  # starts a process
 def test_failed_download_names_url_and_local_archive(cli, home, mirror):
     cli.env["PATH"] = "/nonexistent"
     r = cli.run("server", "install", "grafana", "--set", f"install.mirror={mirror}")

@@ -211,7 +211,7 @@ def test_an_engine_prometheus_cannot_scrape_is_named_with_host_port_and_error(wo
              "g = pc.Gauge('vllm:num_requests_running', 'x', ['model_name', 'engine'])\n"
              "g.labels('m', '0').set(1)\n"
              f"pc.start_http_server(18555, addr={worker.address!r})\n"
-             "time.sleep(600)\n")
+             "time.sleep(600)  # not a wait: serves until the test kills it\n")
     worker.popen(PY, "-c", serve, env=base_env(), stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL)
     target = f"{worker.address}:18555"

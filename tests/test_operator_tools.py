@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import REPO, Cli, free_port_overrides, wait_for
-from tests.raycluster import RayCluster
+from tests.conftest import REPO, wait_for
 
 pytestmark = pytest.mark.integration
 
 EMIT = '''
-import time, rl_insight
-rl_insight.init("ops", "timeline")
+import sys, time, rl_insight
+rl_insight.init("ops", sys.argv[1])
 for step in range(2):
     for r in range(2):
         for s in ("vllm_generate", "vllm_sleep"):
@@ -55,10 +54,10 @@ def validate_chrome_trace(doc: dict) -> None:
     json.dumps(doc)
 
 
-def test_traces_export_one_track_per_lane(cli, tmp_path):
-    url = cli.start("prometheus.enabled=false")
+def test_traces_export_one_track_per_lane(ray_world, tmp_path):
+    cli, url = ray_world.cli, ray_world.url  # the shared server: this run is its own
     env = {k: v for k, v in cli.env.items() if not k.startswith("RL_INSIGHT_")}
-    r = subprocess.run([sys.executable, "-c", EMIT], env={
+    r = subprocess.run([sys.executable, "-c", EMIT, "timeline"], env={
         **env, "RL_INSIGHT_SERVER_URL": url, "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -89,18 +88,18 @@ def test_traces_export_one_track_per_lane(cli, tmp_path):
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is installed "
                     "by `make test`")
-def test_status_page_in_headless_chromium(cli, tmp_path):
-    url = cli.start("prometheus.scrape_interval=1s")
+def test_status_page_in_headless_chromium(ray_world, tmp_path):
+    cli, url = ray_world.cli, ray_world.url  # the shared server: this run is its own
     env = {k: v for k, v in cli.env.items() if not k.startswith("RL_INSIGHT_")}
-    subprocess.run([sys.executable, "-c", EMIT], env={
+    subprocess.run([sys.executable, "-c", EMIT, "status-page"], env={
         **env, "RL_INSIGHT_SERVER_URL": url, "PYTHONPATH": str(REPO)}, check=True,
         capture_output=True, timeout=60)
     requests.post(url + "/api/v1/prometheus/targets", json={
         "job_name": "vllm", "targets": [f"127.0.0.1:{cli.setting('server.port')}"],
-        "labels": [{"replica": 0}], "project": "ops", "experiment_name": "timeline"},
+        "labels": [{"replica": 0}], "project": "ops", "experiment_name": "status-page"},
         timeout=5).raise_for_status()
     wait_for(lambda: "up" in requests.get(url + "/api/v1/experiments/targets", params={
-        "project": "ops", "experiment_name": "timeline"}).json()["targets"][0]["health"],
+        "project": "ops", "experiment_name": "status-page"}).json()["targets"][0]["health"],
         20, "Prometheus to scrape the registered target")
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking",
@@ -108,7 +107,7 @@ def test_status_page_in_headless_chromium(cli, tmp_path):
              f"--user-data-dir={tmp_path / 'chrome'}"]
     dom = subprocess.run(["chromium", *flags, "--dump-dom", url + "/"], capture_output=True,
                          text=True, timeout=120).stdout
-    for text in ("RL-Insight", "prometheus", "ready", "ops", "timeline", "replica_0",
+    for text in ("RL-Insight", "prometheus", "ready", "ops", "status-page", "replica_0",
                  "rank_0", "vllm", "up", "http-equiv=\"refresh\""):
         assert text in dom, text
     shot = Path(os.environ.get("TEST_ARTIFACTS_DIR", tmp_path)) / "status-page.png"
@@ -121,34 +120,28 @@ def test_status_page_in_headless_chromium(cli, tmp_path):
 # -- doctor --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory):
-    from rl_insight import netaddr
-    from tests.fakes.otlp_receiver import FakeTempo
-
-    tempo = FakeTempo(netaddr.free_port()).start()  # Tempo's stand-in: relaying works
-    cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
-    url = cli.start("prometheus.scrape_interval=1s", f"traces.relay_url={tempo.url}")
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"), extra_env={
-        "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1"}).start()
+def healthy(ray_world):
+    """A simulated run that keeps its endpoints up, on the shared server and cluster
+    (tests/worlds.py: its nodes carry the server's address and VERL_RL_INSIGHT_ENABLE)."""
+    url, cluster = ray_world.url, ray_world.cluster
     sim = subprocess.Popen(
         [sys.executable, str(REPO / "examples" / "simulate_rl.py"), "--steps", "2",
          "--replicas", "2", "--ranks", "1", "--step-seconds", "2", "--linger", "600",
          "--project", "doc", "--experiment-name", "healthy"],
         env=cluster.env(), cwd=cluster.workdir, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
-    wait_for(lambda: "keeping the endpoints up" in (sim.stdout.readline() or "")
-             or sim.poll() is not None, 180, "the simulated run to finish its steps")
-    assert sim.poll() is None
-    wait_for(lambda: all(t.get("health") == "up" for t in requests.get(
-        url + "/api/v1/experiments/targets", params={"project": "doc",
-                                                     "experiment_name": "healthy"}
-    ).json()["targets"]), 30, "the run's targets to be up")
-    yield cli, url, cluster
-    sim.kill()
-    sim.wait()
-    cluster.stop()
-    cli.run("server", "stop")
-    tempo.stop()
+    try:
+        wait_for(lambda: "keeping the endpoints up" in (sim.stdout.readline() or "")
+                 or sim.poll() is not None, 180, "the simulated run to finish its steps")
+        assert sim.poll() is None
+        wait_for(lambda: all(t.get("health") == "up" for t in requests.get(
+            url + "/api/v1/experiments/targets", params={"project": "doc",
+                                                         "experiment_name": "healthy"}
+        ).json()["targets"]), 30, "the run's targets to be up")
+        yield ray_world.cli, url, cluster
+    finally:
+        sim.kill()
+        sim.wait()
 
 
 def doctor(cluster, url: str, *extra: str, **env) -> tuple[int, list[dict]]:

@@ -13,31 +13,21 @@ import pytest
 import requests
 
 from rl_insight import resources
-from tests.conftest import Cli, free_port_overrides, prom_query, wait_for
-from tests.raycluster import RayCluster
+from tests.conftest import prom_query, wait_for
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    cli = Cli(home, free_port_overrides())
-    cli.env["RL_INSIGHT_HOME"] = str(home)
-    url = cli.start("prometheus.scrape_interval=1s")
-    yield cli, url
-    cli.run("server", "stop")
+def stack(ray_world):
+    """The shared server (tests/worlds.py); every job here names its own run."""
+    return ray_world.cli, ray_world.url
 
 
 @pytest.fixture(scope="module")
-def cluster(stack, tmp_path_factory):
-    _, url = stack
-    work = tmp_path_factory.mktemp("ray")
+def cluster(ray_world):
     # the operator's way: the nodes themselves carry the server's address
-    c = RayCluster(work, extra_env={"RL_INSIGHT_SERVER_URL": url})
-    c.start()
-    yield c
-    c.stop()
+    return ray_world.cluster
 
 
 def prom_values(cli, query: str) -> dict[str, float]:

@@ -98,7 +98,9 @@ def cmdlines() -> str:
     return "\n".join(out)
 
 
-def test_pushed_run_metrics_are_remote_written_with_basic_auth(cli, stores):
+def test_pushed_run_metrics_are_remote_written_with_basic_auth(stores, cli):
+    """(stores before cli: the server stops first, while its remote-write peers still
+    answer, instead of waiting out the flush deadline against stopped ones)"""
     right, other = stores
     write = [vm.url + "/api/v1/write" for vm in stores]
     # the password as a flag: a detached start must pass it on through the environment

@@ -28,6 +28,7 @@ def settings(home):
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool comes with Debian's "
                     "prometheus package, which `make test` installs")
+@pytest.mark.integration  # starts a process
 def test_prometheus_config_passes_promtool(settings):
     launch = SERVICES["prometheus"].launch(settings, Path("/usr/bin/prometheus"))
     cfg = Path(launch.cwd) / "prometheus.yml"
@@ -45,6 +46,7 @@ def test_prometheus_config_passes_promtool(settings):
     assert launch.ready_url == "http://127.0.0.1:19191/-/ready"
 
 
+@pytest.mark.integration  # starts a process
 def test_prometheus_ipv6_hosts_are_bracketed(home):
     s = config.load(overrides=["host=::1", "server.port=18080", "prometheus.port=9090"])
     data = SERVICES["prometheus"].render(s)
@@ -187,6 +189,7 @@ def test_engine_names_survive_openmetrics_negotiation(home):
         assert relabel(kept) == kept
 
 
+@pytest.mark.integration  # starts a process
 def test_remote_write_credentials_live_in_0600_files_not_in_the_yaml_or_argv(home):
     import os
 
@@ -242,6 +245,7 @@ def test_bad_remote_write_settings_name_the_setting(home, overrides, message):
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool comes with Debian's "
                     "prometheus package, which `make test` installs")
+@pytest.mark.integration  # starts a process
 def test_the_external_prometheus_block_passes_promtool(tmp_path):
     from rl_insight import cli
     from rl_insight.server.services.prometheus import external_config_text

@@ -16,8 +16,7 @@ import requests
 
 from dashboards import build
 from rl_insight import netaddr
-from tests.conftest import REPO, Cli, free_port_overrides, wait_for
-from tests.raycluster import RayCluster
+from tests.conftest import REPO, wait_for
 
 pytestmark = pytest.mark.integration
 # each backend's FAKE engine through its real serving path, every run with the real
@@ -28,10 +27,10 @@ RUNS = {"vllm": ("sync", "e2e-vllm-sync"), "sglang": ("async", "e2e-sglang-async
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    cli = Cli(home, free_port_overrides())
-    url = cli.start("prometheus.scrape_interval=1s")
+def world(ray_world):
+    """The three runs, one after another, on the shared server and Ray cluster
+    (tests/worlds.py), plus Debian's node_exporter registered as node-a's."""
+    cli, url, cluster = ray_world.cli, ray_world.url, ray_world.cluster
     node_exporter = None
     if shutil.which("prometheus-node-exporter"):
         port = netaddr.free_port()
@@ -42,11 +41,11 @@ def world(tmp_path_factory):
             "job_name": "node-exporter", "targets": [f"127.0.0.1:{port}"],
             "labels": {"node": "node-a"}}, timeout=5)
         assert r.status_code == 200, r.text
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"),
-                         extra_env={"RL_INSIGHT_SERVER_URL": url,
-                                    "TQ_METRICS_COLLECT_INTERVAL": "1"}).start()
     runs = {}
     try:
+        # one after another: TransferQueue's controller is one named actor per cluster
+        # ("TransferQueueController" in namespace "transfer_queue"), so two runs that
+        # each start their own cannot overlap
         for backend, (mode, exp) in RUNS.items():
             r = subprocess.run(
                 [sys.executable, str(REPO / "examples" / "simulate_rl.py"), "--steps", "3",
@@ -62,11 +61,12 @@ def world(tmp_path_factory):
             runs[backend]["t_done"] = time.time()  # after the endpoints' linger
         yield cli, url, runs
     finally:
-        cluster.stop()
         if node_exporter:
             node_exporter.terminate()
             node_exporter.wait(10)
-        cli.run("server", "stop")
+            requests.delete(url + "/api/v1/prometheus/targets", json={
+                "job_name": "node-exporter", "targets": [f"127.0.0.1:{port}"],
+                "labels": {"node": "node-a"}}, timeout=5)
 
 
 def substitute(expr: str, run: dict | None) -> str:

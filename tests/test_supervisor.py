@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
+
 from rl_insight import netaddr
 from rl_insight.config import SupervisorSettings
 from rl_insight.server.services.base import Launch
@@ -15,6 +17,7 @@ FAST = SupervisorSettings(backoff_initial_s=0.2, backoff_max_s=0.8, stable_after
                           check_interval_s=0.05, stop_timeout_s=2)
 
 
+@pytest.mark.integration  # starts a process
 def test_ready_child_and_crashing_child_with_growing_backoff(tmp_path):
     port = netaddr.free_port()
     sup = Supervisor(FAST, tmp_path)
@@ -41,6 +44,7 @@ def test_ready_child_and_crashing_child_with_growing_backoff(tmp_path):
     assert all(s.state == "stopped" for s in sup.status())
 
 
+@pytest.mark.integration  # starts a process
 def test_stop_kills_a_child_that_ignores_sigterm(tmp_path):
     code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('handler', 'installed', flush=True); time.sleep(60)")

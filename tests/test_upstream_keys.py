@@ -66,6 +66,7 @@ def test_every_generated_tempo_key_is_in_tempo_2_6_1(settings):
 
 
 @pytest.mark.parametrize("version", ["2.54.1", "2.42.0"])
+@pytest.mark.integration  # starts a process
 def test_every_prometheus_key_and_flag_is_in_that_version(settings, version, tmp_path):
     sections = pinned(f"prometheus-v{version}-config.json")["sections"]
 

@@ -1,0 +1,102 @@
+"""Session-wide worlds that several test modules share, each started once per session
+(per xdist worker: the modules that use one are grouped on one worker, see conftest):
+
+- ``ray_world``: the server (real Prometheus and Alertmanager, a FAKE Tempo as the
+  relay's receiver, a webhook receiver as the team's alert endpoint) and a private Ray
+  cluster whose nodes carry the server's address. For the modules whose runs are kept
+  apart by project and experiment name: Ray collection, hardware on Ray, operator
+  tools, step anatomy with faults, the all-panels runs.
+- ``route_server``: a server with its Prometheus and a FAKE Tempo, no Ray, for
+  route-level tests that need no restart and no setting of their own.
+
+What a test changes in a world (a target, a run, a frozen Prometheus) it undoes or
+keeps under its own run; modules that restart a server or need settings of their own
+start their own with the ``cli`` fixture.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rl_insight import netaddr
+from tests.conftest import Cli, free_port_overrides
+from tests.fakes.otlp_receiver import FakeTempo
+from tests.raycluster import RayCluster
+from tests.webhook import WebhookReceiver
+
+# The union of what the sharing modules need. Alert thresholds are relative to a run's
+# own step and state times (so a loaded machine still sees the faults run's 12 s stall
+# and hang as far longer than usual); alerts of other runs reach the same webhook and
+# are told apart by their run labels.
+RAY_WORLD_SETTINGS = (
+    "prometheus.scrape_interval=1s",
+    "anatomy.settle_s=1", "anatomy.max_wait_s=30",
+    "alerts.pending_for=0s", "alerts.stall_factor=1.5", "alerts.stall_min_s=5",
+    "alerts.state_stuck_factor=2", "alerts.state_stuck_min_s=5",
+    "alerts.state_stuck_window=10m", "alerts.kv_cache_usage_max=0.8",
+    "alerts.preemptions_per_s_max=0.2", "alerts.target_down_for=0s",
+    "alerts.dropped_window=10m",
+    "alertmanager.group_wait=1s", "alertmanager.group_interval=1s",
+    "alertmanager.repeat_interval=1h")
+
+
+@dataclass
+class RayWorld:
+    cli: Cli
+    url: str
+    cluster: RayCluster
+    tempo: FakeTempo  # FAKE Tempo: the relay's receiver, real OTLP decoding
+    hook: WebhookReceiver
+
+
+@dataclass
+class RouteServer:
+    cli: Cli
+    url: str
+    tempo: FakeTempo
+
+
+def _workdir(name: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"rlt-{name}-"))
+
+
+@pytest.fixture(scope="session")
+def ray_world():
+    hook = WebhookReceiver().start()
+    tempo = FakeTempo(netaddr.free_port()).start()
+    cli = Cli(_workdir("home"), free_port_overrides())
+    cluster, work = None, _workdir("ray")
+    try:
+        url = cli.start(*RAY_WORLD_SETTINGS, f"traces.relay_url={tempo.url}",
+                        f"alertmanager.webhook_urls={hook.url}")
+        cluster = RayCluster(work, extra_env={
+            "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
+            "TQ_METRICS_COLLECT_INTERVAL": "1"}).start()
+        yield RayWorld(cli, url, cluster, tempo, hook)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        cli.run("server", "stop")
+        tempo.stop()
+        hook.stop()
+        shutil.rmtree(cli.home, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def route_server():
+    tempo = FakeTempo(netaddr.free_port()).start()
+    cli = Cli(_workdir("home"), free_port_overrides())
+    try:
+        url = cli.start("prometheus.scrape_interval=1s", "push.persist_interval_s=0.5",
+                        f"traces.relay_url={tempo.url}")
+        yield RouteServer(cli, url, tempo)
+    finally:
+        cli.run("server", "stop")
+        tempo.stop()
+        shutil.rmtree(cli.home, ignore_errors=True)
