@@ -19,6 +19,7 @@ WORLDS = ("ray_world", "route_server")
 FAST_TIER_ENV = "RL_INSIGHT_FAST_TIER"  # `make test-fast`: no process may be started
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """One xdist group per module, or per shared world for the modules that use one, so
     `--dist loadgroup` sets each module's (and each world's) fixtures up once, on one
