@@ -67,6 +67,9 @@ class Recorder:
         self.pushes.append((grouping, text, replace))
         return True
 
+    def push_groups(self, groups) -> list[bool]:
+        return [self.push(*g) for g in groups]
+
 
 def lane_bodies(ident: Identity, rank: int) -> dict:
     """LaneCore's own pushes for one rank lane after a step through every state."""

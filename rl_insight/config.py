@@ -43,6 +43,9 @@ class ServerSettings:
     # a target registered before its run is named (verl registers engines before init)
     # waits this long for the run before Prometheus scrapes it without one
     unbound_target_grace_s: float = 60.0
+    # pushes and span exports in progress at once; beyond, 503 with Retry-After (the
+    # senders keep their data and come back) instead of a queue without bound
+    max_intake_inflight: int = 32
 
 
 @dataclass
@@ -137,10 +140,16 @@ class ClientSettings:
     hub_push_interval_s: float = 2.0
     max_series_per_run: int = 20_000
     histogram_buckets: str = ""  # comma-separated upper bounds; empty: the defaults
-    lane_pool_size: int = 4  # actors shared by all lanes that are not replica_/rank_
+    # Lane actors: one per rollout replica (replica_<r>), one per Ray node for every other
+    # lane of the processes on it (rank_<r>, per-request and per-trajectory lanes). Each
+    # sends one request of spans and one of metrics per tick.
     lane_flush_interval_s: float = 1.0
-    lane_batch_size: int = 512
+    lane_batch_size: int = 8192  # spans per request; a full batch wakes the actor early
     lane_max_pending_spans: int = 100_000
+    # a lane actor exits this long after every job that sent to it has ended (and its
+    # spans are out): the actors belong to the jobs, not to the cluster
+    lane_exit_grace_s: float = 20.0
+    lane_pool_size: int = 4  # ignored since pooled lanes go to their node's lane actor
     ray_namespace: str = "rl_insight"
     # external OTLP mode (no server): metrics are served here for a Prometheus to scrape
     metrics_host: str = "0.0.0.0"
@@ -335,10 +344,10 @@ def env_name(key: str) -> str:
 MINIMUMS: dict[str, float] = {
     "client.buffer_max_events": 1, "client.batch_size": 1, "client.flush_interval_s": 0.01,
     "client.exit_flush_timeout_s": 0, "client.hub_push_interval_s": 0.05,
-    "client.max_series_per_run": 1, "client.lane_pool_size": 1,
+    "client.max_series_per_run": 1, "client.lane_exit_grace_s": 0,
     "client.lane_flush_interval_s": 0.01, "client.lane_batch_size": 1,
     "client.lane_max_pending_spans": 1, "client.registration_retry_max_s": 0.1,
-    "client.resend_max_events": 0,
+    "client.resend_max_events": 0, "server.max_intake_inflight": 1,
     "anatomy.settle_s": 0, "anatomy.max_wait_s": 0, "anatomy.keep_steps": 1,
     "anatomy.max_runs": 1, "anatomy.median_steps": 1, "anatomy.expose_s": 0,
     "alerts.stall_factor": 1, "alerts.stall_min_s": 1, "alerts.state_stuck_factor": 1,

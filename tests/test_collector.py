@@ -34,6 +34,11 @@ class RecordingSender:
             self.pushes.append((job, dict(grouping), text))
         return self.ok
 
+    def push_groups(self, groups):
+        """Several groups in one request (Sender.push_groups); recorded one by one."""
+        self.batches = getattr(self, "batches", 0) + 1
+        return [self.push(*g) for g in groups]
+
     def spans(self, payload):
         if self.ok:
             self.span_payloads.append(payload)

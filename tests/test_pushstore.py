@@ -5,9 +5,20 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import given, settings
 
 from rl_insight.config import PushSettings
-from rl_insight.server.pushstore import PushError, PushStore, parse_grouping_key, render
+from rl_insight.server.pushstore import (
+    PushError,
+    PushStore,
+    parse_body,
+    parse_grouping_key,
+    render,
+    render_blocks,
+    split_blocks,
+)
+from rl_insight.server.store import Store
+from tests.test_textformat import bodies
 
 
 def b64(s: str) -> str:
@@ -37,7 +48,7 @@ def test_grouping_keys():
 
 
 def test_put_replaces_post_merges_grouping_labels_win(tmp_path):
-    st = PushStore(PushSettings(), tmp_path)
+    st = PushStore(PushSettings(), Store(tmp_path))
     key = {"job": "j", "inst": "i1"}
     st.push(key, 'a{x="1",inst="other"} 1\nb 2\n', replace=True)
     assert series(st) == {("a", (("inst", "i1"), ("instance", ""), ("job", "j"), ("x", "1"))): 1,
@@ -61,7 +72,7 @@ def test_put_replaces_post_merges_grouping_labels_win(tmp_path):
     ("# TYPE kept counter\nkept 1\n", 400, "one name, one type"),
 ])
 def test_bad_pushes_change_nothing(tmp_path, body, status, msg):
-    st = PushStore(PushSettings(), tmp_path)
+    st = PushStore(PushSettings(), Store(tmp_path))
     st.push({"job": "j"}, "# TYPE kept gauge\nkept 7\n", replace=True)
     before = render(st.families())
     version = st.version
@@ -73,7 +84,8 @@ def test_bad_pushes_change_nothing(tmp_path, body, status, msg):
 
 
 def test_series_limits(tmp_path):
-    st = PushStore(PushSettings(max_series_per_group=3, max_series_total=5), tmp_path)
+    st = PushStore(PushSettings(max_series_per_group=3, max_series_total=5),
+                   Store(tmp_path))
     st.push({"job": "a"}, "x 1\ny 1\nz 1\n", replace=True)
     with pytest.raises(PushError, match="max_series_per_group") as e:
         st.push({"job": "a"}, "w 1\n", replace=False)  # POST would make 4
@@ -88,7 +100,7 @@ def test_series_limits(tmp_path):
 
 
 def test_reserved_types_and_archived_refusal(tmp_path):
-    st = PushStore(PushSettings(), tmp_path,
+    st = PushStore(PushSettings(), Store(tmp_path),
                    refuse=lambda labels: "archived" if labels.get("project") == "old" else None,
                    reserved=lambda: {"process_cpu_seconds": "counter"})
     with pytest.raises(PushError, match="server exposes it as counter"):
@@ -99,7 +111,7 @@ def test_reserved_types_and_archived_refusal(tmp_path):
 
 
 def test_persist_and_load_roundtrip(tmp_path):
-    st = PushStore(PushSettings(), tmp_path)
+    st = PushStore(PushSettings(), Store(tmp_path))
     st.push({"job": "j", "project": "p", "experiment_name": "e"},
             '# HELP h help\n# TYPE h histogram\nh_bucket{le="1"} 1\nh_bucket{le="+Inf"} 2\n'
             'h_sum 3\nh_count 2\n', replace=True)
@@ -107,7 +119,7 @@ def test_persist_and_load_roundtrip(tmp_path):
     st.persist()
     st.delete({"job": "k"})
     st.persist()
-    again = PushStore(PushSettings(), tmp_path)
+    again = PushStore(PushSettings(), Store(tmp_path))
     assert again.load() == 1
     assert series(again) == series(st)
     assert again.groups[next(iter(again.groups))].push_time == \
@@ -115,7 +127,7 @@ def test_persist_and_load_roundtrip(tmp_path):
 
 
 def test_expiry_of_finished_and_idle_groups(tmp_path):
-    st = PushStore(PushSettings(finished_ttl_s=10, idle_ttl_s=100), tmp_path)
+    st = PushStore(PushSettings(finished_ttl_s=10, idle_ttl_s=100), Store(tmp_path))
     st.push({"job": "j", "project": "p", "experiment_name": "done"}, "x 1\n", replace=True)
     st.push({"job": "j", "project": "p", "experiment_name": "live"}, "x 1\n", replace=True)
     st.push({"job": "old"}, "x 1\n", replace=True)
@@ -131,7 +143,7 @@ def test_expiry_of_finished_and_idle_groups(tmp_path):
 
 
 def test_untyped_series_of_one_name_form_one_family(tmp_path):
-    st = PushStore(PushSettings(), tmp_path)
+    st = PushStore(PushSettings(), Store(tmp_path))
     st.push({"job": "j"}, "".join(f'u{{i="{i}"}} {i}\n' for i in range(5)), replace=True)
     assert len([k for k in series(st) if k[0] == "u"]) == 5
     with pytest.raises(PushError, match="appears twice"):
@@ -140,7 +152,7 @@ def test_untyped_series_of_one_name_form_one_family(tmp_path):
 
 def test_total_series_follows_every_change(tmp_path):
     """The total is kept as groups change (it is read on every push), never recounted."""
-    st = PushStore(PushSettings(idle_ttl_s=100), tmp_path)
+    st = PushStore(PushSettings(idle_ttl_s=100), Store(tmp_path))
 
     def recount(s: PushStore) -> int:
         return sum(g.series for g in s.groups.values())
@@ -153,8 +165,21 @@ def test_total_series_follows_every_change(tmp_path):
     st.delete({"job": "b"})
     assert st.total_series() == recount(st) == 1
     st.persist()
-    again = PushStore(PushSettings(), tmp_path)
+    again = PushStore(PushSettings(), Store(tmp_path))
     again.load()
     assert again.total_series() == 1
     assert st.expire(max(g.push_time for g in st.groups.values()) + 101, lambda _: None) == 1
     assert st.total_series() == 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(bodies())
+def test_a_groups_blocks_are_what_generate_latest_writes(text):
+    """The exposition a group caches (render_blocks) is prometheus_client's, line for
+    line, for every body a push accepts."""
+    try:
+        families = parse_body(text, {"job": "j", "project": "p"})
+    except PushError:
+        return
+    assert render_blocks(families.values()) == split_blocks(render(families.values())
+                                                            .decode())

@@ -29,7 +29,7 @@ def actor_config(settings: ClientSettings, server_url: str, token: str,
             "lane_flush_interval_s": settings.lane_flush_interval_s,
             "lane_batch_size": settings.lane_batch_size,
             "lane_max_pending_spans": settings.lane_max_pending_spans,
-            "lane_pool_size": settings.lane_pool_size,
+            "lane_exit_grace_s": settings.lane_exit_grace_s,
             "namespace": settings.ray_namespace,
             "metrics_host": settings.metrics_host, "metrics_port": settings.metrics_port,
             "resend_max_events": settings.resend_max_events}

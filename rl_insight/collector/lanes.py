@@ -23,6 +23,7 @@ from rl_insight.events import GAUGE, HISTOGRAM, Identity, Metric, Span, StateCha
 log = logging.getLogger(__name__)
 
 DEDICATED = re.compile(r"^(replica|rank)_\d+$")
+REPLICA_LANE = re.compile(r"^replica_\d+$")  # the lanes with an actor of their own
 LANE_JOB = "rl_insight_lanes"
 STATE_GAUGE = "rl_insight_monitor_lane_state"
 # when the lane entered its current state (unix seconds; 0 when not in it): how long a
@@ -121,35 +122,39 @@ class LaneCore:
                                    "seconds); 0 while it is in another"))
         return out
 
-    def send_spans(self) -> None:
-        """Send what is pending, in batches; keep it on failure (bounded, oldest first
-        dropped and counted)."""
-        while True:
+    def send_spans(self) -> bool:
+        """Send one batch of what is pending (at most ``batch_size`` spans, oldest first);
+        keep it on failure (bounded, oldest first dropped and counted). Returns True when
+        a full batch is still waiting (a backlog drains without waiting for the tick)."""
+        with self._lock:
+            batch = [self.pending.popleft()
+                     for _ in range(min(self.batch_size, len(self.pending)))]
+        if not batch:
+            return False
+        if self.sender.spans(encode(batch)):
             with self._lock:
-                batch = [self.pending.popleft()
-                         for _ in range(min(self.batch_size * 4, len(self.pending)))]
-            if not batch:
-                return
-            if self.sender.spans(encode(batch)):
-                with self._lock:
-                    self.spans_sent += len(batch)
-                continue
-            with self._lock:  # put them back in front, in order
-                room = self.pending.maxlen - len(self.pending)
-                keep = batch[len(batch) - room:] if room < len(batch) else batch
-                self.spans_dropped += len(batch) - len(keep)
-                self.pending.extendleft(reversed(keep))
-            return
+                self.spans_sent += len(batch)
+                return len(self.pending) >= self.batch_size
+        with self._lock:  # put them back in front, in order
+            room = self.pending.maxlen - len(self.pending)
+            keep = batch[len(batch) - room:] if room < len(batch) else batch
+            self.spans_dropped += len(batch) - len(keep)
+            self.pending.extendleft(reversed(keep))
+        return False
 
     def push_metrics(self) -> None:
-        for ident, text in self.runs.take_dirty():
-            ok = self.sender.push(LANE_JOB, {"project": ident.project,
-                                             "experiment_name": ident.experiment_name,
-                                             "lane_actor": self.name}, text)
+        """Every run whose lane series changed, and this actor's own counters, in one
+        request; a group the server did not take stays dirty for the next tick."""
+        dirty = self.runs.take_dirty()
+        groups = [(LANE_JOB, {"project": ident.project,
+                              "experiment_name": ident.experiment_name,
+                              "lane_actor": self.name}, text, False)
+                  for ident, text in dirty]
+        groups.append((LANE_JOB, {"lane_actor": self.name}, self.own_metrics(), True))
+        done = self.sender.push_groups(groups)
+        for (ident, _), ok in zip(dirty, done, strict=False):
             if not ok:
                 self.runs.mark_dirty(ident)
-        self.sender.push(LANE_JOB, {"lane_actor": self.name}, self.own_metrics(),
-                         replace=True)
 
     def own_metrics(self) -> str:
         s = self.stats()
@@ -164,14 +169,22 @@ class LaneCore:
                   f"rl_insight_lane_spans_pending {s['spans_pending']}"]
         return "\n".join(lines) + "\n"
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """One batch of spans and one request of metrics; True when a backlog of spans
+        is still waiting (the caller runs again at once rather than after its tick)."""
         snapshot = self.marks.snapshot()
-        self.send_spans()
+        backlog = self.send_spans()
         self.push_metrics()
         with self._lock:
             delivered = not self.pending
         if delivered and not self.runs.any_dirty():  # all received before the tick left
             self.marks.confirm(snapshot)
+        return backlog
+
+    def idle(self) -> bool:
+        """Nothing waits to be sent: no span, no changed series."""
+        with self._lock:
+            return not self.pending and not self.runs.any_dirty()
 
     def stats(self) -> dict:
         with self._lock:

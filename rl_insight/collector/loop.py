@@ -1,5 +1,6 @@
-"""A background thread that runs a function every interval, sooner when woken, and
-once more at shutdown. Errors are logged, never raised: collection must not stop."""
+"""A background thread that runs a function every interval, sooner when woken (or at
+once when the function returns True: a backlog it is draining), and once more at
+shutdown. Errors are logged, never raised: collection must not stop."""
 
 from __future__ import annotations
 
@@ -27,20 +28,24 @@ class Periodic:
     def wake(self) -> None:
         self._wake.set()
 
-    def _run_once(self) -> None:
+    def _run_once(self) -> bool:
+        again = False
         try:
-            self.fn()
+            again = self.fn() is True
         except Exception:
             log.exception("rl-insight: %s failed; continuing", self._thread.name)
         with self._done:
             self._runs += 1
             self._done.notify_all()
+        return again
 
     def _loop(self) -> None:
+        again = False
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            if not again:
+                self._wake.wait(self.interval)
             self._wake.clear()
-            self._run_once()
+            again = self._run_once()
 
     def run_now(self, timeout: float) -> bool:
         """Wake the thread and wait until it has completed one full run after this call."""

@@ -1,16 +1,24 @@
 """The collector's network edge: pushing a run's metrics to the server's
 Pushgateway-style endpoint and its spans to an OTLP/HTTP endpoint. Failures are logged
-and reported as False, never raised: the caller keeps the data and tries again."""
+and reported as False, never raised: the caller keeps the data and tries again.
+
+A server that is overloaded answers 429 or 503 with ``Retry-After``: until then the
+sender sends nothing and reports False at once, so the caller keeps its data and the
+server gets room instead of a retry storm."""
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
+from collections.abc import Sequence
 
 import requests
 
 log = logging.getLogger(__name__)
+BATCH_PATH = "/api/v1/push/batch"  # several groups in one request (servers since 0.4)
+MAX_BACKOFF_S = 60.0
 
 
 def group_path(job: str, labels: dict[str, str]) -> str:
@@ -42,6 +50,9 @@ class Sender:
         self._last_log = 0.0
         self.server_started: str | None = None
         self.on_server_restart: list = []  # called when the server's start time changes
+        self.retry_at = 0.0  # monotonic time before which an overloaded server is spared
+        self.backoffs = 0  # 429/503 answers with Retry-After, counted
+        self.batch_route = True  # False once the server answered 404 to BATCH_PATH
 
     def _seen(self, response) -> None:
         started = response.headers.get("X-RL-Insight-Started")
@@ -67,26 +78,49 @@ class Sender:
         self.ok = False
         return False
 
+    def _backing_off(self) -> bool:
+        return time.monotonic() < self.retry_at
+
+    def _overloaded(self, r) -> None:
+        """429/503: wait as long as the server asks (Retry-After, seconds)."""
+        try:
+            wait = float(r.headers.get("Retry-After", "1"))
+        except ValueError:
+            wait = 1.0
+        self.retry_at = time.monotonic() + min(max(wait, 0.1), MAX_BACKOFF_S)
+        self.backoffs += 1
+
     def _request(self, method: str, url: str, what: str, **kw) -> bool:
+        return self._call(method, url, what, **kw)[0]
+
+    def _call(self, method: str, url: str, what: str, **kw):
+        """(ok, response or None): ok as ``_request`` reports it."""
+        if self._backing_off():
+            self.last_error = "the server asked to wait (Retry-After)"
+            return False, None
         try:
             r = self.session.request(method, url, timeout=self.timeout, **kw)
         except requests.RequestException as exc:
             self.last_error = f"{exc.__class__.__name__} talking to {url}"
-            return self._note(False, what)
+            return self._note(False, what), None
         self._seen(r)
+        if r.status_code in (429, 503):
+            self._overloaded(r)
         if r.status_code >= 400:
             try:
                 msg = r.json().get("error", r.text)
             except ValueError:
                 msg = r.text
             self.last_error = f"{r.status_code}: {msg[:300]}"
+            if r.status_code == 404 and url.endswith(BATCH_PATH):
+                return False, r  # an older server: the caller pushes group by group
             if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
                 # the server will never take this body; say so loudly, do not retry
                 log.error("rl-insight: %s refused: %s", what, self.last_error)
                 self._note(False, what)
-                return True
-            return self._note(False, what)
-        return self._note(True, what)
+                return True, r
+            return self._note(False, what), r
+        return self._note(True, what), r
 
     def push(self, job: str, grouping: dict[str, str], text: str,
              replace: bool = False) -> bool:
@@ -97,6 +131,46 @@ class Sender:
                              self.server_url + group_path(job, grouping), f"push to {job}",
                              data=text.encode(),
                              headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    def push_groups(self, groups: Sequence[tuple[str, dict[str, str], str, bool]]
+                    ) -> list[bool]:
+        """Several groups, (job, grouping, text, replace) each, in one request; per group,
+        whether the server has it (or refused it for good: kept would never pass). A
+        server without the batch route gets one request per group, as before."""
+        if not self.server_url or not groups:
+            return [True] * len(groups)
+        if self.batch_route:
+            body = json.dumps({"groups": [
+                {"job": job, "grouping": grouping, "text": text, "replace": replace}
+                for job, grouping, text, replace in groups]})
+            ok, r = self._call("POST", self.server_url + BATCH_PATH, "metrics push",
+                               data=body.encode(),
+                               headers={"Content-Type": "application/json"})
+            if r is not None and r.status_code == 404:
+                log.info("rl-insight: the server has no %s; pushing group by group",
+                         BATCH_PATH)
+                self.batch_route = False
+            elif not ok or r is None or r.status_code >= 400:
+                return [ok] * len(groups)
+            else:
+                return self._batch_results(r, groups)
+        return [self.push(job, grouping, text, replace)
+                for job, grouping, text, replace in groups]
+
+    def _batch_results(self, r, groups) -> list[bool]:
+        try:
+            results = r.json()["results"]
+        except (ValueError, KeyError, TypeError):
+            return [True] * len(groups)
+        out = []
+        for (job, _, _, _), res in zip(groups, results, strict=False):
+            status = int(res.get("status", 200))
+            for_good = 400 <= status < 500 and status not in (408, 429)
+            if for_good:  # the server will never take it: say so, do not retry
+                log.error("rl-insight: push to %s refused: %s: %s", job, status,
+                          str(res.get("error", ""))[:300])
+            out.append(status < 400 or for_good)
+        return out + [False] * (len(groups) - len(out))
 
     def delete(self, job: str, grouping: dict[str, str]) -> bool:
         if not self.server_url:

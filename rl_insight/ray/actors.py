@@ -1,22 +1,26 @@
 """The hub and lane actors: thin Ray wrappers around the collector cores.
 
 The hub is one detached actor per cluster, ``rl_insight_hub`` in namespace
-``rl_insight``; lanes are ``rl_insight_lane_<lane>`` for replica and rank lanes and
-``rl_insight_lane_pool_<i>`` for all others. All are detached (they outlive a crashing
-driver), restarted by Ray, reserve no CPU, and are created race-free with
-``get_if_exists``.
+``rl_insight``. Lane actors are ``rl_insight_lane_replica_<r>``, one per rollout replica,
+and ``rl_insight_lane_node_<node>``, one per Ray node for every other lane of the
+processes on it (trainer ranks, per-request and per-trajectory lanes): requests to the
+server grow with replicas and nodes, never with ranks. All are detached (they outlive a
+crashing driver), restarted by Ray, reserve no CPU, and are created race-free with
+``get_if_exists``; a lane actor exits once every job that used it has ended
+(``client.lane_exit_grace_s`` later), so none outlives its jobs by more than a minute.
 """
 
 from __future__ import annotations
 
 import logging
-import zlib
+import time
 from typing import Any
 
 import ray
 
 from rl_insight.collector.hub import HubCore
-from rl_insight.collector.lanes import LaneCore, is_dedicated
+from rl_insight.collector.lanes import REPLICA_LANE, LaneCore
+from rl_insight.collector.lifetime import JobLifetime
 from rl_insight.collector.loop import Periodic
 from rl_insight.collector.push import Sender
 from rl_insight.events import Batch, Identity
@@ -29,6 +33,8 @@ HUB_NAME = "rl_insight_hub"
 WAITING = "waiting"
 NAMESPACE = "rl_insight"
 LANE_PREFIX = "rl_insight_lane_"
+NODE_LANES = LANE_PREFIX + "node_"
+JOB_CHECK_S = 10.0  # how often a lane actor asks Ray whether its jobs have ended
 
 
 def _sender(config: dict[str, Any]) -> Sender:
@@ -102,15 +108,44 @@ class HubActor:
 
 class LaneActor:
     def __init__(self, name: str, config: dict[str, Any]) -> None:
+        self.name = name
         self.core = LaneCore(_sender(config), name,
                              config["lane_max_pending_spans"],
                              config["lane_batch_size"])
-        self.loop = Periodic(config["lane_flush_interval_s"], self.core.tick,
+        self.lifetime = JobLifetime(config.get("lane_exit_grace_s", 20.0))
+        self._next_check = time.monotonic() + JOB_CHECK_S
+        self.exiting = False
+        self.loop = Periodic(config["lane_flush_interval_s"], self._tick,
                              f"rl-insight-{name}").start()
 
-    def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> None:
+    def __repr__(self) -> str:  # what Ray's dashboard and `ray list actors` show
+        s = self.core.stats()
+        return (f"LaneActor({self.name}: {s['lanes']} lanes, {s['spans_sent']} spans sent, "
+                f"{s['spans_pending']} pending, jobs {sorted(self.lifetime.jobs)})")
+
+    def ingest(self, identity: Identity, process: str, items: list, seq: int = 0,
+               job_id: str = "") -> None:
+        self.lifetime.seen(job_id)
         if self.core.ingest(identity, process, items, seq):
             self.loop.wake()
+
+    def _tick(self) -> bool:
+        backlog = self.core.tick()
+        if time.monotonic() >= self._next_check and not backlog:
+            self._next_check = time.monotonic() + JOB_CHECK_S
+            if self.lifetime.over(ended_jobs()) and self.core.idle():
+                self._exit()
+        return backlog
+
+    def _exit(self) -> None:
+        """Every job that used this actor has ended and its spans are out: go, for good
+        (Ray would restart a crash; this is no crash)."""
+        log.info("rl-insight lane actor %s: its jobs have ended; exiting", self.name)
+        self.exiting = True
+        try:
+            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+        except Exception as exc:  # an old Ray: stay, harmless
+            log.warning("rl-insight lane actor %s could not exit: %s", self.name, exc)
 
     def confirmed(self, process: str) -> tuple[str, int]:
         return self.core.marks.confirmed(process)
@@ -120,7 +155,19 @@ class LaneActor:
         return self.stats()
 
     def stats(self) -> dict:
-        return {**self.core.stats(), **process_info()}
+        return {**self.core.stats(), **process_info(), "jobs": sorted(self.lifetime.jobs)}
+
+
+def ended_jobs() -> set[str]:
+    """Ids (hex) of the cluster's jobs that have ended, from Ray's job table; empty when
+    Ray cannot say (then nothing is taken for ended)."""
+    try:
+        from ray._private import state
+
+        return {j["JobID"] for j in state.jobs() if j.get("IsDead")}
+    except Exception as exc:  # the job table moved in another Ray version
+        log.debug("rl-insight: cannot read Ray's job table: %s", exc)
+        return set()
 
 
 def process_info() -> dict:
@@ -132,10 +179,12 @@ def process_info() -> dict:
     return {"pid": os.getpid(), "rss_bytes": psutil.Process().memory_info().rss}
 
 
-def lane_actor_name(lane: str, pool_size: int) -> str:
-    if is_dedicated(lane):
+def lane_actor_name(lane: str, node_id: str) -> str:
+    """A replica's own actor for ``replica_<r>``; for every other lane, the actor of the
+    node the sending process runs on."""
+    if REPLICA_LANE.match(lane):
         return LANE_PREFIX + lane
-    return f"{LANE_PREFIX}pool_{zlib.crc32(lane.encode()) % max(1, pool_size)}"
+    return NODE_LANES + (node_id[:12] or "local")
 
 
 def _options(name: str, namespace: str) -> dict[str, Any]:
@@ -169,9 +218,15 @@ def get_hub(config: dict[str, Any]):
     return hub_class.options(**options).remote(config)
 
 
-def get_lane(name: str, config: dict[str, Any]):
-    namespace = config["namespace"]
-    return ray.remote(LaneActor).options(**_options(name, namespace)).remote(name, config)
+def get_lane(name: str, config: dict[str, Any], node_id: str = ""):
+    """The lane actor of that name, created on ``node_id`` if Ray can (soft: a node
+    without room still gets its lanes collected elsewhere)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    options = _options(name, config["namespace"])
+    if node_id:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
+    return ray.remote(LaneActor).options(**options).remote(name, config)
 
 
 def find_hub(namespace: str = NAMESPACE):

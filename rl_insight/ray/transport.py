@@ -1,6 +1,8 @@
 """The client's transport inside Ray: metric events to the hub, lane events to the lane
-actors, one actor call per batch and actor; what an actor has not confirmed is kept and
-sent again when it restarts. Implements ``rl_insight.client.transports.Transport``."""
+actors (a replica's own, or the one of this process's node), one actor call per batch
+and actor; what an actor has not confirmed is kept and sent again when it restarts, or
+to its successor when it had exited. Implements
+``rl_insight.client.transports.Transport``."""
 
 from __future__ import annotations
 
@@ -27,11 +29,10 @@ class RayTransport:
         self.process = process
         self.hub = actors.get_hub(config)
         self.lanes: dict[str, Any] = {}
-        self.job_id = ""
+        self.job_id = self.node_id = ""
         try:
-            import ray
-
-            self.job_id = ray.get_runtime_context().get_job_id()
+            ctx = ray.get_runtime_context()
+            self.job_id, self.node_id = ctx.get_job_id(), ctx.get_node_id()
         except Exception:
             pass
         self._identity_cache: Identity | None = None
@@ -62,8 +63,8 @@ class RayTransport:
 
     def _lane(self, name: str):
         handle = self.lanes.get(name)
-        if handle is None:
-            handle = self.lanes[name] = self.actors.get_lane(name, self.config)
+        if handle is None:  # a replica's actor starts where the replica's server runs
+            handle = self.lanes[name] = self.actors.get_lane(name, self.config, self.node_id)
             self.hub.note_lanes.remote([name])
         return handle
 
@@ -87,15 +88,13 @@ class RayTransport:
             refs.append(self.hub.ingest.remote(batch, seq))
         lane_ident = ident or Identity("default", self.job_id or "unknown")
         grouped: dict[str, list] = {}
-        pool = self.config["lane_pool_size"]
         for lane, its in by_lane.items():
-            name = self.actors.lane_actor_name(lane if lane is not None else self.process,
-                                               pool)
+            name = self.actors.lane_actor_name(lane or "", self.node_id)
             grouped.setdefault(name, []).extend(its)
         for name, its in grouped.items():
             args = (lane_ident, self.process, its)
             seq = self._pending(name).add(len(its), args)
-            refs.append(self._lane(name).ingest.remote(*args, seq))
+            refs.append(self._lane(name).ingest.remote(*args, seq, self.job_id))
         self.settle()
         return refs
 
@@ -117,13 +116,16 @@ class RayTransport:
         for name, handle, ref in zip(names, handles, refs, strict=True):
             try:
                 incarnation, confirmed = ray.get(ref, timeout=2)
+            except ray.exceptions.ActorDiedError:  # a lane actor whose jobs had ended:
+                self.lanes.pop(name, None)  # its successor gets what it had not sent
+                continue
             except Exception:  # restarting: try again next time
                 continue
             for seq, args in self.unconfirmed[name].settle(incarnation, confirmed):
                 if name == HUB:
                     handle.ingest.remote(args, seq)
                 else:
-                    handle.ingest.remote(*args, seq)
+                    handle.ingest.remote(*args, seq, self.job_id)
 
     def finish(self, identity: Identity, timeout: float) -> None:
 

@@ -1,10 +1,15 @@
 """The server's HTTP application (FastAPI, so every route is in the OpenAPI schema).
 
-Middleware does what every route needs: the token check on writes and request
-counting. Routes live in rl_insight/server/routes, one module per concern.
+One plain ASGI middleware does what every route needs: the token check on writes,
+back-pressure on the intake (pushes and spans: beyond ``server.max_intake_inflight``
+requests at once, 503 with ``Retry-After`` instead of an unbounded queue, so reads such as
+/healthz and /metrics stay answered), the start-time header and request counting.
+Routes live in rl_insight/server/routes, one module per concern.
 """
 
 from __future__ import annotations
+
+import json
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,19 +30,7 @@ def create_app(state: ServerState) -> FastAPI:
     token = state.settings.server.token
     started = f"{state.started_at:.6f}"  # lets pushers notice a restarted server
 
-    @app.middleware("http")
-    async def guard_and_count(request: Request, call_next):
-        if not auth.allowed(request.method, request.headers.get("authorization"), token):
-            response = error(401, "this server needs `Authorization: Bearer <token>` for "
-                                  "writes; set RL_INSIGHT_TOKEN to the server's token")
-        else:
-            response = await call_next(request)
-        response.headers["X-RL-Insight-Started"] = started
-        route = request.scope.get("route")
-        state.metrics.requests.labels(request.method,
-                                      getattr(route, "path", "unmatched"),
-                                      str(response.status_code)).inc()
-        return response
+    app.add_middleware(Guard, state=state, token=token, started=started)
 
     # one handler for every refusal that carries its HTTP status: routes raise, not
     # translate (the stores' and parsers' own errors say what was wrong)
@@ -53,3 +46,72 @@ def create_app(state: ServerState) -> FastAPI:
     for module in (core, targets, experiments, push, traces, anatomy, alerts):
         app.include_router(module.router(state))
     return app
+
+
+INTAKE = ("/v1/traces", "/metrics/", "/api/v1/push/batch")  # writes that carry data
+
+
+class Guard:
+    """Token check, intake back-pressure, start-time header, request counting: plain
+    ASGI (a fraction of what an ``http`` middleware costs per request)."""
+
+    def __init__(self, app, state: ServerState, token: str, started: str) -> None:
+        self.app = app
+        self.state = state
+        self.token = token
+        self.started = started.encode()
+        self.limit = state.settings.server.max_intake_inflight
+        self.inflight = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method = scope["method"]
+        status = 500
+        intake = method in auth.WRITE_METHODS and scope["path"].startswith(INTAKE)
+
+        async def sending(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()),
+                                      (b"x-rl-insight-started", self.started)]
+            await send(message)
+
+        if not auth.allowed(method, _header(scope, b"authorization"), self.token):
+            await _answer(sending, 401, "this server needs `Authorization: Bearer <token>` "
+                                        "for writes; set RL_INSIGHT_TOKEN to the server's "
+                                        "token")
+        elif intake and self.inflight >= self.limit:
+            self.state.metrics.intake_refused.inc()
+            await _answer(sending, 503, f"the server is busy ({self.inflight} intake requests "
+                                        "in progress, server.max_intake_inflight); nothing "
+                                        "was stored: send again after Retry-After seconds",
+                          retry_after=1)
+        else:
+            self.inflight += intake
+            try:
+                await self.app(scope, receive, sending)
+            finally:
+                self.inflight -= intake
+        route = scope.get("route")
+        self.state.metrics.requests.labels(method, getattr(route, "path", "unmatched"),
+                                           str(status)).inc()
+
+
+def _header(scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", ()):
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
+async def _answer(send, status: int, message: str, retry_after: int | None = None) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

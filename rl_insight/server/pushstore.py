@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import logging
 import re
@@ -23,11 +22,12 @@ from pathlib import Path
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from rl_insight.config import PushSettings
-from rl_insight.server.services.base import write_atomic
+from rl_insight.server import textformat
+from rl_insight.server.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,31 @@ def parse_grouping_key(path: str) -> dict[str, str]:
     return labels
 
 
+def check_grouping(job: object, grouping: object) -> dict[str, str]:
+    """A batch push's group, ``job`` and its label pairs, checked as the path form is;
+    raise PushError(400) naming what is wrong."""
+    if not isinstance(job, str) or not job:
+        raise PushError(400, "each group needs a non-empty string 'job'")
+    if not isinstance(grouping, Mapping):
+        raise PushError(400, "'grouping' must be an object of label names to values")
+    labels = {"job": job}
+    for name, value in grouping.items():
+        if name == "job":
+            raise PushError(400, "job is set by 'job'; it cannot repeat in 'grouping'")
+        if not isinstance(name, str) or not valid_label_name(name):
+            raise PushError(400, f"improper label name {name!r}: use [a-zA-Z_][a-zA-Z0-9_]* "
+                                 "not starting with __")
+        if not isinstance(value, str):
+            raise PushError(400, f"label {name!r}: the value must be a string")
+        labels[name] = value
+    return labels
+
+
 def group_key(labels: Mapping[str, str]) -> GroupKey:
     return tuple(sorted(labels.items()))
+
+
+Block = tuple[str, str, str]  # (# HELP line, # TYPE line, sample lines) of one name
 
 
 @dataclass
@@ -95,16 +118,93 @@ class Group:
     labels: dict[str, str]
     families: dict[str, Metric] = field(default_factory=dict)
     push_time: float = 0.0
+    _blocks: dict[str, Block] | None = field(default=None, repr=False)
 
     @property
     def series(self) -> int:
         return sum(len(f.samples) for f in self.families.values())
 
+    def blocks(self) -> dict[str, Block]:
+        """This group's exposition by exposed name, rendered once per change: a scrape
+        or a persist costs what changed since, not every group every time."""
+        if self._blocks is None:
+            self._blocks = render_blocks(self.families.values())
+        return self._blocks
+
+    def text(self) -> str:
+        return "".join(h + t + body for h, t, body in self.blocks().values())
+
+
+_TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram",
+          "summary": "summary", "untyped": "untyped"}
+_OM_SUFFIXES = ("_created", "_gsum", "_gcount")
+
+
+def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
+    """What ``split_blocks(render(families))`` gives, written directly for the families a
+    push holds (checked names, no timestamps): a fraction of generate_latest's cost,
+    which validates and escapes every name of every sample again. Anything unusual is
+    rendered by generate_latest."""
+    out: dict[str, Block] = {}
+    for fam in families:
+        typ = _TYPES.get(fam.type)
+        if typ is None or any(s.timestamp is not None or
+                              s.name in (fam.name + x for x in _OM_SUFFIXES)
+                              for s in fam.samples):
+            out.update(split_blocks(render([fam]).decode()))
+            continue
+        name = fam.name + "_total" if typ == "counter" else fam.name
+        doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        lines = []
+        for sample in fam.samples:
+            if sample.labels:
+                pairs = ",".join(f'{k}="{_escape_value(v)}"'
+                                 for k, v in sorted(sample.labels.items()))
+                lines.append(f"{sample.name}{{{pairs}}} {floatToGoString(sample.value)}\n")
+            else:
+                lines.append(f"{sample.name} {floatToGoString(sample.value)}\n")
+        out[name] = (f"# HELP {name} {doc}\n", f"# TYPE {name} {typ}\n", "".join(lines))
+    return out
+
+
+def _escape_value(v: str) -> str:
+    if "\\" in v or "\n" in v or '"' in v:
+        return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+    return v
+
+
+def split_blocks(text: str) -> dict[str, Block]:
+    """The text format split at each ``# HELP``: name -> (HELP, TYPE, samples)."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.split("\n")[:-1]:  # at \n only: a HELP text may hold \r
+        line += "\n"
+        if line.startswith("# HELP "):
+            current = out.setdefault(line.split(" ", 3)[2], [line, "", ""])
+        elif current is None:
+            continue
+        elif line.startswith("# TYPE "):
+            current[1] = line
+        else:
+            current[2] += line
+    return {name: (b[0], b[1], b[2]) for name, b in out.items()}
+
+
+# names already checked (bounded: a push of ever-new names costs the check, nothing more)
+_GOOD_NAMES: set[str] = set()
+_GOOD_LABELS: set[str] = set()
+
+
+def _remember(name: str, into: set[str] = _GOOD_NAMES) -> None:
+    if len(into) > 100_000:
+        into.clear()
+    into.add(name)
+
 
 def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
     """Parse the text format and apply the grouping labels; raise PushError(400)."""
     try:
-        families = list(text_string_to_metric_families(text))
+        families = textformat.parse(text)
     except (ValueError, IndexError, KeyError) as exc:
         raise PushError(400, f"text format parsing error: {exc}") from None
     out: dict[str, Metric] = {}
@@ -121,17 +221,21 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
         if metric is None:  # untyped lines of one name arrive as separate families
             metric = Metric(fam.name, fam.documentation, fam.type, fam.unit)
         for s in fam.samples:
-            if not METRIC_NAME_RE.match(s.name):
-                raise PushError(400, f"invalid metric name {s.name!r}")
+            if s.name not in _GOOD_NAMES:
+                if not METRIC_NAME_RE.match(s.name):
+                    raise PushError(400, f"invalid metric name {s.name!r}")
+                _remember(s.name)
             if s.timestamp is not None:
                 raise PushError(400, f"sample {s.name} has a timestamp; pushed metrics must "
                                      "not have timestamps")
             for ln in s.labels:
-                if not valid_label_name(ln):
-                    raise PushError(400, f"invalid label name {ln!r} on {s.name}")
+                if ln not in _GOOD_LABELS:
+                    if not valid_label_name(ln):
+                        raise PushError(400, f"invalid label name {ln!r} on {s.name}")
+                    _remember(ln, _GOOD_LABELS)
             labels = {**s.labels, **grouping}
             labels.setdefault("instance", "")
-            ident = (s.name, tuple(sorted(labels.items())))
+            ident = (s.name, frozenset(labels.items()))
             if ident in seen:
                 raise PushError(400, f"sample {s.name}{dict(ident[1])} appears twice")
             seen.add(ident)
@@ -141,13 +245,16 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
 
 
 class PushStore:
-    """All groups, thread-safe; persisted to ``state_dir/groups`` in the background."""
+    """All groups, thread-safe; what changed is written to the server's database in the
+    background (one transaction per round)."""
 
-    def __init__(self, settings: PushSettings, state_dir: Path,
+    def __init__(self, settings: PushSettings, store: Store,
                  refuse: Callable[[Mapping[str, str]], str | None] = lambda labels: None,
-                 reserved: Callable[[], Mapping[str, str]] = dict) -> None:
+                 reserved: Callable[[], Mapping[str, str]] = dict,
+                 legacy_dir: Path | None = None) -> None:
         self.settings = settings
-        self.dir = state_dir / "groups"
+        self.store = store
+        self.legacy_dir = legacy_dir  # earlier versions' file per group, read in once
         self.refuse = refuse  # grouping labels -> reason to refuse (archived experiment)
         self.reserved = reserved  # family name -> type of the server's own metrics
         self.groups: dict[GroupKey, Group] = {}
@@ -266,6 +373,40 @@ class PushStore:
             merged.setdefault("push_failure_time_seconds", failure)
         return list(merged.values())
 
+    def exposition(self, own: Iterable[Metric],
+                   visible: Callable[[Mapping[str, str]], bool] = lambda labels: True
+                   ) -> bytes:
+        """The server's own families and every visible group, each name once (own HELP
+        and TYPE first; pushed samples of that name join it, the same type as the push
+        checks guarantee), with push_time_seconds and push_failure_time_seconds per group
+        as the Pushgateway exposes them. Groups contribute their cached blocks."""
+        merged = split_blocks(render(list(own)).decode())
+        parts: dict[str, list[str]] = {name: [h, t, body] for name, (h, t, body)
+                                       in merged.items()}
+        times, failures = [], []
+        with self._lock:
+            groups = [g for g in self.groups.values() if visible(g.labels)]
+            for group in groups:
+                for name, (h, t, body) in group.blocks().items():
+                    into = parts.get(name)
+                    if into is None:
+                        parts[name] = [h, t, body]
+                    else:
+                        into.append(body)
+                base = dict(group.labels)
+                base.setdefault("instance", "")
+                times.append(Sample("push_time_seconds", base, group.push_time))
+                failures.append(Sample("push_failure_time_seconds", base, 0.0))
+        if times:
+            push_time = Metric("push_time_seconds", "Last Unix time when changing this group "
+                               "in the Pushgateway succeeded.", "gauge")
+            failure = Metric("push_failure_time_seconds", "Last Unix time when changing "
+                             "this group in the Pushgateway failed.", "gauge")
+            push_time.samples, failure.samples = times, failures
+            for name, block in split_blocks(render([push_time, failure]).decode()).items():
+                parts.setdefault(name, list(block))
+        return "".join("".join(p) for p in parts.values()).encode()
+
     def groups_of(self, match: Callable[[Mapping[str, str]], bool]) -> list[dict]:
         with self._lock:
             return [{"labels": g.labels, "series": g.series, "push_time": g.push_time}
@@ -291,45 +432,60 @@ class PushStore:
             log.info("expired %d pushed groups", len(keys))
         return len(keys)
 
-    @staticmethod
-    def _file(dir_: Path, key: GroupKey) -> Path:
-        return dir_ / (hashlib.sha1(json.dumps(key).encode()).hexdigest() + ".json")
-
     def persist(self) -> None:
-        """Write the groups changed since the last call (atomically, one file each)."""
+        """Write the groups changed since the last call, in one transaction."""
         with self._lock:
             dirty, self._dirty = self._dirty, set()
-            snapshot = {k: self.groups.get(k) for k in dirty}
-            rendered = {k: (g.labels, g.push_time, generate_latest(_Families(g.families))
-                            .decode()) for k, g in snapshot.items() if g is not None}
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for key, group in snapshot.items():
-            path = self._file(self.dir, key)
-            if group is None:
-                path.unlink(missing_ok=True)
-                continue
-            labels, push_time, text = rendered[key]
-            write_atomic(path, json.dumps({"labels": labels, "push_time": push_time,
-                                           "text": text}))
+            rows = [(json.dumps(k), json.dumps(g.labels), g.push_time, g.text())
+                    for k in dirty if (g := self.groups.get(k)) is not None]
+            gone = [json.dumps(k) for k in dirty if k not in self.groups]
+        if rows or gone:
+            try:
+                self.store.save_groups(rows, gone)
+            except Exception:
+                with self._lock:  # written next time
+                    self._dirty |= dirty
+                raise
 
     def load(self) -> int:
-        """Read persisted groups back (at start); unreadable files are logged, skipped."""
-        if not self.dir.is_dir():
-            return 0
+        """Read the stored groups back (at start), and once an earlier version's files;
+        unreadable ones are logged and skipped."""
+        stored = [(json.loads(labels), push_time, text)
+                  for labels, push_time, text in self.store.groups()]
+        legacy = self._legacy()
         n = 0
-        for path in sorted(self.dir.glob("*.json")):
+        for labels, push_time, text in [*stored, *legacy]:
+            try:
+                families = parse_body(text, labels)
+            except PushError as exc:
+                log.warning("skipping an unreadable pushed group %s: %s", labels, exc)
+                continue
+            group = Group(labels, families, push_time)
+            with self._lock:
+                self._replace(group_key(group.labels), self.groups.get(
+                    group_key(group.labels)), group)
+            n += 1
+        if not legacy:
+            self._dirty.clear()
+        else:
+            self.persist()
+            self.legacy_dir.rename(self.legacy_dir.with_name(self.legacy_dir.name +
+                                                             ".migrated"))
+            log.info("moved %d pushed groups from %s into %s", len(legacy),
+                     self.legacy_dir, self.store.path)
+        return n
+
+    def _legacy(self) -> list[tuple[dict, float, str]]:
+        if self.legacy_dir is None or not self.legacy_dir.is_dir():
+            return []
+        out = []
+        for path in sorted(self.legacy_dir.glob("*.json")):
             try:
                 data = json.loads(path.read_text())
-                families = parse_body(data["text"], data["labels"])
-            except (ValueError, KeyError, PushError) as exc:
+                out.append((data["labels"], data["push_time"], data["text"]))
+            except (ValueError, KeyError, OSError) as exc:
                 log.warning("skipping unreadable pushed group %s: %s", path, exc)
-                continue
-            group = Group(data["labels"], families, data["push_time"])
-            with self._lock:
-                self._replace(group_key(group.labels), None, group)
-            n += 1
-        self._dirty.clear()
-        return n
+        return out
 
 
 class _Families:

@@ -96,6 +96,10 @@ class ServerMetrics:
                                 ["method", "route", "code"], registry=self.registry)
         self.pushes = Counter("rl_insight_pushes", "Metric pushes by method and result",
                               ["method", "result"], registry=self.registry)
+        self.intake_refused = Counter(
+            "rl_insight_intake_refused", "Pushes and span exports answered 503 because "
+            "server.max_intake_inflight were in progress (the senders send them again)",
+            registry=self.registry)
         self.registry.register(_StateCollector(state))
         self.registry.register(state.anatomy)  # rl_insight_step_*
         self.types = {m.name: m.type for m in self.registry.collect()}

@@ -1,90 +1,120 @@
-"""A bounded on-disk FIFO of OTLP requests waiting to reach Tempo.
+"""A bounded FIFO of OTLP requests waiting to reach Tempo, in the server's database.
 
-One file per request, named by sequence number and span count, written via rename so
-a crash never leaves half a record. Full: the oldest records are dropped and counted.
+One row per accepted request, committed before the request is answered, so a span the
+server acknowledged survives a crash. Full: the oldest records are dropped and counted.
+The index of what is spooled (sequence, spans, bytes) is also kept in memory, so the
+intake's bookkeeping never reads the database.
 """
 
 from __future__ import annotations
 
-import os
+import logging
 import threading
+from collections import deque
 from pathlib import Path
+
+from rl_insight.server.store import Store
+
+log = logging.getLogger(__name__)
 
 
 class Spool:
-    def __init__(self, directory: Path, max_bytes: int) -> None:
-        self.dir = directory
+    def __init__(self, store: Store, max_bytes: int, legacy_dir: Path | None = None) -> None:
+        self.store = store
+        self.dir = store.path  # where it lives, for messages
         self.max_bytes = max_bytes
-        self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._records: list[tuple[int, int, int]] = []  # (seq, spans, bytes), oldest first
-        for tmp in self.dir.glob("*.tmp"):
-            tmp.unlink(missing_ok=True)
-        for p in self.dir.glob("*.pb"):
+        rows = store.read(lambda db: db.execute(
+            "SELECT seq, spans, length(payload) FROM spool ORDER BY seq").fetchall())
+        self._records: deque[tuple[int, int, int]] = deque(rows)  # (seq, spans, bytes)
+        self._next = rows[-1][0] + 1 if rows else 0
+        self.bytes = sum(r[2] for r in rows)
+        self.spans = sum(r[1] for r in rows)
+        if legacy_dir is not None and legacy_dir.is_dir():
+            self._migrate(legacy_dir)
+
+    def _migrate(self, directory: Path) -> None:
+        """The spool of earlier versions, a file per request: read in, in order."""
+        moved = 0
+        for p in sorted(directory.glob("*.pb")):
             try:
-                seq, spans = (int(x) for x in p.stem.split("-"))
+                _, spans = (int(x) for x in p.stem.split("-"))
             except ValueError:
                 continue
-            self._records.append((seq, spans, p.stat().st_size))
-        self._records.sort()
-        self._next = self._records[-1][0] + 1 if self._records else 0
-        self.bytes = sum(r[2] for r in self._records)
-        self.spans = sum(r[1] for r in self._records)
-
-    def _path(self, seq: int, spans: int) -> Path:
-        return self.dir / f"{seq:020d}-{spans}.pb"
+            self.append(p.read_bytes(), spans)
+            moved += 1
+        directory.rename(directory.with_name(directory.name + ".migrated"))
+        log.info("moved %d spooled requests from %s into %s", moved, directory, self.dir)
 
     def append(self, payload: bytes, spans: int) -> int:
         """Store a record; returns how many spans were dropped to make room."""
         with self._lock:
             seq = self._next
             self._next += 1
-            path = self._path(seq, spans)
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "wb") as f:
-                f.write(payload)
-            os.replace(tmp, path)
             self._records.append((seq, spans, len(payload)))
             self.bytes += len(payload)
             self.spans += spans
-            dropped = 0
+            dropped, gone = 0, []
             while self.bytes > self.max_bytes and len(self._records) > 1:
-                old_seq, old_spans, old_bytes = self._records.pop(0)
-                self._path(old_seq, old_spans).unlink(missing_ok=True)
+                old_seq, old_spans, old_bytes = self._records.popleft()
+                gone.append((old_seq,))
                 self.bytes -= old_bytes
                 self.spans -= old_spans
                 dropped += old_spans
+            with self.store.transaction() as db:
+                db.execute("INSERT INTO spool VALUES (?, ?, ?)", (seq, spans, payload))
+                if gone:
+                    db.executemany("DELETE FROM spool WHERE seq = ?", gone)
             return dropped
 
     def peek(self) -> tuple[int, int, bytes] | None:
         """The oldest record (seq, spans, payload), or None when empty."""
+        got = self.peek_many(1)
+        return got[0] if got else None
+
+    def peek_many(self, max_bytes: int) -> list[tuple[int, int, bytes]]:
+        """The oldest records, as many as fit in ``max_bytes`` (at least one)."""
         with self._lock:
-            if not self._records:
-                return None
-            seq, spans, _ = self._records[0]
-        try:
-            return seq, spans, self._path(seq, spans).read_bytes()
-        except FileNotFoundError:  # dropped for room meanwhile
-            self._forget(seq)
-            return self.peek()
+            head, size = [], 0
+            for seq, _, n in self._records:
+                if head and size + n > max_bytes:
+                    break
+                head.append(seq)
+                size += n
+        if not head:
+            return []
+        return self.store.read(lambda db: db.execute(
+            "SELECT seq, spans, payload FROM spool WHERE seq BETWEEN ? AND ? ORDER BY seq",
+            (head[0], head[-1])).fetchall())
 
     def pop(self, seq: int) -> None:
         """Remove a record once it has been delivered."""
-        with self._lock:
-            for s, spans, _ in self._records:
-                if s == seq:
-                    self._path(s, spans).unlink(missing_ok=True)
-                    break
-        self._forget(seq)
-
-    def _forget(self, seq: int) -> None:
         with self._lock:
             for i, (s, spans, size) in enumerate(self._records):
                 if s == seq:
                     del self._records[i]
                     self.bytes -= size
                     self.spans -= spans
-                    return
+                    break
+                if s > seq:
+                    break
+        with self.store.transaction() as db:
+            db.execute("DELETE FROM spool WHERE seq = ?", (seq,))
+
+    def pop_many(self, seqs: list[int]) -> None:
+        """Remove delivered records (the oldest ones) in one transaction."""
+        done = set(seqs)
+        with self._lock:
+            keep = deque()
+            for rec in self._records:
+                if rec[0] in done:
+                    self.bytes -= rec[2]
+                    self.spans -= rec[1]
+                else:
+                    keep.append(rec)
+            self._records = keep
+        with self.store.transaction() as db:
+            db.executemany("DELETE FROM spool WHERE seq = ?", [(s,) for s in seqs])
 
     def __len__(self) -> int:
         with self._lock:

@@ -19,6 +19,7 @@ from rl_insight.server.recent import RecentSpans
 from rl_insight.server.relay import Relay
 from rl_insight.server.services.prometheus import Prometheus
 from rl_insight.server.spool import Spool
+from rl_insight.server.store import Store
 from rl_insight.server.supervisor import Supervisor
 from rl_insight.server.targets import LocalTargetLog, TargetStore
 from rl_insight.version import __version__
@@ -71,9 +72,12 @@ class ServerState:
                                    hidden=self.experiments.is_archived,
                                    unbound_grace_s=settings.server.unbound_target_grace_s)
         self.local_targets = LocalTargetLog()
-        self.pushes = PushStore(settings.push, state,
-                                refuse=self.experiments.archived_reason)
-        self.spool = Spool(state / "spool", settings.traces.spool_max_bytes)
+        self.store = Store(state)  # raises StoreError (which says what to do) if damaged
+        self.pushes = PushStore(settings.push, self.store,
+                                refuse=self.experiments.archived_reason,
+                                legacy_dir=state / "groups")
+        self.spool = Spool(self.store, settings.traces.spool_max_bytes,
+                           legacy_dir=state / "spool")
         self.relay = Relay(settings.traces, self.spool, relay_url(settings))
         self.lanes = LaneStats(settings.traces.max_lanes)
         self.recent = RecentSpans()
@@ -107,6 +111,7 @@ class ServerState:
         self._thread.join(timeout=5)
         self.relay.stop()
         self.persist()
+        self.store.close()
 
     def persist(self) -> None:
         self.pushes.persist()

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from rl_insight.config import PushSettings
 from rl_insight.server import otlp
 from rl_insight.server.pushstore import PushError, PushStore
+from rl_insight.server.store import Store
 from tests.conftest import Cli, free_port_overrides
 
 pytestmark = pytest.mark.integration
@@ -98,7 +99,7 @@ def test_fuzz_every_route_of_the_schema_no_5xx(server):
 @given(st.text(max_size=400))
 @settings(max_examples=300, deadline=None)
 def test_text_parser_only_ever_refuses_with_a_reason(text):
-    st_ = PushStore(PushSettings(max_series_per_group=50), _TMP)
+    st_ = PushStore(PushSettings(max_series_per_group=50), Store(_TMP))
     try:
         st_.push({"job": "j"}, text, replace=True)
     except PushError as exc:
@@ -125,7 +126,7 @@ def test_valid_expositions_round_trip(samples):
         seen.add(key)
         lab = ",".join(f'{k}="{esc(v)}"' for k, v in sorted(labels.items()))
         lines.append(f"{name}{{{lab}}} {value!r}")
-    st_ = PushStore(PushSettings(), _TMP)
+    st_ = PushStore(PushSettings(), Store(_TMP))
     st_.push({"job": "j"}, "\n".join(lines) + "\n", replace=True)
     got = {(s.name, tuple(sorted((k, v) for k, v in s.labels.items()
                                  if k not in ("job", "instance")))): s.value

@@ -1,32 +1,14 @@
 """Liveness, the services report, and /metrics (the server's own metrics merged with
-every pushed group)."""
+every pushed group: rl_insight.server.pushstore.PushStore.exposition)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import Metric
 
-from rl_insight.server.pushstore import render
 from rl_insight.server.state import ServerState
 from rl_insight.version import __version__
-
-
-def merged_families(state: ServerState) -> list[Metric]:
-    """Own families first; pushed samples of the same name join them (same type, as
-    the push checks guarantee), so each name has one HELP and TYPE."""
-    out: dict[str, Metric] = {}
-    for fam in state.metrics.registry.collect():
-        out[fam.name] = fam
-    visible = lambda labels: state.experiments.archived_reason(labels) is None  # noqa: E731
-    for fam in state.pushes.families(visible):
-        own = out.get(fam.name)
-        if own is None:
-            out[fam.name] = fam
-        else:
-            own.samples.extend(fam.samples)
-    return list(out.values())
 
 
 def router(state: ServerState) -> APIRouter:
@@ -69,6 +51,8 @@ def router(state: ServerState) -> APIRouter:
     @r.get("/metrics", summary="Every pushed group plus the server's own metrics",
            response_class=Response)
     def metrics() -> Response:
-        return Response(render(merged_families(state)), media_type=CONTENT_TYPE_LATEST)
+        visible = lambda labels: state.experiments.archived_reason(labels) is None  # noqa: E731
+        return Response(state.pushes.exposition(state.metrics.registry.collect(), visible),
+                        media_type=CONTENT_TYPE_LATEST)
 
     return r

@@ -1,0 +1,122 @@
+"""The server's state on disk: one SQLite database (``state/rl-insight.db``), in WAL mode.
+
+Every write is a transaction, so a SIGKILL or a power loss leaves the database as it
+was after some complete write: never a half-written file. What was acknowledged to a
+client was committed first (WAL, ``synchronous=NORMAL``: committed means in the log;
+a power loss may take back the last moments' writes, never corrupt what is there).
+The schema is versioned (``PRAGMA user_version``); the files of earlier versions are
+read in once, at the first start, and kept beside it under ``*.migrated``.
+
+A damaged or foreign file stops the server with one message naming the file and how
+to recover; it is never overwritten.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+SCHEMA_VERSION = 1
+FILE_NAME = "rl-insight.db"
+T = TypeVar("T")
+
+_SCHEMA = [
+    # pushed groups: their grouping labels (JSON), push time and text exposition
+    """CREATE TABLE IF NOT EXISTS push_groups (
+        key TEXT PRIMARY KEY, labels TEXT NOT NULL, push_time REAL NOT NULL,
+        body TEXT NOT NULL)""",
+    # OTLP requests waiting for Tempo, oldest first
+    """CREATE TABLE IF NOT EXISTS spool (
+        seq INTEGER PRIMARY KEY, spans INTEGER NOT NULL, payload BLOB NOT NULL)""",
+]
+
+
+class StoreError(Exception):
+    """The database cannot be used; the message says which file and what to do."""
+
+
+class Store:
+    """One connection shared by the server's threads, one writer at a time."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE_NAME
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self.db = sqlite3.connect(self.path, check_same_thread=False,
+                                      isolation_level=None, timeout=30)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} was written by a newer rl-insight (schema {version}, this "
+                    f"one reads {SCHEMA_VERSION}): upgrade rl-insight, or start with another "
+                    "RL_INSIGHT_HOME")
+            check = self.db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
+            with self.transaction() as db:
+                for statement in _SCHEMA:
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{self.path}: the server's state database cannot be read ({exc}). Stop "
+                f"the server, move the file aside (mv {self.path} {self.path}.damaged; "
+                "also its -wal and -shm files) and start again: the server starts empty, "
+                "and training processes register their targets and push their metrics "
+                "again as they run") from None
+
+    def transaction(self):
+        """``with store.transaction() as db:`` one atomic write, under the lock."""
+        return _Transaction(self)
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            return fn(self.db)
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.DatabaseError:
+                pass
+            self.db.close()
+
+    # -- pushed groups ----------------------------------------------------------------
+    def save_groups(self, upserts: Iterable[tuple[str, str, float, str]],
+                    deletes: Iterable[str]) -> None:
+        """(key, labels JSON, push time, text) rows and keys to drop, in one transaction."""
+        with self.transaction() as db:
+            db.executemany("DELETE FROM push_groups WHERE key = ?", [(k,) for k in deletes])
+            db.executemany("INSERT OR REPLACE INTO push_groups VALUES (?, ?, ?, ?)",
+                           list(upserts))
+
+    def groups(self) -> list[tuple[str, float, str]]:
+        """(labels JSON, push time, text) of every stored group."""
+        return self.read(lambda db: db.execute(
+            "SELECT labels, push_time, body FROM push_groups ORDER BY key").fetchall())
+
+
+class _Transaction:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.store._lock.acquire()
+        try:
+            self.store.db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.store._lock.release()
+            raise
+        return self.store.db
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            self.store.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        finally:
+            self.store._lock.release()
