@@ -85,6 +85,28 @@ class RayCluster:
                               cwd=self.workdir, capture_output=True, text=True,
                               timeout=timeout)
 
+    def add_node(self, workdir: Path, num_cpus: int = 1) -> str:
+        """Another raylet joining this cluster on this machine (a node of its own id);
+        returns the marker its processes carry, for :meth:`remove_node`."""
+        mark = uuid.uuid4().hex
+        env = self.env(**{MARK: mark})
+        env.pop("RAY_ADDRESS")
+        r = subprocess.run([str(Path(sys.executable).parent / "ray"), "start",
+                            f"--address={self.address}", f"--num-cpus={num_cpus}",
+                            "--node-ip-address=127.0.0.1", "--disable-usage-stats"],
+                           env=env, cwd=workdir, capture_output=True, text=True, timeout=180)
+        if r.returncode != 0:
+            raise RuntimeError(f"ray start (a worker node) failed: {r.stderr[-3000:]}")
+        return mark
+
+    def remove_node(self, mark: str) -> None:
+        """Kill a node added with :meth:`add_node`, as a lost machine goes."""
+        for pid in processes_with_env(MARK, mark):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def pids(self) -> list[int]:
         return processes_with_env(MARK, self.mark)
 

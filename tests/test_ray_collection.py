@@ -187,18 +187,18 @@ print("RESULT " + json.dumps({"actors": names}))
 '''
 
 
-def test_replica_and_rank_lanes_and_a_bounded_pool(stack, cluster):
+def test_replica_and_rank_lanes_and_the_node_actor(stack, cluster):
+    """A lane actor per replica; the rank lanes and 5,000 trajectory lanes of this node's
+    processes all go to the node's one lane actor."""
     cli, url = stack
-    r = cluster.run_driver(LANES_SCRIPT, RL_INSIGHT_CLIENT_RAY_NAMESPACE="lanes_ns",
-                           RL_INSIGHT_CLIENT_LANE_POOL_SIZE="2")
+    r = cluster.run_driver(LANES_SCRIPT, RL_INSIGHT_CLIENT_RAY_NAMESPACE="lanes_ns")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     actors = last_json(r.stdout)["actors"]
-    dedicated = [f"rl_insight_lane_replica_{i}" for i in range(8)] + \
-                [f"rl_insight_lane_rank_{i}" for i in range(4)]
-    assert set(dedicated) <= set(actors)
-    pool = [a for a in actors if a.startswith("rl_insight_lane_pool_")]
-    assert 1 <= len(pool) <= 2, actors
-    assert len(actors) == 1 + 12 + len(pool), actors  # the hub, dedicated lanes, pool
+    replicas = [f"rl_insight_lane_replica_{i}" for i in range(8)]
+    assert set(replicas) <= set(actors)
+    nodes = [a for a in actors if a.startswith("rl_insight_lane_node_")]
+    assert len(nodes) == 1, actors  # one node in this cluster
+    assert len(actors) == 1 + 8 + 1, actors  # the hub, the replicas' lanes, the node's
 
     def lanes():
         return requests.get(url + "/api/v1/lanes", params={"experiment_name": "lanes"},

@@ -34,7 +34,8 @@ def test_every_write_route_in_the_schema_needs_the_token(cli):
     cli.env["RL_INSIGHT_TOKEN"] = "s3cret-t0ken"
     url = cli.start("prometheus.enabled=false")
     routes = write_routes(url)
-    assert len(routes) == 10, routes  # targets x2, bind, experiments x3, push x3, traces
+    # targets x2, bind, experiments x3, push x3 and the batch, traces
+    assert len(routes) == 11, routes
     for method, path in routes:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic x"}):
             r = requests.request(method, url + path, headers=headers, data=b"{}", timeout=5)

@@ -34,13 +34,13 @@ def sample():
     t0 = time.time()
     while not stop.is_set():
         hub = ray.get(actors.find_hub().stats.remote())
-        lanes = 0
-        for i in range(8):
-            try:
-                h = ray.get_actor(f"rl_insight_lane_pool_{i}", namespace="rl_insight")
-                lanes += ray.get(h.stats.remote())["rss_bytes"]
-            except ValueError:
-                pass
+        lanes = 0  # the node's lane actor carries the 64 trajectory lanes
+        name = actors.lane_actor_name("traj_0", ray.get_runtime_context().get_node_id())
+        try:
+            h = ray.get_actor(name, namespace="rl_insight")
+            lanes += ray.get(h.stats.remote())["rss_bytes"]
+        except ValueError:
+            pass
         samples.append({"t": time.time() - t0, "hub": hub["rss_bytes"], "lanes": lanes})
         with open(out, "w") as f:
             json.dump(samples, f)
@@ -81,8 +81,7 @@ def test_soak_has_no_growth_trend(tmp_path_factory):
     url = cli.start("prometheus.scrape_interval=5s",
                     "traces.relay_url=http://127.0.0.1:9/v1/traces",  # a dead Tempo: spool
                     "traces.spool_max_bytes=67108864")
-    cluster = RayCluster(tmp, extra_env={"RL_INSIGHT_SERVER_URL": url,
-                                         "RL_INSIGHT_CLIENT_LANE_POOL_SIZE": "2"}).start()
+    cluster = RayCluster(tmp, extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
     server = psutil.Process(requests.get(url + "/api/v1/services").json()["server"]["pid"])
     server_rss: list[tuple[float, float]] = []
     stop = threading.Event()
