@@ -18,7 +18,8 @@ class Periodic:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._done = threading.Condition()
-        self._runs = 0
+        self._runs = 0  # finished
+        self._started = 0
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> Periodic:
@@ -29,6 +30,8 @@ class Periodic:
         self._wake.set()
 
     def _run_once(self) -> bool:
+        with self._done:
+            self._started += 1
         again = False
         try:
             again = self.fn() is True
@@ -48,9 +51,10 @@ class Periodic:
             again = self._run_once()
 
     def run_now(self, timeout: float) -> bool:
-        """Wake the thread and wait until it has completed one full run after this call."""
+        """Wake the thread and wait until a run that started after this call completed
+        (not a whole interval: a run in progress is followed at once by another)."""
         with self._done:
-            target = self._runs + 2  # a run in progress may have started before the call
+            target = self._started + 1  # runs are numbered as they start
             self._wake.set()
             return self._done.wait_for(lambda: self._runs >= target, timeout)
 

@@ -104,13 +104,19 @@ def _ensure_dirs(settings: Settings) -> None:
         d.mkdir(parents=True, exist_ok=True)
 
 
+KEEP_ALIVE_S = 65
+
+
 class _HttpThread:
     """uvicorn on a socket we bound ourselves (so a taken port is our error, not its)."""
 
     def __init__(self, app, sock, log_level: str) -> None:
         import uvicorn
 
-        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off")
+        # keep-alive longer than any sender's tick (lane actors: 5 s by default), so a
+        # pooled connection is never closed just as the next tick uses it
+        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off",
+                                timeout_keep_alive=KEEP_ALIVE_S)
         self.server = uvicorn.Server(config)
         self.sock = sock
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
