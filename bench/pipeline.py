@@ -261,13 +261,14 @@ def freshness(stack, receiver, rows, rl_insight, quick) -> None:
 
 
 def lane_rss(ray, namespace: str) -> tuple[float, int]:
+    """RSS of the node lane actors in a namespace (a node's every non-replica lane)."""
+    from ray.util.state import list_actors
 
     total, n = 0, 0
-    for i in range(64):
-        try:
-            h = ray.get_actor(f"rl_insight_lane_pool_{i}", namespace=namespace)
-        except ValueError:
+    for a in list_actors(filters=[("ray_namespace", "=", namespace)], limit=1000):
+        if a.state != "ALIVE" or not (a.name or "").startswith("rl_insight_lane_node_"):
             continue
+        h = ray.get_actor(a.name, namespace=namespace)
         total += ray.get(h.stats.remote())["rss_bytes"]
         n += 1
     return total / 2**20, n
@@ -282,7 +283,7 @@ def memory(receiver, rows, ray, rl_insight, Producer, quick) -> None:  # noqa: N
             "RL_INSIGHT_CLIENT_RAY_NAMESPACE": ns}}).remote()
         ray.get(pr.spans.remote(f"lanes-{lanes}", 1, lanes * 20, lanes))
         rss, n = lane_rss(ray, ns)
-        rows[f"lane actors' RSS, {lanes} lanes ({n} pooled actors)"] = {
+        rows[f"node lane actor's RSS, {lanes} lanes ({n} actor)"] = {
             "value": rss, "unit": "MB", "actors": n}
         ray.kill(pr)
     from rl_insight.client.transports import actor_config
@@ -291,7 +292,7 @@ def memory(receiver, rows, ray, rl_insight, Producer, quick) -> None:  # noqa: N
     cfg = actor_config(ClientSettings(ray_namespace="bench_dedicated"),
                        os.environ["RL_INSIGHT_SERVER_URL"], "", "")
     one = actors.get_lane("rl_insight_lane_replica_0", cfg)
-    rows["one dedicated lane actor's RSS (replica_<r>, rank_<r>)"] = {
+    rows["one replica lane actor's RSS (replica_<r>)"] = {
         "value": ray.get(one.stats.remote())["rss_bytes"] / 2**20, "unit": "MB"}
 
     # backlog while the receiver is down: spans wait in the server's spool, on disk

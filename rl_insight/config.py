@@ -45,7 +45,7 @@ class ServerSettings:
     unbound_target_grace_s: float = 60.0
     # pushes and span exports in progress at once; beyond, 503 with Retry-After (the
     # senders keep their data and come back) instead of a queue without bound
-    max_intake_inflight: int = 32
+    max_intake_inflight: int = 128
 
 
 @dataclass

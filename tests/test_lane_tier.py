@@ -126,10 +126,17 @@ def test_every_state_and_span_is_under_its_run(tier):
 
     def lanes_in_prometheus() -> set[str]:
         got = prom_query(prom, f"count by (state_lane_id) "
-                               f"(rl_insight_monitor_state_duration_seconds_count{{{sel}}})")
+                               f"(rl_insight_monitor_lane_state{{{sel}}})")
         return {x["metric"]["state_lane_id"] for x in got}
 
+    def durations() -> dict[str, float]:  # replicas per lane, the ranks summed per state
+        got = prom_query(prom, f"sum by (state_lane_id) "
+                               f"(rl_insight_monitor_state_duration_seconds_count{{{sel}}})")
+        return {x["metric"]["state_lane_id"]: float(x["value"][1]) for x in got}
+
     wait_for(lambda: lanes_in_prometheus() == want, 30, "all 72 lanes' states in Prometheus")
+    expected = {"ranks": RANKS * len(STATES) * 2, **{f"replica_{r}": 2 for r in range(REPLICAS)}}
+    wait_for(lambda: durations() == expected, 30, "every finished state counted once")
     rows = requests.get(world.url + "/api/v1/lanes", params=RUN, timeout=10).json()["lanes"]
     by_lane = {r["lane"]: r["states"] for r in rows}
     for r in range(RANKS):  # each rank's two steps, every state, none lost or doubled

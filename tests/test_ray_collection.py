@@ -218,7 +218,11 @@ def test_replica_and_rank_lanes_and_the_node_actor(stack, cluster):
     got = wait_for(lambda: prom_query(cli.prometheus, q), 20, "lane histograms")
     lanes_in_prom = {r["metric"]["state_lane_id"] for r in got}
     assert lanes_in_prom == {f"replica_{i}" for i in range(8)} | \
-        {f"rank_{i}" for i in range(4)} | {"other"}  # 5,000 ids, one series
+        {"ranks", "other"}  # the ranks' durations summed; 5,000 ids, one series
+    gauges = prom_query(cli.prometheus, 'count by (state_lane_id) '
+                        '(rl_insight_monitor_lane_state{experiment_name="lanes"})')
+    assert {r["metric"]["state_lane_id"] for r in gauges} == \
+        {f"replica_{i}" for i in range(8)} | {f"rank_{i}" for i in range(4)}
 
 
 PAIR_SCRIPT = '''

@@ -2,9 +2,13 @@
 spans for Tempo, and into metrics (the current state as a gauge, durations as
 histograms) so a state timeline can be drawn from Prometheus alone.
 
-Dedicated lanes (``replica_<r>``, ``rank_<r>``) get per-lane series. Pooled lanes
-(per-request, per-trajectory: thousands of ids) are summarised per state, so their
-number never multiplies series either.
+Dedicated lanes (``replica_<r>``, ``rank_<r>``) get per-lane state gauges (the timeline,
+the stuck-state alert). State durations are histograms per replica lane; trainer ranks'
+are summed per state into one histogram labelled ``state_lane_id="ranks"``: at 4,000
+ranks, per-rank histograms were 300,000 of a run's 340,000 series (bench/scale_tier.py),
+while the dashboards sum rank durations per state anyway (a rank's own time per state is
+in its spans). Pooled lanes (per-request, per-trajectory: thousands of ids) are
+summarised per state, so their number never multiplies series either.
 """
 
 from __future__ import annotations
@@ -32,10 +36,18 @@ STATE_SINCE = "rl_insight_monitor_lane_state_since_seconds"
 IN_STATE = "rl_insight_monitor_lanes_in_state"
 DURATION = "rl_insight_monitor_state_duration_seconds"
 POOLED_LANE = "other"
+RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
 
 
 def is_dedicated(lane: str) -> bool:
     return bool(DEDICATED.match(lane))
+
+
+def duration_lane(lane: str) -> str:
+    """The ``state_lane_id`` a lane's state durations are counted under."""
+    if REPLICA_LANE.match(lane):
+        return lane
+    return RANK_LANES if DEDICATED.match(lane) else POOLED_LANE
 
 
 class LaneCore:
@@ -74,7 +86,7 @@ class LaneCore:
                     self.pending.append((identity, process, item))
                     if item.lane is not None:
                         self.lanes.add((identity, item.lane))
-                        lane = item.lane if is_dedicated(item.lane) else POOLED_LANE
+                        lane = duration_lane(item.lane)
                         metrics.append(_metric(HISTOGRAM, DURATION,
                                                (item.end_ns - item.start_ns) / 1e9,
                                                lane, item.name,

@@ -5,6 +5,7 @@ shutdown. Errors are logged, never raised: collection must not stop."""
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable
 
@@ -12,8 +13,10 @@ log = logging.getLogger(__name__)
 
 
 class Periodic:
-    def __init__(self, interval: float, fn: Callable[[], None], name: str) -> None:
+    def __init__(self, interval: float, fn: Callable[[], None], name: str,
+                 jitter: bool = True) -> None:
         self.interval = interval
+        self.jitter = jitter
         self.fn = fn
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -43,7 +46,11 @@ class Periodic:
         return again
 
     def _loop(self) -> None:
+        # the first run at a random point of the interval: hundreds of actors created
+        # together (a job's start) then do not send to the server in the same instant
         again = False
+        if self.jitter:
+            self._wake.wait(random.uniform(0, self.interval))
         while not self._stop.is_set():
             if not again:
                 self._wake.wait(self.interval)

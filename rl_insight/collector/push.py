@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import random
 import time
 from collections.abc import Sequence
 
@@ -87,7 +88,9 @@ class Sender:
             wait = float(r.headers.get("Retry-After", "1"))
         except ValueError:
             wait = 1.0
-        self.retry_at = time.monotonic() + min(max(wait, 0.1), MAX_BACKOFF_S)
+        # spread the senders that were refused together over twice the wait asked for
+        wait = min(max(wait, 0.1), MAX_BACKOFF_S) * random.uniform(1.0, 2.0)
+        self.retry_at = time.monotonic() + wait
         self.backoffs += 1
 
     def _request(self, method: str, url: str, what: str, **kw) -> bool:
