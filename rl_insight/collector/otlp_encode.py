@@ -26,6 +26,23 @@ def any_value(v: Any) -> AnyValue:
     return AnyValue(string_value=str(v))
 
 
+_KV: dict[tuple[str, Any], KeyValue] = {}  # attribute messages, built once each
+
+
+def key_value(k: str, v: Any) -> KeyValue:
+    """One attribute as a message; the run, lane, state and process repeat on every span
+    of a tick, so each distinct pair is built once (bounded cache)."""
+    key = (k, v) if isinstance(v, (str, int, float, bool)) else None
+    kv = _KV.get(key) if key is not None else None
+    if kv is None:
+        kv = KeyValue(key=k, value=any_value(v))
+        if key is not None:
+            if len(_KV) > 50_000:
+                _KV.clear()
+            _KV[key] = kv
+    return kv
+
+
 def encode(spans: Iterable[tuple[Identity, str, Span]]) -> bytes:
     """(identity, process id, span) triples as one request with one resource."""
     req = ExportTraceServiceRequest()
@@ -50,8 +67,7 @@ def encode(spans: Iterable[tuple[Identity, str, Span]]) -> bytes:
         if s.lane is not None:
             attrs["state_lane_id"] = s.lane
             attrs["state_name"] = s.name
-        for k, v in attrs.items():
-            span.attributes.append(KeyValue(key=k, value=any_value(v)))
+        span.attributes.extend([key_value(k, v) for k, v in attrs.items()])
         if "error" in attrs:  # the block raised: OTLP's error status, with the type
             span.status.code = 2  # STATUS_CODE_ERROR
             span.status.message = str(attrs["error"])
