@@ -190,6 +190,39 @@ def state_counts(url: str) -> float:
     return total
 
 
+def intake_buckets(url: str) -> dict[str, dict[float, float]]:
+    """The server's intake duration histogram by route: le -> cumulative count."""
+    text = requests.get(url + "/metrics", timeout=300).text
+    out: dict[str, dict[float, float]] = {}
+    for m in re.finditer(r'^rl_insight_intake_duration_seconds_bucket\{([^}]*)\} (\S+)$',
+                         text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        out.setdefault(labels["route"], {})[float(labels["le"])] = float(m.group(2))
+    return out
+
+
+def intake_quantiles(h0: dict, h1: dict) -> dict:
+    """p50, p99 (the bucket bound reached) and count of each route between two reads."""
+    out = {}
+    for route, b1 in h1.items():
+        b0 = h0.get(route, {})
+        d = {le: n - b0.get(le, 0.0) for le, n in sorted(b1.items())}
+        total = d.get(float("inf"), 0.0)
+        if not total:
+            continue
+        q = {}
+        for name, frac in (("p50_s", 0.5), ("p99_s", 0.99)):
+            q[name] = next((le for le, n in d.items() if n >= frac * total), None)
+        out[route] = {"requests": total, **q}
+    return out
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of the process on one CPU (taskset -a)."""
+    subprocess.run(["taskset", "-a", "-cp", str(cpu), str(pid)], check=True,
+                   capture_output=True)
+
+
 def run(args) -> dict:
     from bench.scale import (
         Phase,
@@ -212,6 +245,7 @@ def run(args) -> dict:
     out: dict = {"nodes": args.nodes, "ranks_per_node": args.ranks_per_node,
                  "replicas": args.replicas, "endpoints": args.endpoints,
                  "tick_s": args.tick, "seconds": args.seconds, "workers": args.workers,
+                 "pinned": args.pin,
                  "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         url = cli.start("tempo.enabled=false", "grafana.enabled=false",
@@ -238,16 +272,23 @@ def run(args) -> dict:
                  "--tick", str(args.tick), "--seconds", str(args.seconds + args.warmup)],
                 stdout=subprocess.PIPE, text=True, cwd=REPO))
             procs.add("lane_tier", workers[-1].pid)
+        if args.pin:  # the monitoring host's processes on CPU 0, the cluster's on CPU 1
+            for name, cpu in (("server", 0), ("prometheus", 0), ("engines", 1),
+                              ("lane_tier", 1)):
+                for proc in procs.procs.get(name, []):
+                    pin(proc.pid, cpu)
+            os.sched_setaffinity(0, {1})
         for w in workers:
             json.loads(w.stdout.readline())
         print(f"   {args.nodes} node and {args.replicas} replica lane actors in "
               f"{args.workers} processes; warm-up {args.warmup:.0f} s", flush=True)
         time.sleep(args.warmup)
-        c0 = server_counters(url)
+        c0, h0 = server_counters(url), intake_buckets(url)
         ph = Phase(procs)
         time.sleep(args.seconds)
         phase = ph.end()
-        c1 = server_counters(url)
+        c1, h1 = server_counters(url), intake_buckets(url)
+        phase["intake"] = intake_quantiles(h0, h1)
         phase["prometheus"] = prom_figures(prom, phase["start"], phase["end"])
         phase["server_rates"] = counter_rates(c0, c1)
         out["steady"] = phase
@@ -318,6 +359,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--warmup", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=4, help="processes hosting lane actors")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="leave the processes unpinned (default: the server and Prometheus "
+                         "on CPU 0, the lane tier and the engines on CPU 1)")
     ap.add_argument("--out", default=str(HERE / "scale_tier.json"))
     # a worker process (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -10,6 +10,7 @@ Routes live in rl_insight/server/routes, one module per concern.
 from __future__ import annotations
 
 import json
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -91,10 +92,15 @@ class Guard:
                           retry_after=1)
         else:
             self.inflight += intake
+            t0 = time.perf_counter()
             try:
                 await self.app(scope, receive, sending)
             finally:
                 self.inflight -= intake
+            if intake:
+                path = getattr(scope.get("route"), "path", "unmatched")
+                self.state.metrics.intake_seconds.labels(path).observe(
+                    time.perf_counter() - t0)
         route = scope.get("route")
         self.state.metrics.requests.labels(method, getattr(route, "path", "unmatched"),
                                            str(status)).inc()

@@ -10,6 +10,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     GCCollector,
+    Histogram,
     PlatformCollector,
     ProcessCollector,
 )
@@ -96,6 +97,11 @@ class ServerMetrics:
                                 ["method", "route", "code"], registry=self.registry)
         self.pushes = Counter("rl_insight_pushes", "Metric pushes by method and result",
                               ["method", "result"], registry=self.registry)
+        self.intake_seconds = Histogram(
+            "rl_insight_intake_duration_seconds", "Time to answer a push or span export, "
+            "from its arrival (what a lane actor's flush waits for)", ["route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+            registry=self.registry)
         self.intake_refused = Counter(
             "rl_insight_intake_refused", "Pushes and span exports answered 503 because "
             "server.max_intake_inflight were in progress (the senders send them again)",
