@@ -25,9 +25,10 @@ from rl_insight.config import AnatomySettings
 TRAINER_LANE = "trainer"  # the client's step marks (rl_insight.client.steps)
 STEP_STATE = "train_step"
 # a lane has a handful of states per step and a step needs its own and the previous
-# window: 256 is dozens of steps, and bounds a run without step marks (nothing is ever
-# finalized, so nothing is pruned) to 256 spans a lane (~32 KB) whatever its lanes send
-MAX_SPANS_PER_LANE = 256
+# window: 64 is a dozen steps, and bounds a run without step marks (nothing is ever
+# finalized, so nothing is pruned) to 64 spans a lane (~8 KB) whatever its lanes send
+# (4,128 lanes at 256 spans each held a quarter of the server's memory: scale_tier.py)
+MAX_SPANS_PER_LANE = 64
 MAX_PHASES = 32
 PREFIX = "rl_insight_step_"
 RUN = ("project", "experiment_name")

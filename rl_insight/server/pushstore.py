@@ -245,8 +245,8 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
 
 
 class PushStore:
-    """All groups, thread-safe; what changed is written to the server's database in the
-    background (one transaction per round)."""
+    """All groups, thread-safe; every change is written to the server's database before
+    it is acknowledged (a group's row holds its text exposition)."""
 
     def __init__(self, settings: PushSettings, store: Store,
                  refuse: Callable[[Mapping[str, str]], str | None] = lambda labels: None,
@@ -260,7 +260,6 @@ class PushStore:
         self.groups: dict[GroupKey, Group] = {}
         self._types: dict[str, dict[str, int]] = {}  # family -> type -> groups using it
         self._lock = threading.RLock()
-        self._dirty: set[GroupKey] = set()
         self._series = 0  # series in all groups, kept as groups change (read per push)
         self.pushes = 0
         self.version = 0  # bumped on every change (for caching the exposition)
@@ -289,6 +288,7 @@ class PushStore:
                                      f"{self.settings.max_series_total} "
                                      "(push.max_series_total); delete finished groups")
             group = Group(dict(grouping), merged, time.time())
+            self._write([group], [])  # committed before the push is acknowledged
             self._replace(key, old, group)
             self.pushes += 1
 
@@ -298,8 +298,20 @@ class PushStore:
             old = self.groups.get(key)
             if old is None:
                 return False
+            self._write([], [key])
             self._replace(key, old, None)
             return True
+
+    def _write(self, groups: list[Group], gone: list[GroupKey]) -> None:
+        """Write through to the database; a failure refuses the change (503)."""
+        try:
+            self.store.save_groups([(json.dumps(group_key(g.labels)), json.dumps(g.labels),
+                                     g.push_time, g.text()) for g in groups],
+                                   [json.dumps(k) for k in gone])
+        except Exception as exc:
+            log.error("cannot store pushed groups in %s: %s", self.store.path, exc)
+            raise PushError(503, f"the server cannot store the push ({exc}); nothing "
+                                 f"changed: check the disk of {self.store.path}") from None
 
     def _check_types(self, families: Mapping[str, Metric], key: GroupKey) -> None:
         reserved = self.reserved()
@@ -335,7 +347,6 @@ class PushStore:
             self.groups.pop(key, None)
         else:
             self.groups[key] = new
-        self._dirty.add(key)
         self.version += 1
 
     # -- reads -------------------------------------------------------------------
@@ -426,6 +437,8 @@ class PushStore:
 
         with self._lock:
             keys = [k for k, g in self.groups.items() if stale(g.labels, g.push_time)]
+            if keys:
+                self._write([], keys)
             for k in keys:
                 self._replace(k, self.groups[k], None)
         if keys:
@@ -433,19 +446,7 @@ class PushStore:
         return len(keys)
 
     def persist(self) -> None:
-        """Write the groups changed since the last call, in one transaction."""
-        with self._lock:
-            dirty, self._dirty = self._dirty, set()
-            rows = [(json.dumps(k), json.dumps(g.labels), g.push_time, g.text())
-                    for k in dirty if (g := self.groups.get(k)) is not None]
-            gone = [json.dumps(k) for k in dirty if k not in self.groups]
-        if rows or gone:
-            try:
-                self.store.save_groups(rows, gone)
-            except Exception:
-                with self._lock:  # written next time
-                    self._dirty |= dirty
-                raise
+        """Nothing to do: every change is written through as it is made."""
 
     def load(self) -> int:
         """Read the stored groups back (at start), and once an earlier version's files;
@@ -465,10 +466,9 @@ class PushStore:
                 self._replace(group_key(group.labels), self.groups.get(
                     group_key(group.labels)), group)
             n += 1
-        if not legacy:
-            self._dirty.clear()
-        else:
-            self.persist()
+        if legacy:
+            with self._lock:
+                self._write(list(self.groups.values()), [])
             self.legacy_dir.rename(self.legacy_dir.with_name(self.legacy_dir.name +
                                                              ".migrated"))
             log.info("moved %d pushed groups from %s into %s", len(legacy),
