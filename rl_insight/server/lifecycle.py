@@ -277,6 +277,12 @@ def fetch_report(url: str, timeout: float = 2.0) -> dict | None:
         return None
 
 
+# glibc gives each thread that allocates its own malloc arena; the server's request
+# threads each kept tens of MB of freed /metrics and push buffers (733 MB of RSS at a
+# 1,000-GPU run's lane traffic, bench/scale_tier.py). Two arenas; a user's setting wins.
+SERVER_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
 def start_detached(settings: Settings, args: Sequence[str],
                    secret_env: dict[str, str] | None = None, say: Say = print) -> int:
     """Launch `server start` (foreground) in a new session; follow it until ready."""
@@ -292,7 +298,7 @@ def start_detached(settings: Settings, args: Sequence[str],
         proc = subprocess.Popen([sys.executable, "-m", "rl_insight.cli", "server", "start",
                                  *args], stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(secret_env or {})})
+                                env={**SERVER_ENV, **os.environ, **(secret_env or {})})
     say(f"server starting in the background (pid {proc.pid}, log {log_path})")
     url = netaddr.http_url(netaddr.local_host(settings.bind_host("server")),
                            settings.server.port)
