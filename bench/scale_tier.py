@@ -150,9 +150,15 @@ def worker(args) -> int:
         time.sleep(0.01)
     for name, items in pending.items():
         actors[name].core.ingest(ident, "bench", items)
-    for a in actors.values():  # what is left goes out, as an actor's last ticks send it
-        a.loop.run_now(60)
-        a.loop.run_now(60)
+    def drain(a: Actor) -> None:  # what is left goes out, as an actor's last ticks send it
+        for _ in range(3):
+            a.loop.run_now(60)
+            if a.core.idle():
+                return
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(32) as pool:  # the actors drain at once, as they would
+        list(pool.map(drain, actors.values()))
     ticks = sorted(t for a in actors.values() for t in a.ticks)
     out = {"event": "done", "actors": len(actors), "lanes": len(feeds), **made,
            "ticks_by_actor": sorted(len(a.ticks) for a in actors.values()),
@@ -348,6 +354,68 @@ def run(args) -> dict:
     return out
 
 
+def markdown(runs: list[dict]) -> str:
+    """The runs of a record as docs/scaling.md's table, one column a run."""
+    def f(v, d=2):
+        if v is None:
+            return "-"
+        return f"{v:,.{d}f}" if isinstance(v, float) else f"{v:,}"
+
+    rows = [
+        ("nodes x ranks, replicas", lambda r: f"{r['nodes']} x {r['ranks_per_node']}, "
+                                              f"{r['replicas']}"),
+        ("rank lanes + replica lanes", lambda r: f(r["tier"]["lanes"])),
+        ("lane actors (node + replica)", lambda r: f(r["tier"]["actors"])),
+        ("engine endpoints scraped beside", lambda r: f(r["endpoints"])),
+        ("tick, s (client.lane_flush_interval_s)", lambda r: f(r["tick_s"], 0)),
+        ("measured, s (after warm-up)", lambda r: f(r["seconds"], 0)),
+        ("spans made / received by the server", lambda r: f"{r['tier']['spans']:,} / "
+                                                          f"{r['server']['spans_received']:,.0f}"),
+        ("finished states made / counted by the server",
+         lambda r: f"{r['tier']['states']:,} / {r['server']['states_received']:,.0f}"),
+        ("lost", lambda r: f(r["server"]["spans_lost"] + r["server"]["states_lost"], 0)),
+        ("ticks per s made / nominal (actors / tick)",
+         lambda r: f"{r['tier']['ticks'] / (r['seconds'] + 30):.1f} / "
+                   f"{r['tier']['actors'] / r['tick_s']:.1f}"),
+        ("requests per tick", lambda r: f(r["tier"]["requests_per_tick"])),
+        ("requests per s at the server (spans + metrics)",
+         lambda r: f"{r['steady']['server_rates'].get('POST /v1/traces 200', 0):.1f} + "
+                   f"{r['steady']['server_rates'].get('POST /api/v1/push/batch 200', 0):.1f}"),
+        ("503 with Retry-After per s", lambda r: f(sum(
+            v for k, v in r["steady"]["server_rates"].items() if k.endswith(" 503")))),
+        ("intake p50 / p99, s (server side: spans; metrics)",
+         lambda r: "; ".join(f"{v['p50_s']} / {v['p99_s']}" for _, v in
+                             sorted(r["steady"].get("intake", {}).items(), reverse=True))),
+        ("lane tick p50 / p99, s (the tier's own clock)",
+         lambda r: f"{r['tier']['tick_p50_s']:.2f} / {r['tier']['tick_p99_s']:.2f}"),
+        ("server CPU, s per s", lambda r: f(r["steady"]["cpu_per_s"].get("server"))),
+        ("server RSS peak, MB", lambda r: f(r["steady"]["rss_peak_mb"].get("server"), 0)),
+        ("server scrape up share", lambda r: f(r["steady"]["prometheus"][
+            "server_scrape_up_share"])),
+        ("server scrape p50 / max, s",
+         lambda r: f"{r['steady']['prometheus']['server_scrape_s_p50']:.2f} / "
+                   f"{r['steady']['prometheus']['server_scrape_s_max']:.2f}"),
+        ("Prometheus CPU, s per s; head series",
+         lambda r: f"{r['steady']['cpu_per_s'].get('prometheus', 0):.2f}; "
+                   f"{r['steady']['prometheus']['head_series']:,.0f}"),
+        ("lane tier CPU, s per s (all nodes' lane actors)",
+         lambda r: f(r["steady"]["cpu_per_s"].get("lane_tier"))),
+        ("Python heap per lane actor, KB",
+         lambda r: f(r["tier"]["heap_per_actor_bytes"] / 1024, 0)),
+    ]
+    head = "| what | " + " | ".join(r["time"][:16] for r in runs) + " |"
+    out = [head, "| --- |" + " ---: |" * len(runs)]
+    for name, fn in rows:
+        cells = []
+        for r in runs:
+            try:
+                cells.append(fn(r))
+            except (KeyError, TypeError, ZeroDivisionError):
+                cells.append("-")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=500)
@@ -363,12 +431,16 @@ def main() -> int:
                     help="leave the processes unpinned (default: the server and Prometheus "
                          "on CPU 0, the lane tier and the engines on CPU 1)")
     ap.add_argument("--out", default=str(HERE / "scale_tier.json"))
+    ap.add_argument("--markdown", metavar="JSON", help="print a record's runs as a table")
     # a worker process (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     for k in ("first", "last", "rfirst", "rlast"):
         ap.add_argument(f"--{k}", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())["runs"]))
+        return 0
     if args.worker:
         return worker(args)
     threading.current_thread().name = "scale-tier"

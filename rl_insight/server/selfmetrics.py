@@ -100,7 +100,7 @@ class ServerMetrics:
         self.intake_seconds = Histogram(
             "rl_insight_intake_duration_seconds", "Time to answer a push or span export, "
             "from its arrival (what a lane actor's flush waits for)", ["route"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10),
             registry=self.registry)
         self.intake_refused = Counter(
             "rl_insight_intake_refused", "Pushes and span exports answered 503 because "

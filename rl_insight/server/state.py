@@ -116,6 +116,7 @@ class ServerState:
     def persist(self) -> None:
         self.pushes.persist()
         self.experiments.persist()
+        self.store.checkpoint()
 
     def _maintain(self) -> None:
         while not self._stop.wait(self.settings.push.persist_interval_s):
