@@ -10,7 +10,8 @@ STAMP  := $(VENV)/.rl-insight-installed
 # workers took it from 17 to under 9 minutes (README, "Tests"); more did not pay there
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup system-deps test test-fast lint demo bench bench-quick bench-scale pictures soak clean
+.PHONY: setup system-deps test test-fast lint demo bench bench-quick bench-scale bench-tier \
+        bench-intake pictures soak clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -50,6 +51,15 @@ bench-quick: setup system-deps
 # 25 minutes; docs/scaling.md); BENCH_SCALE_ARGS=--quick for a 2-minute try
 bench-scale: setup system-deps
 	./scripts/private-net.sh $(BIN)/python bench/scale.py $(BENCH_SCALE_ARGS)
+
+# the lane tier of a 1,000-GPU run with its real classes against one server, 5 minutes
+# (docs/scaling.md); BENCH_TIER_ARGS="--nodes 100 --replicas 26 --seconds 60" for a try
+bench-tier: setup system-deps
+	./scripts/private-net.sh $(BIN)/python bench/scale_tier.py $(BENCH_TIER_ARGS)
+
+# the server's intake at saturation beside the code before the lane tier changed
+bench-intake: setup system-deps
+	./scripts/private-net.sh $(BIN)/python bench/intake.py $(BENCH_INTAKE_ARGS)
 
 pictures: setup system-deps
 	$(BIN)/python -m pip install -q -e '.[test,docs]'
