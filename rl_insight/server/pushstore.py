@@ -138,6 +138,7 @@ class Group:
 _TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram",
           "summary": "summary", "untyped": "untyped"}
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
+_EXPOSED_SUFFIX = {"counter": "_total", "info": "_info"}  # as generate_latest names them
 
 
 def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
@@ -241,7 +242,15 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
             seen.add(ident)
             metric.samples.append(Sample(s.name, labels, s.value, None, None))
         out[fam.name] = metric
-    return {k: v for k, v in out.items() if v.samples}
+    kept = {k: v for k, v in out.items() if v.samples}
+    exposed: dict[str, str] = {}
+    for fam in kept.values():  # `x` as a counter and `x_total` would be one family on /metrics
+        shown = fam.name + _EXPOSED_SUFFIX.get(fam.type, "")
+        other = exposed.setdefault(shown, fam.name)
+        if other != fam.name:
+            raise PushError(400, f"metric families {other!r} and {fam.name!r} would both be "
+                                 f"exposed as {shown!r}: rename one of them")
+    return kept
 
 
 class PushStore:

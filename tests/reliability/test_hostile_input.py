@@ -5,10 +5,13 @@ clients. Figures: requests tried, 5xx answers, crashes, peak RSS (goal: 0 and 0)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -99,11 +102,11 @@ def test_fuzz_every_route_of_the_schema_no_5xx(server):
 @given(st.text(max_size=400))
 @settings(max_examples=300, deadline=None)
 def test_text_parser_only_ever_refuses_with_a_reason(text):
-    st_ = PushStore(PushSettings(max_series_per_group=50), Store(_TMP))
-    try:
-        st_.push({"job": "j"}, text, replace=True)
-    except PushError as exc:
-        assert 400 <= exc.status < 500 and str(exc)
+    with _push_store(max_series_per_group=50) as st_:
+        try:
+            st_.push({"job": "j"}, text, replace=True)
+        except PushError as exc:
+            assert 400 <= exc.status < 500 and str(exc)
 
 
 @given(st.lists(st.tuples(st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True),
@@ -126,11 +129,11 @@ def test_valid_expositions_round_trip(samples):
         seen.add(key)
         lab = ",".join(f'{k}="{esc(v)}"' for k, v in sorted(labels.items()))
         lines.append(f"{name}{{{lab}}} {value!r}")
-    st_ = PushStore(PushSettings(), Store(_TMP))
-    st_.push({"job": "j"}, "\n".join(lines) + "\n", replace=True)
-    got = {(s.name, tuple(sorted((k, v) for k, v in s.labels.items()
-                                 if k not in ("job", "instance")))): s.value
-           for f in st_.families() for s in f.samples if not s.name.startswith("push_")}
+    with _push_store() as st_:
+        st_.push({"job": "j"}, "\n".join(lines) + "\n", replace=True)
+        got = {(s.name, tuple(sorted((k, v) for k, v in s.labels.items()
+                                     if k not in ("job", "instance")))): s.value
+               for f in st_.families() for s in f.samples if not s.name.startswith("push_")}
     assert len(got) == len(seen)
 
 
@@ -159,17 +162,15 @@ def test_otlp_json_decoder_with_shaped_garbage(doc):
         pass
 
 
-class _Tmp:
-    """A place for the property tests' stores (they never persist)."""
-
-    def __truediv__(self, other):
-        import tempfile
-        from pathlib import Path
-
-        return Path(tempfile.gettempdir()) / "rl-insight-fuzz" / other
-
-
-_TMP = _Tmp()
+@contextlib.contextmanager
+def _push_store(**settings):
+    """A push store of its own for one example, in a directory removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="rl-insight-fuzz-") as tmp:
+        store = Store(Path(tmp))
+        try:
+            yield PushStore(PushSettings(**settings), store)
+        finally:
+            store.close()
 
 
 def test_floods_huge_and_truncated_bodies_and_slow_clients(server):
