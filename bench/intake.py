@@ -261,7 +261,7 @@ def main() -> int:
     ratio = rows[0]["ok"] / rows[-1]["ok"] if rows[-1]["ok"] else float("inf")
     print(f"\nrequests answered per second: checkout {rows[0]['ok']:.0f}, baseline "
           f"{rows[-1]['ok']:.0f}: {ratio:.1f} times")
-    path = save("intake", {"args": vars(args), "rows": rows, "ratio": ratio})
+    path = save(f"intake_{args.lanes}_lanes", {"args": vars(args), "rows": rows, "ratio": ratio})
     print(f"saved {path}")
     return 0
 

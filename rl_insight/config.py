@@ -209,7 +209,7 @@ class AlertSettings:
                               "critic_vf_loss,critic_score_mean,critic_rewards_mean,"
                               "critic_advantages_mean")
     # a replica in one state max(state_stuck_factor * its usual time there over
-    # state_stuck_window, state_stuck_min_s)
+    # state_stuck_window, state_stuck_min_s) plus one client.lane_flush_interval_s
     state_stuck_factor: float = 5.0
     state_stuck_min_s: float = 300.0
     state_stuck_window: str = "1h"

@@ -70,6 +70,22 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: fl
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def wait_equal(get: Callable[[], object], want: object, timeout: float, what: str,
+               interval: float = 0.5):
+    """Poll ``get`` until it returns ``want``; fail with what it returned last."""
+    last: list = []
+
+    def same() -> bool:
+        last[:] = [get()]
+        return last[0] == want
+    try:
+        wait_for(same, timeout, what, interval)
+    except AssertionError:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}: last got "
+                             f"{last[0]!r}, want {want!r}") from None
+    return last[0]
+
+
 def processes_with_env(name: str, value: str) -> list[int]:
     """Pids of live processes whose environment has name=value (ours carry the home)."""
     needle = f"{name}={value}".encode()

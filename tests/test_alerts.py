@@ -92,7 +92,7 @@ def test_thresholds_come_from_the_settings(settings):
         r["RLInsightTrainingStalled"]["expr"]
     assert '"rl_insight_monitor_(actor_pg_loss|my_loss)"' in r["RLInsightNonFiniteMetric"]["expr"]
     stuck = r["RLInsightReplicaStuckInState"]["expr"]
-    assert "clamp_min(7 * (" in stuck and "), 42)" in stuck and "[20m]" in stuck
+    assert "clamp_min(7 * (" in stuck and "), 42) + 5" in stuck and "[20m]" in stuck
     assert "vllm:kv_cache_usage_perc > 0.8" in r["RLInsightKVCacheSaturated"]["expr"]
     assert "sglang:token_usage > 0.8" in r["RLInsightKVCacheSaturated"]["expr"]
     assert "rate(vllm:num_preemptions_total[1m]) > 2.5" in r["RLInsightPreemptionBurst"]["expr"]
@@ -249,7 +249,7 @@ def test_replica_stuck_compares_its_time_in_the_state_with_the_usual(settings, t
     expr = rules_by_name(settings)["RLInsightReplicaStuckInState"]["expr"]
     by = "state_lane_id, state_name"
     promtool_test(tmp_path, settings, series, [
-        # 30 s in: nothing; 2 min in (> max(5 x 10, 60) s): replica_0 only
+        # 30 s in: nothing; 2 min in (> max(5 x 10, 60) s + a 5 s lane tick): replica_0 only
         {"expr": counted(expr, by), "eval_time": "1m", "exp_samples": []},
         {"expr": counted(expr, by), "eval_time": "2m30s", "exp_samples": [
             {"labels": '{state_lane_id="replica_0",state_name="vllm_generate"}',

@@ -27,7 +27,7 @@ SIM = ["--mode", "sync", "--steps", str(STEPS), "--replicas", "3", "--ranks", "2
        "--straggler", "2:2",  # replica 2 generates twice as long as the others
        "--kv-pressure", "1",  # replica 1: KV cache saturated, preempting
        "--flood-at", "2",  # a worker drops events
-       "--hang", "0:4:12",  # replica 0 stuck in vllm_generate in step 4
+       "--hang", "0:4:16",  # replica 0 stuck in vllm_generate in step 4 (threshold: 10 s)
        "--nan-loss-at", "5",
        "--stall-at", "6", "--stall-seconds", "12",  # the trainer hangs before step 6
        "--engine-down-at", "7",  # replica 0's /metrics goes away

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from dashboards import build
-from tests.conftest import prom_query, wait_for
+from tests.conftest import prom_query, wait_equal, wait_for
 from tests.test_simulation_e2e import query_range, substitute
 
 pytestmark = pytest.mark.integration
@@ -134,9 +134,9 @@ def test_every_state_and_span_is_under_its_run(tier):
                                f"(rl_insight_monitor_state_duration_seconds_count{{{sel}}})")
         return {x["metric"]["state_lane_id"]: float(x["value"][1]) for x in got}
 
-    wait_for(lambda: lanes_in_prometheus() == want, 30, "all 72 lanes' states in Prometheus")
+    wait_equal(lanes_in_prometheus, want, 60, "all 72 lanes' states in Prometheus")
     expected = {"ranks": RANKS * len(STATES) * 2, **{f"replica_{r}": 2 for r in range(REPLICAS)}}
-    wait_for(lambda: durations() == expected, 30, "every finished state counted once")
+    wait_equal(durations, expected, 60, "every finished state counted once")
     rows = requests.get(world.url + "/api/v1/lanes", params=RUN, timeout=10).json()["lanes"]
     by_lane = {r["lane"]: r["states"] for r in rows}
     for r in range(RANKS):  # each rank's two steps, every state, none lost or doubled
@@ -149,7 +149,7 @@ def test_every_state_and_span_is_under_its_run(tier):
                 if a.get("project") == RUN["project"] and
                 a.get("experiment_name") == RUN["experiment_name"]}
 
-    wait_for(lambda: spans() == want, 30, "every lane's spans at the trace receiver")
+    wait_equal(spans, want, 60, "every lane's spans at the trace receiver")
     timeline = next(d for d in build.dashboards() if d.uid == "rl-insight-timeline")
     checked = 0
     for section in timeline.sections:

@@ -130,10 +130,14 @@ def healthy(ray_world):
          "--project", "doc", "--experiment-name", "healthy"],
         env=cluster.env(), cwd=cluster.workdir, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
+    said: list[str] = []
+
+    def steps_done() -> bool:
+        said.append(sim.stdout.readline())
+        return "keeping the endpoints up" in said[-1] or sim.poll() is not None
     try:
-        wait_for(lambda: "keeping the endpoints up" in (sim.stdout.readline() or "")
-                 or sim.poll() is not None, 180, "the simulated run to finish its steps")
-        assert sim.poll() is None
+        wait_for(steps_done, 180, "the simulated run to finish its steps")
+        assert sim.poll() is None, "".join(said)[-4000:] + sim.stdout.read()[-4000:]
         wait_for(lambda: all(t.get("health") == "up" for t in requests.get(
             url + "/api/v1/experiments/targets", params={"project": "doc",
                                                          "experiment_name": "healthy"}

@@ -91,9 +91,13 @@ def test_job_submit_with_runtime_env_file(stack, cluster, tmp_path):
     assert wait_for(lambda: prom_values(cli, 'rl_insight_monitor_job_actor_value'
                                              '{experiment_name="job-submit"}'), 20,
                     "the actor's metric in Prometheus") == {"actor": 2.0}
-    lanes = requests.get(url + "/api/v1/lanes", params={"experiment_name": "job-submit"},
-                         timeout=5).json()["lanes"]
-    assert [(ln["lane"], ln["states"]) for ln in lanes] == [("rank_0", {"update_weights": 1})]
+
+    def lanes() -> list:  # the node's lane actor sends them at its next tick (5 s)
+        got = requests.get(url + "/api/v1/lanes", params={"experiment_name": "job-submit"},
+                           timeout=5).json()["lanes"]
+        return [(ln["lane"], ln["states"]) for ln in got]
+    wait_for(lambda: lanes(), 30, "the job's lane at the server")
+    assert lanes() == [("rank_0", {"update_weights": 1})]
 
 
 HUB_SCRIPT = '''

@@ -112,8 +112,11 @@ def replica_stuck(settings: Settings, for_: str) -> dict:
     usual = (f"sum by ({key}) (increase(rl_insight_monitor_state_duration_seconds_sum{lane}"
              f"[{window}]))\n  / sum by ({key}) (increase("
              f"rl_insight_monitor_state_duration_seconds_count{lane}[{window}]))")
+    # a lane reports its current state once a tick, so a state stays on its series up to
+    # one client.lane_flush_interval_s after it ended: that much is added to the threshold
+    tick = num(settings.client.lane_flush_interval_s)
     expr = (f"(time() - {since})\n> on({key})\nclamp_min({num(a.state_stuck_factor)} * "
-            f"(\n  {usual}\n), {num(a.state_stuck_min_s)})")
+            f"(\n  {usual}\n), {num(a.state_stuck_min_s)}) + {tick}")
     return _rule(
         "RLInsightReplicaStuckInState", active(expr), for_, "warning",
         f"{RUN_LABEL}: {{{{ $labels.state_lane_id }}}} has been in "
