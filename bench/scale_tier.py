@@ -106,11 +106,17 @@ def worker(args) -> int:
     ident = Identity(PROJECT, EXPERIMENT)
     actors: dict[str, Actor] = {}
     feeds: list[tuple[str, str, bool]] = []  # (actor, lane, is replica)
+    # --colocate: the k-th replica of this process runs on its k-th node, and that
+    # node's ranks go to the replica's actor instead of a node actor of their own
+    host = {args.first + k: r for k, r in enumerate(range(args.rfirst, args.rlast))
+            if args.colocate and args.first + k < args.last}
     for n in range(args.first, args.last):
         node = f"{n:012x}"
         for k in range(args.ranks_per_node):
             lane = f"rank_{n * args.ranks_per_node + k}"
-            feeds.append((lane_actor_name(lane, node), lane, False))
+            name = (lane_actor_name(f"replica_{host[n]}", node) if n in host
+                    else lane_actor_name(lane, node))
+            feeds.append((name, lane, False))
     for r in range(args.rfirst, args.rlast):
         lane = f"replica_{r}"
         feeds.append((lane_actor_name(lane, f"{r:012x}"), lane, True))
@@ -207,6 +213,16 @@ def intake_buckets(url: str) -> dict[str, dict[float, float]]:
     return out
 
 
+def gc_pauses(url: str) -> dict[str, tuple[float, float]]:
+    """The server's garbage collections by generation: (count, seconds in total)."""
+    text = requests.get(url + "/metrics", timeout=300).text
+    out: dict[str, list[float]] = {}
+    for m in re.finditer(r'^rl_insight_gc_pause_seconds_(count|sum)\{generation="(\d)"\} (\S+)$',
+                         text, re.M):
+        out.setdefault(m.group(2), [0.0, 0.0])[m.group(1) == "sum"] = float(m.group(3))
+    return {g: (v[0], v[1]) for g, v in out.items()}
+
+
 def intake_quantiles(h0: dict, h1: dict) -> dict:
     """p50, p99 (the bucket bound reached) and count of each route between two reads."""
     out = {}
@@ -251,7 +267,7 @@ def run(args) -> dict:
     out: dict = {"nodes": args.nodes, "ranks_per_node": args.ranks_per_node,
                  "replicas": args.replicas, "endpoints": args.endpoints,
                  "tick_s": args.tick, "seconds": args.seconds, "workers": args.workers,
-                 "pinned": args.pin,
+                 "pinned": args.pin, "colocate": args.colocate,
                  "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         url = cli.start("tempo.enabled=false", "grafana.enabled=false",
@@ -275,7 +291,8 @@ def run(args) -> dict:
                 [sys.executable, str(Path(__file__)), "--worker", "--url", url,
                  "--first", str(first), "--last", str(last), "--rfirst", str(rfirst),
                  "--rlast", str(rlast), "--ranks-per-node", str(args.ranks_per_node),
-                 "--tick", str(args.tick), "--seconds", str(args.seconds + args.warmup)],
+                 "--tick", str(args.tick), "--seconds", str(args.seconds + args.warmup),
+                 *(["--colocate"] if args.colocate else [])],
                 stdout=subprocess.PIPE, text=True, cwd=REPO))
             procs.add("lane_tier", workers[-1].pid)
         if args.pin:  # the monitoring host's processes on CPU 0, the cluster's on CPU 1
@@ -289,12 +306,14 @@ def run(args) -> dict:
         print(f"   {args.nodes} node and {args.replicas} replica lane actors in "
               f"{args.workers} processes; warm-up {args.warmup:.0f} s", flush=True)
         time.sleep(args.warmup)
-        c0, h0 = server_counters(url), intake_buckets(url)
+        c0, h0, g0 = server_counters(url), intake_buckets(url), gc_pauses(url)
         ph = Phase(procs)
         time.sleep(args.seconds)
         phase = ph.end()
-        c1, h1 = server_counters(url), intake_buckets(url)
+        c1, h1, g1 = server_counters(url), intake_buckets(url), gc_pauses(url)
         phase["intake"] = intake_quantiles(h0, h1)
+        phase["gc"] = {g: {"collections": n - g0.get(g, (0, 0))[0],
+                           "seconds": t - g0.get(g, (0, 0))[1]} for g, (n, t) in g1.items()}
         phase["prometheus"] = prom_figures(prom, phase["start"], phase["end"])
         phase["server_rates"] = counter_rates(c0, c1)
         out["steady"] = phase
@@ -366,6 +385,8 @@ def markdown(runs: list[dict]) -> str:
                                               f"{r['replicas']}"),
         ("rank lanes + replica lanes", lambda r: f(r["tier"]["lanes"])),
         ("lane actors (node + replica)", lambda r: f(r["tier"]["actors"])),
+        ("ranks' lanes carried by", lambda r: "replica actor where one runs"
+         if r.get("colocate") else "node actors"),
         ("engine endpoints scraped beside", lambda r: f(r["endpoints"])),
         ("tick, s (client.lane_flush_interval_s)", lambda r: f(r["tick_s"], 0)),
         ("measured, s (after warm-up)", lambda r: f(r["seconds"], 0)),
@@ -389,6 +410,10 @@ def markdown(runs: list[dict]) -> str:
         ("lane tick p50 / p99, s (the tier's own clock)",
          lambda r: f"{r['tier']['tick_p50_s']:.2f} / {r['tier']['tick_p99_s']:.2f}"),
         ("server CPU, s per s", lambda r: f(r["steady"]["cpu_per_s"].get("server"))),
+        ("server GC: full collections; time in all collections",
+         lambda r: "-" if "gc" not in r["steady"] else
+         f"{r['steady']['gc'].get('2', {}).get('collections', 0):.0f}; "
+         f"{sum(v['seconds'] for v in r['steady']['gc'].values()) / r['seconds']:.3f} s/s"),
         ("server RSS peak, MB", lambda r: f(r["steady"]["rss_peak_mb"].get("server"), 0)),
         ("server scrape up share", lambda r: f(r["steady"]["prometheus"][
             "server_scrape_up_share"])),
@@ -430,6 +455,9 @@ def main() -> int:
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="leave the processes unpinned (default: the server and Prometheus "
                          "on CPU 0, the lane tier and the engines on CPU 1)")
+    ap.add_argument("--colocate", action="store_true",
+                    help="a node hosting a replica sends its ranks' lanes through the "
+                         "replica's lane actor (no node actor there)")
     ap.add_argument("--out", default=str(HERE / "scale_tier.json"))
     ap.add_argument("--markdown", metavar="JSON", help="print a record's runs as a table")
     # a worker process (internal)

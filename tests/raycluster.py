@@ -87,7 +87,7 @@ class RayCluster:
 
     def add_node(self, workdir: Path, num_cpus: int = 1) -> str:
         """Another raylet joining this cluster on this machine (a node of its own id);
-        returns the marker its processes carry, for :meth:`remove_node`."""
+        returns the marker its processes carry, for :meth:`remove_nodes`."""
         mark = uuid.uuid4().hex
         env = self.env(**{MARK: mark})
         env.pop("RAY_ADDRESS")
@@ -99,13 +99,33 @@ class RayCluster:
             raise RuntimeError(f"ray start (a worker node) failed: {r.stderr[-3000:]}")
         return mark
 
-    def remove_node(self, mark: str) -> None:
-        """Kill a node added with :meth:`add_node`, as a lost machine goes."""
-        for pid in processes_with_env(MARK, mark):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    def remove_nodes(self, marks: list[str], timeout: float = 60) -> None:
+        """Nodes added with :meth:`add_node` leave: their raylets are told to stop (so the
+        GCS hears at once instead of after missed heartbeats, while it would still place
+        the next module's actors there), then this waits until the cluster counts only
+        its head alive."""
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+            pids = [p for m in marks for p in processes_with_env(MARK, m)]
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace
+            while any(processes_with_env(MARK, m) for m in marks) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.1)
+        count = ("import ray\nray.init()\n"
+                 "print('ALIVE', sum(1 for n in ray.nodes() if n['Alive']))\n")
+
+        def alive() -> str:
+            r = self.run_driver(count, timeout=60)
+            return next((x for x in r.stdout.splitlines() if x.startswith("ALIVE ")), "")
+        deadline = time.monotonic() + timeout
+        while alive() != "ALIVE 1":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the removed nodes still count as alive after {timeout}s")
+            time.sleep(1)
 
     def pids(self) -> list[int]:
         return processes_with_env(MARK, self.mark)

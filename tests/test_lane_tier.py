@@ -102,8 +102,7 @@ def tier(ray_world, tmp_path_factory):
         yield ray_world, {**json.loads(line[len("RESULT "):]), "t_start": t0,
                           "t_done": time.time()}
     finally:
-        for mark in marks:
-            cluster.remove_node(mark)
+        cluster.remove_nodes(marks)
 
 
 def test_a_lane_actor_per_replica_and_per_node_never_per_rank(tier):

@@ -3,6 +3,8 @@ from the supervisor and the stores."""
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -106,6 +108,31 @@ class ServerMetrics:
             "rl_insight_intake_refused", "Pushes and span exports answered 503 because "
             "server.max_intake_inflight were in progress (the senders send them again)",
             registry=self.registry)
+        self.gc_pause = Histogram(
+            "rl_insight_gc_pause_seconds", "The server's garbage collections by generation: "
+            "every request waits while one runs", ["generation"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+            registry=self.registry)
+        _watch_gc(self.gc_pause)
         self.registry.register(_StateCollector(state))
         self.registry.register(state.anatomy)  # rl_insight_step_*
         self.types = {m.name: m.type for m in self.registry.collect()}
+
+
+_GC: dict = {"histogram": None, "started": 0.0}  # one callback per process
+
+
+def _watch_gc(histogram: Histogram) -> None:
+    """Time every collection into the newest server's histogram (gc.callbacks run in
+    the collecting thread, around the collection)."""
+    if _GC["histogram"] is None:
+        gc.callbacks.append(_gc_callback)
+    _GC["histogram"] = histogram
+
+
+def _gc_callback(phase: str, info: dict) -> None:
+    if phase == "start":
+        _GC["started"] = time.perf_counter()
+    elif _GC["started"]:
+        _GC["histogram"].labels(str(info["generation"])).observe(
+            time.perf_counter() - _GC["started"])
