@@ -156,11 +156,15 @@ def worker(args) -> int:
         time.sleep(0.01)
     for name, items in pending.items():
         actors[name].core.ingest(ident, "bench", items)
-    def drain(a: Actor) -> None:  # what is left goes out, as an actor's last ticks send it
-        for _ in range(3):
+    def drain(a: Actor) -> None:
+        """What is left goes out, as an actor's next ticks send it: a tick refused by a
+        busy server (503, Retry-After) is tried again once the wait is over."""
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
             a.loop.run_now(60)
             if a.core.idle():
                 return
+            time.sleep(max(0.05, min(5.0, a.sender.retry_at - time.monotonic())))
 
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(32) as pool:  # the actors drain at once, as they would

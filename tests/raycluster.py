@@ -121,11 +121,8 @@ class RayCluster:
         def alive() -> str:
             r = self.run_driver(count, timeout=60)
             return next((x for x in r.stdout.splitlines() if x.startswith("ALIVE ")), "")
-        deadline = time.monotonic() + timeout
-        while alive() != "ALIVE 1":
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the removed nodes still count as alive after {timeout}s")
-            time.sleep(1)
+        wait_for(lambda: alive() == "ALIVE 1", timeout,
+                 "the removed nodes to count as gone (only the head alive)", interval=1)
 
     def pids(self) -> list[int]:
         return processes_with_env(MARK, self.mark)

@@ -14,8 +14,11 @@ import logging
 import random
 import time
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 import requests
+
+from rl_insight.collector import connection
 
 log = logging.getLogger(__name__)
 BATCH_PATH = "/api/v1/push/batch"  # several groups in one request (servers since 0.4)
@@ -49,8 +52,14 @@ class Sender:
         self.session.proxies.update(
             requests.utils.get_environ_proxies(self.server_url or self.otlp_url or ""))
         self.session.trust_env = False
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self.session.headers.update(auth)
+        # without a proxy, the frequent requests to plain-HTTP origins go over a
+        # kept-alive connection of our own per origin (connection.py: a lane actor's tick
+        # took three times the CPU through requests)
+        self._direct = not self.session.proxies
+        self._connections: dict[str, connection.Connection] = {}
+        self._auth = auth
         self.ok = True
         self.last_error = ""
         self._last_log = 0.0
@@ -107,8 +116,11 @@ class Sender:
             self.last_error = "the server asked to wait (Retry-After)"
             return False, None
         try:
-            r = self.session.request(method, url, timeout=self.timeout, **kw)
-        except requests.RequestException as exc:
+            if self._direct and url.startswith("http://"):  # https: requests' CA bundle
+                r = self._connection(url).request(method, url, **kw)
+            else:
+                r = self.session.request(method, url, timeout=self.timeout, **kw)
+        except (requests.RequestException, *connection.HttpError) as exc:
             self.last_error = f"{exc.__class__.__name__} talking to {url}"
             return self._note(False, what), None
         self._seen(r)
@@ -129,6 +141,15 @@ class Sender:
                 return True, r
             return self._note(False, what), r
         return self._note(True, what), r
+
+    def _connection(self, url: str) -> connection.Connection:
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        conn = self._connections.get(origin)
+        if conn is None:
+            conn = self._connections[origin] = connection.Connection(origin, self.timeout,
+                                                               self._auth)
+        return conn
 
     def push(self, job: str, grouping: dict[str, str], text: str,
              replace: bool = False) -> bool:

@@ -1,0 +1,98 @@
+"""The collector's kept-alive connection (collector/connection.py) against a real HTTP
+server on loopback: bodies and headers as sent, one connection for many requests, a
+connection the server closed opened again, errors raised as HttpError, and the Sender
+using it with its back-off on 503."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from rl_insight.collector.connection import Connection, HttpError
+from rl_insight.collector.push import Sender
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the server does
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        srv = self.server
+        srv.seen.append({"path": self.path, "body": body, "port": self.client_address[1],
+                         "auth": self.headers.get("Authorization"),
+                         "type": self.headers.get("Content-Type")})
+        status, extra = srv.answers.pop(0) if srv.answers else (200, {})
+        out = json.dumps({"results": [{"status": 200}], "n": len(srv.seen)}).encode()
+        self.send_response(status)
+        for k, v in extra.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(out)))
+        if srv.close_after:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(out)
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.seen, srv.answers, srv.close_after = [], [], False
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_requests_share_one_connection_and_carry_body_and_headers(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    conn = Connection(url, 5, {"Authorization": "Bearer t"})
+    for i in range(5):
+        r = conn.request("POST", url + "/v1/traces?x=1", data=f"body{i}".encode(),
+                         headers={"Content-Type": "application/x-protobuf"})
+        assert r.status_code == 200 and r.json()["n"] == i + 1
+    assert [s["body"] for s in server.seen] == [f"body{i}".encode() for i in range(5)]
+    assert {s["path"] for s in server.seen} == {"/v1/traces?x=1"}
+    assert {s["auth"] for s in server.seen} == {"Bearer t"}
+    assert len({s["port"] for s in server.seen}) == 1  # kept alive
+
+
+def test_a_connection_the_server_closed_is_opened_again(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    conn = Connection(url, 5, {})
+    server.close_after = True
+    for _ in range(3):
+        assert conn.request("POST", url + "/x", json={"a": 1}).status_code == 200
+    assert len({s["port"] for s in server.seen}) == 3
+    assert {s["type"] for s in server.seen} == {"application/json"}
+
+
+def test_nothing_listening_raises_an_http_error():
+    from rl_insight import netaddr
+
+    url = f"http://127.0.0.1:{netaddr.free_port()}"
+    with pytest.raises(HttpError):
+        Connection(url, 1, {}).request("POST", url + "/x", data=b"")
+
+
+def test_the_sender_backs_off_after_503_and_sends_again(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    sender = Sender(url, token="tok")
+    assert sender._direct  # no proxy here: the kept-alive connection carries it
+    server.answers.append((503, {"Retry-After": "0.2"}))
+    assert sender.push_groups([("j", {"a": "b"}, "x 1\n", True)]) == [False]
+    assert sender.push_groups([("j", {"a": "b"}, "x 1\n", True)]) == [False]  # waiting
+    assert len(server.seen) == 1 and sender.backoffs == 1
+    deadline = time.monotonic() + 5
+    while sender._backing_off() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sender.push_groups([("j", {"a": "b"}, "x 1\n", True)]) == [True]
+    assert [s["auth"] for s in server.seen] == ["Bearer tok"] * 2
