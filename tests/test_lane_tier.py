@@ -28,10 +28,13 @@ import asyncio, json, sys, time, ray, rl_insight
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 RANKS, REPLICAS, STATES = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(",")
 SECONDS = 1.5
-# the job's own namespace for its hub and lane actors, in every worker too
+# the job's own namespace for its hub and lane actors, in every worker too; lanes
+# tick every second, as often as the test's Prometheus scrapes (the default 5 s tick
+# matches the default 5 s scrape: a state shorter than both is in the spans only)
 att = rl_insight.ray.attach(project="lane-tier", experiment_name="64-ranks",
                             runtime_env_base={"env_vars": {
-                                "RL_INSIGHT_CLIENT_RAY_NAMESPACE": "lane_tier"}})
+                                "RL_INSIGHT_CLIENT_RAY_NAMESPACE": "lane_tier",
+                                "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"}})
 assert att.ok, att.message
 nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
 
@@ -96,7 +99,8 @@ def tier(ray_world, tmp_path_factory):
     try:
         t0 = time.time()
         r = cluster.run_driver(DRIVER, str(RANKS), str(REPLICAS), ",".join(STATES),
-                               timeout=300, RL_INSIGHT_CLIENT_RAY_NAMESPACE=NAMESPACE)
+                               timeout=300, RL_INSIGHT_CLIENT_RAY_NAMESPACE=NAMESPACE,
+                               RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="1")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
         line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
         yield ray_world, {**json.loads(line[len("RESULT "):]), "t_start": t0,

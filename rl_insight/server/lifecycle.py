@@ -105,10 +105,11 @@ def _ensure_dirs(settings: Settings) -> None:
 
 
 KEEP_ALIVE_S = 65
-# Young collections every 20,000 net allocations instead of 700: at 1,000 GPUs' lane
-# traffic the server ran 168 full collections in 5 minutes (0.25 s each, every request
-# waiting), a fifth of its CPU (docs/performance.md)
-GC_THRESHOLDS = (20_000, 10, 10)
+# Young collections every 20,000 net allocations instead of 700, full ones practically
+# never by count but every state.FULL_GC_EVERY_S: at 1,000 GPUs' lane traffic the
+# server ran 168 full collections in 5 minutes (0.25 s each, every request waiting), a
+# fifth of its CPU (docs/performance.md)
+GC_THRESHOLDS = (20_000, 10, 1_000)
 
 
 def _tune_gc() -> None:

@@ -3,6 +3,7 @@ target, experiment and push stores, and the trace relay. Routes only read and ca
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -25,6 +26,11 @@ from rl_insight.server.targets import LocalTargetLog, TargetStore
 from rl_insight.version import __version__
 
 log = logging.getLogger(__name__)
+# the server's full garbage collections run here, on a clock, rather than whenever
+# allocations add up (lifecycle.GC_THRESHOLDS): a pause of up to 0.25 s every 10 s
+# instead of every 2 s under 1,000 GPUs' lane traffic, and cyclic garbage never
+# older than 10 s
+FULL_GC_EVERY_S = 10.0
 
 
 @dataclass
@@ -119,11 +125,15 @@ class ServerState:
         self.store.checkpoint()
 
     def _maintain(self) -> None:
+        next_gc = time.monotonic() + FULL_GC_EVERY_S
         while not self._stop.wait(self.settings.push.persist_interval_s):
             try:
                 self.pushes.expire(time.time(), self.experiments.finished_at)
                 self.targets.publish_due()
                 self.persist()
+                if time.monotonic() >= next_gc:  # see lifecycle.GC_THRESHOLDS
+                    next_gc = time.monotonic() + FULL_GC_EVERY_S
+                    gc.collect()
             except Exception:  # housekeeping must never stop the server
                 log.exception("periodic persistence failed")
 

@@ -67,11 +67,24 @@ print("SOAK DONE", i, flush=True)
 
 
 def slope_mb_per_min(points: list[tuple[float, float]]) -> float:
-    n = len(points)
-    mx = sum(t for t, _ in points) / n
-    my = sum(v for _, v in points) / n
-    var = sum((t - mx) ** 2 for t, _ in points)
-    return sum((t - mx) * (v - my) for t, v in points) / var * 60 / 2**20 if var else 0.0
+    """The trend of RSS (bytes) over time (s), in MB a minute: the median of the slopes
+    between every two samples (Theil-Sen), which a steady leak moves and one allocation
+    step, freed or kept, does not."""
+    slopes = sorted((v2 - v1) / (t2 - t1) for i, (t1, v1) in enumerate(points)
+                    for t2, v2 in points[i + 1:] if t2 > t1)
+    if not slopes:
+        return 0.0
+    mid = len(slopes) // 2
+    median = slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2
+    return median * 60 / 2**20
+
+
+def test_the_trend_is_a_steady_leak_and_not_one_step():
+    mb = 2**20
+    steady = [(t, (100 + 0.5 * t) * mb) for t in range(0, 50, 5)]  # 30 MB a minute
+    step = [(t, (93 if t != 30 else 98) * mb) for t in range(0, 50, 5)]  # one bump
+    assert round(slope_mb_per_min(steady), 6) == 30
+    assert slope_mb_per_min(step) == 0
 
 
 def test_soak_has_no_growth_trend(tmp_path_factory):
