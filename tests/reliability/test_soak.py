@@ -21,6 +21,10 @@ from tests.raycluster import RayCluster
 
 pytestmark = pytest.mark.integration
 SECONDS = float(os.environ.get("RL_INSIGHT_SOAK_SECONDS", "90"))
+# One step of this many MB within the measured window is not a trend: in 45 s (CI) it
+# is 5 MB a minute, in 450 s (`make soak`) 0.5. A leak like the one the soak caught
+# when full collections stopped (37 MB a minute) is far beyond it.
+STEP_MB = 4.0
 
 LOAD = r'''
 import json, sys, threading, time, ray, rl_insight
@@ -137,6 +141,9 @@ def test_soak_has_no_growth_trend(tmp_path_factory):
          "server_rss_mb": [(round(t, 1), round(v / 2**20, 1)) for t, v in server_rss]},
         indent=2))
     print("\nsoak: " + json.dumps(figures))
+    span_min = (SECONDS - warm) / 60
     for name, f in figures.items():
-        # no trend: under 2% of the process's size per minute
-        assert f["slope_mb_per_min"] < 0.02 * f["start_mb"] + 1, (name, f)
+        # no trend: under 2% of the process's size per minute, beside one step of
+        # STEP_MB anywhere in the window (an arena taken, a collection's sawtooth)
+        assert f["slope_mb_per_min"] < 0.02 * f["start_mb"] + 1 + STEP_MB / span_min, \
+            (name, f)
