@@ -180,7 +180,7 @@ def read_state(path: str) -> dict:
 
 
 def account(world, fault: str, exp: str, states: dict[str, dict], dropped_before: float,
-            timeout: float = 90) -> dict:
+            timeout: float = 150) -> dict:
     """Wait until everything handed over arrived (or the deadline), then count."""
     prom, receiver = world["cli"].prometheus, world["receiver"]
     emitted_m = sum(s["metrics"] for s in states.values())
@@ -199,14 +199,21 @@ def account(world, fault: str, exp: str, states: dict[str, dict], dropped_before
                 seen.add((attrs["source"], attrs["seq"]))
         return len(seen), total - len(seen)
 
+    seen: dict = {}
+
     def complete() -> bool:
         got = metrics_delivered()
         unique, _ = spans_delivered()
+        seen.update(metrics={src: (got.get(src, 0), s["metrics"]) for src, s in
+                             states.items()}, spans=(unique, emitted_s))
         return all(got.get(src, 0) >= s["metrics"] for src, s in states.items()) and \
             unique >= emitted_s
 
-    wait_for(complete, timeout, f"everything handed over in the {fault} run to arrive",
-             interval=0.5)
+    try:
+        wait_for(complete, timeout, f"everything handed over in the {fault} run to arrive",
+                 interval=0.5)
+    except AssertionError as exc:  # say which part is missing: (arrived, handed over)
+        raise AssertionError(f"{exc}; arrived / handed over: {seen}") from None
     got = metrics_delivered()
     unique, duplicates = spans_delivered()
     delivered_m = sum(min(got.get(src, 0), s["metrics"]) for src, s in states.items())
@@ -223,7 +230,7 @@ def account(world, fault: str, exp: str, states: dict[str, dict], dropped_before
 
 
 def run_fault(world, fault: str, tmp_path: Path, inject=None, kill_driver=False,
-              timeout: float = 90) -> dict:
+              timeout: float = 150) -> dict:
     exp = f"rel-{fault}-{int(time.time())}"
     before = dropped_counts(world["url"])
     proc, out = start_load(world, fault, exp, tmp_path)
