@@ -76,7 +76,9 @@ def ray_world():
                         f"alertmanager.webhook_urls={hook.url}")
         cluster = RayCluster(work, extra_env={
             "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
-            "TQ_METRICS_COLLECT_INTERVAL": "1"}).start()
+            "TQ_METRICS_COLLECT_INTERVAL": "1",
+            # lanes tick as often as this world's Prometheus scrapes (README: the tick)
+            "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"}).start()
         yield RayWorld(cli, url, cluster, tempo, hook)
     finally:
         if cluster is not None:
