@@ -40,9 +40,10 @@ class ServerSettings:
     log_level: str = "info"
     # scrape targets must resolve into these networks (comma-separated CIDRs); empty: any
     allowed_networks: str = ""
-    # a target registered before its run is named (verl registers engines before init)
-    # waits this long for the run before Prometheus scrapes it without one
-    unbound_target_grace_s: float = 60.0
+    # a target registered before its run is named waits this long for the run before
+    # Prometheus scrapes it without one: verl launches its engines in init_workers and
+    # names the run in fit(), after the models loaded, which takes minutes at scale
+    unbound_target_grace_s: float = 600.0
     # pushes and span exports in progress at once; beyond, 503 with Retry-After (the
     # senders keep their data and come back) instead of a queue without bound
     max_intake_inflight: int = 128

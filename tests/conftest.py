@@ -16,6 +16,13 @@ from rl_insight import netaddr
 REPO = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.worlds"]  # the session-wide server and Ray cluster
 WORLDS = ("ray_world", "route_server")
+# modules whose shared fixtures start a Ray cluster and run a simulated or real training
+# run before their first test: that test's timeout (pyproject's 300 s) also covers the
+# set-up, which on a loaded machine took up to 300 s by itself; their waits keep their
+# own deadlines
+SETUP_TIMEOUT_S = 600
+SETUP_HEAVY = ("tests/test_multihost.py", "tests/test_verl_run.py",
+               "tests/reliability/test_faults.py", "tests/reliability/test_soak.py")
 FAST_TIER_ENV = "RL_INSIGHT_FAST_TIER"  # `make test-fast`: no process may be started
 
 
@@ -31,7 +38,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if world or key not in group:
             group[key] = world or group.get(key) or key
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group[item.nodeid.split("::", 1)[0]]))
+        key = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group[key]))
+        heavy = key in SETUP_HEAVY or "ray_world" in item.fixturenames
+        if heavy and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SETUP_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -19,17 +20,42 @@ from rl_insight import netaddr
 from tests.conftest import REPO, wait_for
 
 pytestmark = pytest.mark.integration
-# each backend's FAKE engine through its real serving path, every run with the real
-# TransferQueue driven as verl's V1 trainer drives it; vLLM synchronous, so its engines
-# sleep and wake between generation phases
+# each backend's FAKE engine through its real serving path; the asynchronous runs with the
+# real TransferQueue driven as verl's V1 trainer drives it (their dashboards have its
+# section), vLLM synchronous without it, its engines sleeping and waking between phases
 RUNS = {"vllm": ("sync", "e2e-vllm-sync"), "sglang": ("async", "e2e-sglang-async"),
         "vllm_omni": ("async", "e2e-vllm-omni-async")}
+# TransferQueue's controller is one named actor per cluster ("TransferQueueController" in
+# namespace "transfer_queue"): two runs with it cannot overlap, a run without it can
+BATCHES = (("vllm", "sglang"), ("vllm_omni",))
+TQ_RUN = "sglang"  # the run the TransferQueue dashboard and its test read
+
+
+def simulate(cluster, backend: str) -> subprocess.Popen:
+    mode, exp = RUNS[backend]
+    log = tempfile.TemporaryFile("w+")  # a file: side by side, no pipe fills up
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "simulate_rl.py"), "--steps", "3",
+         "--replicas", "2", "--ranks", "2", "--mode", mode, "--backend", backend,
+         "--step-seconds", "3", "--val-every", "2", "--project", "e2e",
+         "--linger", "8",  # Prometheus picks new file_sd targets up within ~5-10 s
+         "--experiment-name", exp,
+         "--transfer-queue" if mode == "async" else "--no-transfer-queue"],
+        env=cluster.env(), cwd=cluster.workdir, stdout=log, stderr=subprocess.STDOUT,
+        text=True)
+    proc.log = log
+    return proc
+
+
+def output(proc: subprocess.Popen) -> str:
+    proc.log.seek(0)
+    return proc.log.read()
 
 
 @pytest.fixture(scope="module")
 def world(ray_world):
-    """The three runs, one after another, on the shared server and Ray cluster
-    (tests/worlds.py), plus Debian's node_exporter registered as node-a's."""
+    """The three runs, two batches one after another, on the shared server and Ray
+    cluster (tests/worlds.py), plus Debian's node_exporter registered as node-a's."""
     cli, url, cluster = ray_world.cli, ray_world.url, ray_world.cluster
     node_exporter = None
     if shutil.which("prometheus-node-exporter"):
@@ -41,26 +67,23 @@ def world(ray_world):
             "job_name": "node-exporter", "targets": [f"127.0.0.1:{port}"],
             "labels": {"node": "node-a"}}, timeout=5)
         assert r.status_code == 200, r.text
-    runs = {}
+    runs, procs = {}, {}
     try:
-        # one after another: TransferQueue's controller is one named actor per cluster
-        # ("TransferQueueController" in namespace "transfer_queue"), so two runs that
-        # each start their own cannot overlap
-        for backend, (mode, exp) in RUNS.items():
-            r = subprocess.run(
-                [sys.executable, str(REPO / "examples" / "simulate_rl.py"), "--steps", "3",
-                 "--replicas", "2", "--ranks", "2", "--mode", mode, "--backend", backend,
-                 "--step-seconds", "3", "--val-every", "2", "--project", "e2e",
-                 "--linger", "8",  # Prometheus picks new file_sd targets up within ~5-10 s
-                 "--experiment-name", exp],
-                env=cluster.env(), cwd=cluster.workdir, capture_output=True, text=True,
-                timeout=300)
-            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-            line = next(x for x in r.stdout.splitlines() if x.startswith("SIMULATION "))
-            runs[backend] = json.loads(line[len("SIMULATION "):])
-            runs[backend]["t_done"] = time.time()  # after the endpoints' linger
+        for batch in BATCHES:
+            procs = {backend: simulate(cluster, backend) for backend in batch}
+            for backend, proc in procs.items():
+                proc.wait(timeout=300)
+                out = output(proc)
+                assert proc.returncode == 0, f"{backend}: " + out[-6000:]
+                line = next(x for x in out.splitlines() if x.startswith("SIMULATION "))
+                runs[backend] = json.loads(line[len("SIMULATION "):])
+                runs[backend]["t_done"] = time.time()  # after the endpoints' linger
         yield cli, url, runs
     finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
         if node_exporter:
             node_exporter.terminate()
             node_exporter.wait(10)
@@ -91,6 +114,8 @@ def query_range(prom: str, expr: str, start: float, end: float) -> list:
 def run_for(uid: str, runs: dict) -> dict | None:
     if uid in ("rl-insight-hardware", "rl-insight-self"):
         return None
+    if uid == "rl-insight-transfer-queue":
+        return runs[TQ_RUN]
     for backend in ("sglang", "vllm-omni", "vllm"):
         if backend in uid:
             return runs[backend.replace("-", "_")]
@@ -112,6 +137,11 @@ def test_every_panel_query_returns_data_for_the_run(world):
         start = (run or min(runs.values(), key=lambda r: r["t_start"]))["t_start"] - 5
         end = run["t_done"] + 2 if run else end_all
         for section in d.sections:
+            srun, sstart, send = run, start, end
+            if section is build.TQ and run is not None and run["mode"] == "sync":
+                # the vLLM async dashboard's TransferQueue section: the run with the queue
+                srun = runs[TQ_RUN]
+                sstart, send = srun["t_start"] - 5, srun["t_done"] + 2
             for panel in section.panels:
                 if panel.needs and panel.needs != "node-exporter":
                     skipped.append(f"{d.uid}/{panel.title} (needs {panel.needs})")
@@ -123,9 +153,9 @@ def test_every_panel_query_returns_data_for_the_run(world):
                 for q in panel.queries:
                     if q.datasource != "prometheus":
                         continue
-                    expr = substitute(q.expr, run)
+                    expr = substitute(q.expr, srun)
                     checked += 1
-                    if not query_range(prom, expr, start, end):
+                    if not query_range(prom, expr, sstart, send):
                         empty.append(f"{d.uid} / {panel.title}: {expr}")
     assert checked > 150
     assert not empty, "panels without data:\n" + "\n".join(empty)
@@ -156,7 +186,7 @@ def test_transfer_queue_storage_units_found_and_scraped(world):
     """verl registers only the controller; the client finds both storage units of the real
     TransferQueue and registers them, and their request types are TransferQueue's own."""
     cli, _, runs = world
-    run = runs["vllm"]
+    run = runs[TQ_RUN]
     sel = f'project="e2e",experiment_name="{run["experiment_name"]}"'
     r = requests.get(cli.prometheus + "/api/v1/query_range", params={
         "query": f'count by (job) (up{{job=~"transfer_queue.*",{sel}}} == 1)',

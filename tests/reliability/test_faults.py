@@ -40,7 +40,9 @@ from rl_insight.ray import actors
 
 
 def emit(source, lanes, out_path, duration, flowing=None):
-    """Events until the deadline; `flowing` is set once a hand-over was acknowledged."""
+    """Events for `duration` seconds after `inject_after` were handed over (acknowledged:
+    then `flowing` is set), so a fault that lands then still has a run around it however
+    slowly the run started; at most 180 s in all."""
     state = {"metrics": 0, "spans": 0, "max_call_ms": 0.0, "calls": 0}
 
     def save():
@@ -48,8 +50,8 @@ def emit(source, lanes, out_path, duration, flowing=None):
             json.dump(state, f)
         os.replace(out_path + ".tmp", out_path)
 
-    i, end = 0, time.time() + duration
-    while time.time() < end:
+    i, end, cap = 0, None, time.time() + 180
+    while time.time() < min(end or cap, cap):
         t0 = time.perf_counter()
         rl_insight.metric_count("rel_events", 1.0, source=source)
         t1 = time.perf_counter()
@@ -64,8 +66,10 @@ def emit(source, lanes, out_path, duration, flowing=None):
         if i % 25 == 0 and rl_insight.flush(5):   # handed over: acknowledged
             state["metrics"] = state["spans"] = i
             save()
-            if flowing is not None and i >= inject_after:
-                flowing.set()
+            if i >= inject_after and end is None:
+                end = time.time() + duration
+                if flowing is not None:
+                    flowing.set()
         time.sleep(0.004)
     if rl_insight.flush(60):
         state["metrics"] = state["spans"] = i
@@ -89,7 +93,7 @@ flowing = threading.Event()  # the driver's events flow: the fault may land
 def inject():
     """The fault, and proof that it happened: the actor's pid before and after Ray
     restarted it (written beside the load's state for the test to check)."""
-    flowing.wait(duration)  # mid-run: after events were handed over, while more flow
+    flowing.wait(180)  # mid-run: after events were handed over, while more flow
     ns = "rl_insight"
     done = {"fault": fault}
     try:
@@ -115,8 +119,10 @@ def inject():
     with open(out + ".injected", "w") as f:
         json.dump(done, f)
 
-threading.Thread(target=inject, daemon=True).start()
+injector = threading.Thread(target=inject, daemon=True)
+injector.start()
 emit("driver", ["replica_0", "rank_0", "req_a", "req_b"], out, duration, flowing)
+injector.join(120)  # its proof is written before the load says it is done
 print("LOAD DONE", flush=True)
 '''
 
