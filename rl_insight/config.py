@@ -137,6 +137,9 @@ class ClientSettings:
     buffer_max_events: int = 200_000  # full: the oldest are dropped and counted
     batch_size: int = 4096  # a full batch wakes the sender early
     flush_interval_s: float = 0.5
+    # finish() and interpreter exit together wait at most this long, even with the server
+    # gone: at the end of a run that takes hours, 3 s is not felt, and a healthy hub and
+    # server take well under a second to confirm the last batch (a loaded one, more)
     exit_flush_timeout_s: float = 3.0
     hub_push_interval_s: float = 2.0
     max_series_per_run: int = 20_000

@@ -59,6 +59,16 @@ _current: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVa
     "rl_insight_span", default=None)
 
 
+def _restore(token: contextvars.Token) -> None:
+    """Undo a block's span context. A block that exits in another context (an async
+    generator closed by the loop's finalizer after its consumer went away) has nothing
+    to undo there; that is not an error."""
+    try:
+        _current.reset(token)
+    except (ValueError, RuntimeError):
+        pass
+
+
 def _failed(what: str) -> None:
     global _errors
     _errors += 1
@@ -318,11 +328,13 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
         c = self.client
         if c is None:
             return
+        self.client = None  # a block closes once
+        if exc_type is GeneratorExit:  # a consumer closed its stream: not a failure
+            exc_type = None
         try:
             end = time.time_ns()
-            _current.reset(self.token)
             entry, key = self.entry, self.key
-            with _open_lock:
+            with _open_lock:  # the interval's count first: nothing below may skip it
                 entry[0] -= 1
                 if exc_type is not None:
                     entry[4] += 1
@@ -330,6 +342,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
                 last = entry[0] == 0
                 if last and _open.get(key) is entry:
                     del _open[key]
+            _restore(self.token)
             trace_id, span_id, _ = entry[1]
             if c.settings.per_request_spans:  # each block as a child of its interval
                 attrs = (_attrs(self.labels) if self.labels else ()) + _REQUEST + \
@@ -350,8 +363,26 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             _failed("trace_state")
 
     def __call__(self, fn: Callable) -> Callable:
-        """``@trace_state("actor_update", state_lane_id="rank_0")``: every call is a block."""
+        """``@trace_state("actor_update", state_lane_id="rank_0")``: every call is a block;
+        of a generator (a streaming engine's response), its whole iteration."""
         state, lane, labels = self.state, self.lane, self.labels
+        if inspect.isasyncgenfunction(fn):
+            @functools.wraps(fn)
+            async def agen_wrapper(*args, **kwargs):
+                gen = fn(*args, **kwargs)
+                with trace_state(state, state_lane_id=lane, **labels):
+                    try:
+                        async for item in gen:
+                            yield item
+                    finally:
+                        await gen.aclose()
+            return agen_wrapper
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                with trace_state(state, state_lane_id=lane, **labels):
+                    return (yield from fn(*args, **kwargs))
+            return gen_wrapper
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def async_wrapper(*args, **kwargs):
@@ -417,8 +448,10 @@ def trace_op(name: str | Callable | None = None, *,
             if state is None:
                 return
             c, token, trace_id, span_id, parent_id, labels, start = state
+            if isinstance(error, GeneratorExit):  # a consumer closed its stream
+                error = None
             try:
-                _current.reset(token)
+                _restore(token)
                 lane = labels.pop("state_lane_id", None)
                 attrs = _attrs(labels) + (("monitor.trace_segment", "duration"),)
                 if error is not None:
@@ -436,6 +469,34 @@ def trace_op(name: str | Callable | None = None, *,
                 _failed(f"trace_op {span_name}")
                 return None
 
+        if inspect.isasyncgenfunction(fn):  # the whole iteration, however it ends
+            @functools.wraps(fn)
+            async def agen_wrapper(*args, **kwargs):
+                state, gen, error = safe_begin(args), fn(*args, **kwargs), None
+                try:
+                    async for item in gen:
+                        yield item
+                except BaseException as e:
+                    error = e
+                    raise
+                finally:
+                    try:
+                        await gen.aclose()
+                    finally:
+                        end(state, error)
+            return agen_wrapper
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                state, error = safe_begin(args), None
+                try:
+                    return (yield from fn(*args, **kwargs))
+                except BaseException as e:
+                    error = e
+                    raise
+                finally:
+                    end(state, error)
+            return gen_wrapper
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def async_wrapper(*args, **kwargs):

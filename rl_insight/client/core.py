@@ -75,6 +75,7 @@ class Client:
         self.default_buckets = parse_buckets(settings.histogram_buckets)
         self.bucket_map: dict[str, tuple[float, ...]] = {}
         self._registrar = None
+        self._exit_deadline: float | None = None  # set by finish(): exit waits no longer
         self.add = self.buffer.add  # what every API call does: one O(1) append
         self.steps = StepClock(self.buffer.add)
         atexit.register(self.at_exit)
@@ -148,6 +149,7 @@ class Client:
     def set_identity(self, identity: Identity) -> None:
         self.identity = identity
         self.owner = True
+        self._exit_deadline = None  # a new run: its finish() has its own deadline
         os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = identity
         if self._transport is not None or ray_ready():
             self.transport().register_run(identity)  # an actor call; it does not wait
@@ -178,28 +180,43 @@ class Client:
         return ok
 
     def finish(self, timeout: float) -> None:
-        end = time.monotonic() + timeout
+        """Flush, registrations and the run's end within one ``timeout``, however slow
+        or absent the server; interpreter exit then waits only for what is left of it."""
+        if self._exit_deadline is None:  # calls after the first share its deadline
+            self._exit_deadline = time.monotonic() + timeout
+        end = self._exit_deadline
+
+        def left() -> float:
+            return max(0.0, end - time.monotonic())
+
         self.flush(timeout)
-        if not self.wait_registrations(max(0.1, end - time.monotonic())):
+        if not self.wait_registrations(left()):
             log.warning("rl-insight: target registrations were not delivered within %.1fs; "
                         "is the server at %s reachable?", timeout, self.server_url)
-        if self.owner and self.identity is not None:
+        if self.owner and self.identity is not None and left() > 0:
             try:
-                self.transport().finish(self.identity, timeout)
+                self.transport().finish(self.identity, left())
             except Exception as exc:
                 log.warning("rl-insight: finishing the run failed: %s", exc)
 
     def at_exit(self) -> None:
         try:
-            end = time.monotonic() + self.settings.exit_flush_timeout_s
+            budget = self.settings.exit_flush_timeout_s
+            if self._exit_deadline is not None:  # finish() ran: its deadline holds here too
+                budget = min(budget, max(0.0, self._exit_deadline - time.monotonic()))
+            end = time.monotonic() + budget
+
+            def left() -> float:
+                return max(0.0, end - time.monotonic())
+
             self.steps.flush()
-            if not self.buffer.shutdown(self.settings.exit_flush_timeout_s):
+            if not self.buffer.shutdown(budget):
                 log.warning("rl-insight: not every event was handed over before exit")
-            if not self.wait_registrations(max(0.1, end - time.monotonic())):
+            if not self.wait_registrations(left()):
                 log.warning("rl-insight: target registrations were not delivered before "
                             "exit; is the server at %s reachable?", self.server_url)
             if isinstance(self._transport, DirectTransport):
-                self._transport.close(self.settings.exit_flush_timeout_s)
+                self._transport.close(left())
         except Exception:
             pass
 

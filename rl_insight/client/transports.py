@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 from typing import Any, Protocol
 
 from rl_insight.collector.hub import HubCore
@@ -114,10 +116,23 @@ class DirectTransport:
         return []
 
     def finish(self, identity: Identity, timeout: float) -> None:
-        self.lane_loop.run_now(timeout)
-        self.hub_loop.run_now(timeout)
-        self.hub.finish(identity)
+        """Within ``timeout`` in all, however slow the server: the last pushes run on a
+        daemon thread that is left behind at the deadline."""
+        end = time.monotonic() + timeout
+        last = threading.Thread(target=self.hub.finish, args=(identity,), daemon=True,
+                                name="rl-insight-finish")  # its own tick pushes the rest
+        last.start()
+        self.lane_loop.run_now(timeout)  # the spans meanwhile
+        last.join(max(0.0, end - time.monotonic()))
 
     def close(self, timeout: float) -> None:
-        self.lane_loop.stop(timeout)
-        self.hub_loop.stop(timeout)
+        """Stop both loops, each running once more, within ``timeout`` in all (their last
+        pushes may wait on a slow server: they run on a daemon thread)."""
+        def stop() -> None:
+            end = time.monotonic() + timeout
+            self.lane_loop.stop(timeout)
+            self.hub_loop.stop(max(0.0, end - time.monotonic()))
+
+        last = threading.Thread(target=stop, daemon=True, name="rl-insight-close")
+        last.start()
+        last.join(timeout)

@@ -39,6 +39,7 @@ class HubCore:
         self.park_limit = 50_000
         self.marks = Watermarks()
         self._lock = threading.Lock()
+        self._tick_lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)
 
     def recover(self) -> int:
@@ -120,7 +121,13 @@ class HubCore:
 
     def tick(self) -> None:
         """Push every run that changed; a failed push leaves the run dirty. When all went
-        out, what was received before this tick is confirmed to its senders."""
+        out, what was received before this tick is confirmed to its senders. One tick at a
+        time (the periodic thread and a run's finish): a tick must not confirm what the
+        other is still pushing."""
+        with self._tick_lock:
+            self._tick()
+
+    def _tick(self) -> None:
         snapshot = self.marks.snapshot()
         self.release_parked(time.time())
         all_ok = True

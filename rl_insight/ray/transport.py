@@ -128,11 +128,13 @@ class RayTransport:
                     handle.ingest.remote(*args, seq, self.job_id)
 
     def finish(self, identity: Identity, timeout: float) -> None:
-
+        """The lanes' flush and the hub's last push, within ``timeout`` in all."""
+        end = time.monotonic() + timeout
         refs = [h.flush.remote(timeout) for h in self.lanes.values()]
-        ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=timeout)
         ray.get(self.hub.finish_run.remote(identity.project, identity.experiment_name),
-                timeout=timeout)
+                timeout=max(0.0, end - time.monotonic()))
 
     def close(self, timeout: float) -> None:
         pass
