@@ -280,9 +280,11 @@ def server(tmp_path):
                     overrides=["anatomy.settle_s=0"])
     state = ServerState(s, Supervisor(s.supervisor, s.logs_dir))
     state.open()
-    with TestClient(create_app(state)) as c:
-        yield c, state
-    state.close()
+    try:
+        with TestClient(create_app(state)) as c:
+            yield c, state
+    finally:
+        state.close()
 
 
 def _otlp(ident: Identity, lanes: dict, marks) -> bytes:

@@ -6,7 +6,6 @@ Every interval must close, and none may be counted twice."""
 from __future__ import annotations
 
 import asyncio
-import gc
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,7 +26,6 @@ def run_loop(main) -> None:
     """A fresh loop each time, closed as asyncio.run closes it: its async generators
     are finalised by the loop (shutdown_asyncgens), in the loop's own context."""
     asyncio.run(main())
-    gc.collect()
 
 
 def test_an_abandoned_stream_does_not_silence_its_lane(recorded):

@@ -21,8 +21,11 @@ def client(tmp_path):
     settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
     state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
     state.open()
-    with TestClient(create_app(state)) as c:
-        yield c, state
+    try:
+        with TestClient(create_app(state)) as c:
+            yield c, state
+    finally:
+        state.close()  # its threads (and their timers) end with the test
 
 
 @pytest.mark.parametrize("body, status, message", [

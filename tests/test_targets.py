@@ -203,3 +203,30 @@ def test_http_sd_and_file_sd_are_the_same_groups(tmp_path):
     store.sd_groups()
     store.publish_due()
     assert [g["targets"] for g in same()] == [["c:3"], ["d:4"]]
+
+
+@pytest.mark.parametrize("damage", ["", '[{"job_name": "vllm", "tar', "\xff\xfe"])
+def test_a_damaged_state_file_is_moved_aside_and_named_not_a_crash_at_every_start(
+        tmp_path, caplog, damage):
+    """An empty or cut-short targets, bindings or experiments file (a crash of an older
+    version, a hand edit): the store starts empty, the file is kept beside it, and one
+    error names it and says how to restore it."""
+    from rl_insight.server.experiments import ExperimentStore
+
+    state, bindings, exps = (tmp_path / "targets.json", tmp_path / "bindings.json",
+                             tmp_path / "experiments.json")
+    for path in (state, bindings, exps):
+        path.write_bytes(damage.encode("latin-1"))
+    store = TargetStore(state, tmp_path / "sd")
+    with caplog.at_level("ERROR", logger="rl_insight.server"):
+        assert store.load() == 0
+        assert ExperimentStore(exps).load() == 0
+    for path in (state, bindings, exps):
+        (aside,) = tmp_path.glob(path.name + ".damaged-*")
+        assert aside.read_bytes() == damage.encode("latin-1")  # kept for recovery
+        assert not path.exists()
+        assert any(str(path) in r.getMessage() and "move it back" in r.getMessage()
+                   for r in caplog.records), caplog.text
+    # and the stores work again: what is written now is read at the next start
+    store.register(parse_registration({"job_name": "vllm", "targets": ["a:1"]}))
+    assert TargetStore(state, tmp_path / "sd").load() == 1

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rl_insight.server.services.base import write_atomic
+from rl_insight.server.services.base import read_state_json, write_atomic
 
 
 @dataclass
@@ -33,10 +33,7 @@ class ExperimentStore:
         self._dirty = False
 
     def load(self) -> int:
-        try:
-            rows = json.loads(self.state_file.read_text())
-        except FileNotFoundError:
-            rows = []
+        rows = read_state_json(self.state_file, [])
         for r in rows:
             e = Experiment(**r)
             self._items[(e.project, e.experiment_name)] = e

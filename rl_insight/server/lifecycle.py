@@ -24,7 +24,7 @@ from rl_insight.server import binaries, runfile
 from rl_insight.server.app import create_app
 from rl_insight.server.services import SERVICES
 from rl_insight.server.services.base import Launch, PortUse
-from rl_insight.server.state import ServerState, ServiceInfo
+from rl_insight.server.state import FULL_GC_EVERY_S, ServerState, ServiceInfo
 from rl_insight.server.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,7 @@ def run(settings: Settings, say: Say = print) -> int:
     state.open()
     http = _HttpThread(create_app(state), sock, settings.server.log_level)
     _tune_gc()
+    state.full_gc_every_s = FULL_GC_EVERY_S
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set())

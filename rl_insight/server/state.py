@@ -96,6 +96,10 @@ class ServerState:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._maintain, name="rl-insight-maintain",
                                         daemon=True)
+        # seconds between full collections: set by the server process, which tunes its
+        # collector for them (lifecycle._tune_gc); a state embedded elsewhere leaves the
+        # collector of its host alone
+        self.full_gc_every_s: float | None = None
 
     def run_ended(self, project: str, experiment_name: str) -> bool:
         """Finished or archived: nothing more of it is waited for."""
@@ -125,14 +129,15 @@ class ServerState:
         self.store.checkpoint()
 
     def _maintain(self) -> None:
-        next_gc = time.monotonic() + FULL_GC_EVERY_S
+        next_gc = time.monotonic()
         while not self._stop.wait(self.settings.push.persist_interval_s):
             try:
                 self.pushes.expire(time.time(), self.experiments.finished_at)
                 self.targets.publish_due()
                 self.persist()
-                if time.monotonic() >= next_gc:  # see lifecycle.GC_THRESHOLDS
-                    next_gc = time.monotonic() + FULL_GC_EVERY_S
+                every = self.full_gc_every_s
+                if every and time.monotonic() >= next_gc:  # see lifecycle.GC_THRESHOLDS
+                    next_gc = time.monotonic() + every
                     gc.collect()
             except Exception:  # housekeeping must never stop the server
                 log.exception("periodic persistence failed")

@@ -17,7 +17,7 @@ from typing import Any
 
 from rl_insight import netaddr
 from rl_insight.server.pushstore import valid_label_name
-from rl_insight.server.services.base import write_atomic
+from rl_insight.server.services.base import read_state_json, write_atomic
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
 HARDWARE_JOBS = ("node-exporter", "dcgm-exporter", "npu-exporter")
@@ -342,14 +342,8 @@ class TargetStore:
         self._lock = threading.RLock()
 
     def load(self) -> int:
-        try:
-            data = json.loads(self.state_file.read_text())
-        except FileNotFoundError:
-            data = []
-        try:
-            bindings = json.loads(self.bindings_file.read_text())
-        except FileNotFoundError:
-            bindings = {}
+        data = read_state_json(self.state_file, [])
+        bindings = read_state_json(self.bindings_file, {})
         self._bindings = {o: (b[0], b[1]) for o, b in bindings.items()}
         for d in data:
             t = Target(d["job_name"], d["target"], tuple(sorted(d["labels"].items())),

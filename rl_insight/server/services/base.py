@@ -38,13 +38,18 @@ def machine_arch() -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so readers never see half a file."""
+    """Write via a temporary file and rename, so readers never see half a file; the file
+    and then its directory are synced, so after a power loss the path holds the old
+    text or the new one, never an empty file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        sync_dir(path.parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -145,3 +150,40 @@ class Service:
 
     def data_dir(self, settings: Settings) -> Path:
         return settings.data_dir / self.name
+
+
+def sync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (where the platform allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_state_json(path: Path, empty: object) -> object:
+    """A state file's JSON, or ``empty`` when it does not exist. A damaged one (cut short
+    by a crash of an older version, edited by hand) is moved aside, named in the log
+    with how to recover, and the server starts without it instead of failing at every
+    start."""
+    import json
+    import logging
+    import time
+
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return empty
+    except (ValueError, UnicodeDecodeError) as exc:
+        aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+        os.replace(path, aside)
+        logging.getLogger("rl_insight.server").error(
+            "%s could not be read (%s); it was moved to %s and the server starts without "
+            "it. To restore it: stop the server, repair the JSON in %s, move it back to "
+            "%s and start the server again.", path, exc, aside, aside, path)
+        return empty
