@@ -19,6 +19,7 @@ import requests
 from rl_insight.config import TraceSettings
 from rl_insight.server.otlp import PROTOBUF
 from rl_insight.server.spool import Spool
+from rl_insight.server.threads import supervised
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 4 * 1024 * 1024
@@ -38,8 +39,7 @@ class Relay:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._session = requests.Session()
-        self._thread = threading.Thread(target=self._run, name="rl-insight-relay",
-                                        daemon=True)
+        self._thread = supervised("rl-insight-relay", self._run, self._stop)
 
     def start(self) -> None:
         self._thread.start()

@@ -19,6 +19,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rl_insight.server.threads import RESTARTS
+
 if TYPE_CHECKING:
     from rl_insight.server.state import ServerState
 
@@ -77,6 +79,12 @@ class _StateCollector(Collector):
                                 value=1.0 if st.relay.up else 0.0)
         yield GaugeMetricFamily("rl_insight_lanes", "Lanes with statistics",
                                 value=len(st.lanes))
+        restarts = CounterMetricFamily("rl_insight_thread_restarts",
+                                       "Background threads of the server restarted after "
+                                       "an error (the log names it)", labels=["thread"])
+        for name in ("rl-insight-relay", "rl-insight-maintain"):
+            restarts.add_metric([name], float(RESTARTS[name]))
+        yield restarts
         # what the alerting rules join on, so a finished or archived run stops alerting
         active = GaugeMetricFamily("rl_insight_experiment_active",
                                    "1 for every experiment whose status is active (finished "

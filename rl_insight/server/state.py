@@ -23,6 +23,7 @@ from rl_insight.server.spool import Spool
 from rl_insight.server.store import Store
 from rl_insight.server.supervisor import Supervisor
 from rl_insight.server.targets import LocalTargetLog, TargetStore
+from rl_insight.server.threads import supervised
 from rl_insight.version import __version__
 
 log = logging.getLogger(__name__)
@@ -94,8 +95,7 @@ class ServerState:
         self.metrics = ServerMetrics(self)
         self.pushes.reserved = lambda: self.metrics.types
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._maintain, name="rl-insight-maintain",
-                                        daemon=True)
+        self._thread = supervised("rl-insight-maintain", self._maintain, self._stop)
         # seconds between full collections: set by the server process, which tunes its
         # collector for them (lifecycle._tune_gc); a state embedded elsewhere leaves the
         # collector of its host alone
