@@ -120,6 +120,19 @@ def test_targets_add_from_yaml(route_server, exporter, tmp_path):
     assert r.returncode != 0 and "only host:port" in r.stderr
 
 
+def test_the_query_proxy_passes_prometheus_answers_on_with_their_status(route_server):
+    """A query Prometheus refuses is the caller's mistake: its 400 and its message, not a
+    200 around an error; a good one is Prometheus' own body."""
+    url = route_server.url
+    bad = requests.get(url + "/api/v1/prometheus/query", params={"query": "sum(up"},
+                       timeout=10)
+    assert bad.status_code == 400, bad.text
+    assert "Prometheus answered 400" in bad.text and "parse error" in bad.text
+    good = requests.get(url + "/api/v1/prometheus/query", params={"query": "vector(1)"},
+                        timeout=10)
+    assert good.status_code == 200 and good.json()["status"] == "success", good.text
+
+
 def test_push_to_gateway_roundtrip_through_prometheus(route_server):
     cli, url = route_server.cli, route_server.url  # shared: FAST's settings, own run
     gateway = url.split("//", 1)[1]

@@ -104,3 +104,27 @@ def test_http_sd_answers_prometheus_format_with_filters_and_without_archived_run
         assert guarded.get("/api/v1/prometheus/sd").json() == [
             g for g in groups if g["labels"]["experiment_name"] == "e2"]
         assert guarded.post("/api/v1/prometheus/targets", json=GOOD).status_code == 401
+
+
+@pytest.mark.parametrize("services, says", [
+    ({}, "Prometheus does not run with this server"),
+    # installed and enabled, but nothing answers on its port
+    ({"prometheus": ("installed", "enabled")}, "Prometheus does not answer"),
+])
+def test_the_query_proxy_answers_503_when_prometheus_is_not_there(tmp_path, services, says):
+    """The route exists; the service behind it does not answer: 503 and what to run,
+    never 404 (not found) and never 200."""
+    from rl_insight.server.state import ServiceInfo
+
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
+                           overrides=["prometheus.port=1"])
+    infos = {name: ServiceInfo(name, True, True) for name in services}
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir), infos)
+    state.open()
+    try:
+        with TestClient(create_app(state)) as c:
+            r = c.get("/api/v1/prometheus/query", params={"query": "up"})
+        assert r.status_code == 503, r.text
+        assert says in r.text and "rl-insight server status" in r.text
+    finally:
+        state.close()

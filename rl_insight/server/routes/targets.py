@@ -98,16 +98,23 @@ def router(state: ServerState) -> APIRouter:
         from rl_insight.server.state import prometheus_url
 
         prom = state.services.get("prometheus")
+        # the route exists; what is missing is the service behind it: 503, not 404
         if prom is None or not prom.installed or not prom.enabled:
-            raise HttpError(404, "Prometheus does not run with this server "
-                                 f"({prom.message if prom else 'not configured'})")
+            raise HttpError(503, "Prometheus does not run with this server "
+                                 f"({prom.message if prom else 'not configured'}); "
+                                 "`rl-insight server status` shows why")
         try:
             r = requests.get(prometheus_url(state.settings) + "/api/v1/query",
                              params={"query": query}, timeout=10)
-            return r.json()
+            body = r.json()
         except (requests.RequestException, ValueError) as exc:
             raise HttpError(503, f"Prometheus does not answer: {exc.__class__.__name__}; "
                                  "`rl-insight server status` shows it") from None
+        if r.status_code >= 400:  # its own status: a bad query is the caller's (400, 422)
+            raise HttpError(r.status_code if r.status_code < 500 else 502,
+                            f"Prometheus answered {r.status_code}: "
+                            f"{body.get('errorType', '')} {body.get('error', '')}".strip())
+        return body
 
     @r.get("/api/v1/prometheus/sd",
            summary="What the managed Prometheus scrapes, in Prometheus' HTTP service "
