@@ -59,3 +59,38 @@ def test_stop_kills_a_child_that_ignores_sigterm(tmp_path):
     sup.stop()
     assert time.monotonic() - t0 < FAST.stop_timeout_s + 5
     assert sup.status()[0].pid is None and sup.status()[0].last_exit_code == -9
+
+
+@pytest.mark.integration  # starts a process
+def test_status_answers_while_a_readiness_probe_hangs(tmp_path, monkeypatch):
+    """A probe waits up to a second for its answer (here: until the test lets it go);
+    status() (and with it /metrics and the status page) does not wait for it."""
+    import threading
+
+    from rl_insight.server import supervisor
+
+    held, release = threading.Event(), threading.Event()
+
+    def hanging_probe(url):
+        held.set()
+        release.wait(30)
+        return True
+
+    monkeypatch.setattr(supervisor, "_probe", hanging_probe)
+    sup = Supervisor(FAST, tmp_path)
+    sup.add(Launch("slow", [sys.executable, "-c", "import time; time.sleep(60)"],
+                   "http://127.0.0.1:1/", 1))
+    sup.start()
+    try:
+        assert held.wait(10), "the supervisor never probed"
+        answered = []
+        t = threading.Thread(target=lambda: answered.append(sup.status()), daemon=True)
+        t.start()
+        t.join(10)
+        assert answered, "status() waited for the hanging probe"
+        assert answered[0][0].state == "starting" and not release.is_set()
+        release.set()
+        wait_for(lambda: sup.status()[0].ready, 10, "the probe's answer applied")
+    finally:
+        release.set()
+        sup.stop()

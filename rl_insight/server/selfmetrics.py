@@ -82,7 +82,7 @@ class _StateCollector(Collector):
         restarts = CounterMetricFamily("rl_insight_thread_restarts",
                                        "Background threads of the server restarted after "
                                        "an error (the log names it)", labels=["thread"])
-        for name in ("rl-insight-relay", "rl-insight-maintain"):
+        for name in ("rl-insight-relay", "rl-insight-maintain", "rl-insight-supervisor"):
             restarts.add_metric([name], float(RESTARTS[name]))
         yield restarts
         # what the alerting rules join on, so a finished or archived run stops alerting

@@ -22,6 +22,7 @@ import requests
 from rl_insight.childproc import die_with_parent
 from rl_insight.config import SupervisorSettings
 from rl_insight.server.services.base import Launch
+from rl_insight.server.threads import supervised
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,9 @@ class Child:
         self.next_start_at = None
         log.info("%s started, pid %d", self.launch.name, self.proc.pid)
 
-    def tick(self, now: float, stopping: bool) -> None:
-        """Notice an exit and schedule or perform a restart; probe readiness."""
+    def tick(self, now: float, stopping: bool) -> str | None:
+        """Notice an exit and schedule or perform a restart; the readiness URL when a
+        probe is due (the caller probes it outside the supervisor's lock)."""
         if self.proc is not None and self.proc.poll() is not None and self.state != "stopped":
             code = self.proc.returncode
             self.last_exit_code = code
@@ -111,14 +113,21 @@ class Child:
             period = 5.0 if self.ready else self.settings.check_interval_s
             if now - self.last_probe >= period:
                 self.last_probe = now
-                ok = _probe(self.launch.ready_url)
-                if ok and not self.ready:
-                    log.info("%s ready at %s", self.launch.name, self.launch.ready_url)
-                    if self.launch.after_ready:
-                        threading.Thread(target=self._after_ready, daemon=True,
-                                         name=f"{self.launch.name}-after-ready").start()
-                self.ready = ok
-                self.state = "ready" if ok else "starting"
+                return self.launch.ready_url
+        return None
+
+    def probed(self, pid: int | None, ok: bool) -> None:
+        """A probe's answer, for the process it was sent to (one that exited or was
+        stopped meanwhile is not made ready by it)."""
+        if self.pid != pid or self.state not in ("starting", "ready"):
+            return
+        if ok and not self.ready:
+            log.info("%s ready at %s", self.launch.name, self.launch.ready_url)
+            if self.launch.after_ready:
+                threading.Thread(target=self._after_ready, daemon=True,
+                                 name=f"{self.launch.name}-after-ready").start()
+        self.ready = ok
+        self.state = "ready" if ok else "starting"
 
     def _after_ready(self) -> None:
         """Run the service's follow-up commands off the supervisor's thread; a failure is
@@ -190,8 +199,7 @@ class Supervisor:
             for child in self.children.values():
                 child.start()
         self._notify()
-        self._thread = threading.Thread(target=self._run, name="rl-insight-supervisor",
-                                        daemon=True)
+        self._thread = supervised("rl-insight-supervisor", self._run, self._stop)
         self._thread.start()
 
     def _pids(self) -> dict[str, int | None]:
@@ -207,13 +215,23 @@ class Supervisor:
     def _run(self) -> None:
         while not self._stop.is_set():
             before = self._pids()
+            due: list[tuple[Child, int | None, str]] = []
             with self._lock:
                 now = time.monotonic()
                 for child in self.children.values():
                     try:
-                        child.tick(now, self._stop.is_set())
+                        url = child.tick(now, self._stop.is_set())
                     except Exception:
                         log.exception("supervising %s failed", child.launch.name)
+                        continue
+                    if url:
+                        due.append((child, child.pid, url))
+            # up to a second each: outside the lock that status(), /metrics and the
+            # status page take
+            answers = [(child, pid, _probe(url)) for child, pid, url in due]
+            with self._lock:
+                for child, pid, ok in answers:
+                    child.probed(pid, ok)
             if self._pids() != before:
                 self._notify()
             self._stop.wait(self.settings.check_interval_s)
