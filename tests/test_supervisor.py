@@ -94,3 +94,29 @@ def test_status_answers_while_a_readiness_probe_hangs(tmp_path, monkeypatch):
     finally:
         release.set()
         sup.stop()
+
+
+@pytest.mark.integration  # starts a process
+def test_services_get_only_the_variables_they_need(tmp_path, monkeypatch):
+    """The server's token and remote-write password are in its environment; a service it
+    starts sees PATH and its own variables, not those."""
+    import json
+
+    monkeypatch.setenv("RL_INSIGHT_SERVER_TOKEN", "tok-secret")
+    monkeypatch.setenv("RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_PASSWORD", "rw-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    out = tmp_path / "env.json"
+    script = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    sup = Supervisor(FAST, tmp_path)
+    sup.add(Launch("printenv", [sys.executable, "-c", script], "http://127.0.0.1:1/", 1,
+                   env={"OWN_SETTING": "1"}))
+    sup.start()
+    try:
+        wait_for(lambda: out.exists() and out.stat().st_size > 0, 10, "the child's env")
+        env = json.loads(out.read_text())
+    finally:
+        sup.stop()
+    assert env["OWN_SETTING"] == "1" and env["PATH"] and env["LC_ALL"] == "C.UTF-8"
+    assert not {"RL_INSIGHT_SERVER_TOKEN", "RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_PASSWORD",
+                "AWS_SECRET_ACCESS_KEY"} & set(env), sorted(env)

@@ -13,7 +13,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +169,22 @@ class Child:
                            str(self.log_path), self.message)
 
 
+# what a service may take from the server's environment: the basics of a process, the
+# proxy and CA settings its outbound requests (remote write, plugin downloads) need, and
+# Grafana's own GF_* settings. Not the server's token, remote-write and receiver secrets
+# or anything else of the caller's: each service's own variables come with its Launch.
+CHILD_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                       "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY",
+                       "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
+CHILD_ENV_PREFIXES = ("LC_", "GF_")
+
+
+def child_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a supervised service is given."""
+    return {k: v for k, v in environ.items()
+            if k in CHILD_ENV or k.startswith(CHILD_ENV_PREFIXES)}
+
+
 def _probe(url: str) -> bool:
     try:
         return requests.get(url, timeout=1.0).status_code == 200
@@ -188,7 +204,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._env = dict(os.environ)
+        self._env = child_env(os.environ)
 
     def add(self, launch: Launch) -> None:
         self.children[launch.name] = Child(launch, self.logs_dir / f"{launch.name}.log",

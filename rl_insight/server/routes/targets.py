@@ -36,8 +36,8 @@ async def parse(request: Request, log: LocalTargetLog, networks: list | None = N
     except TargetError as exc:
         log.refuse(peer, str(exc))
         raise
-    for t in targets:
-        check_allowed(t.target, networks or [])
+    if networks:  # a host name resolves through DNS: off the event loop
+        await run_in_threadpool(lambda: [check_allowed(t.target, networks) for t in targets])
     return targets, resolved
 
 
