@@ -90,10 +90,14 @@ def test_report_matches_the_ground_truth(world):
     assert err["duration_s"]["max"] < 0.05  # the marks are the trainer's own log times
     assert err["replica_generate_s"]["max"] < 0.1
     assert err["weight_update_s"]["max"] < 0.1
+    # the ratio as the replicas' own records give it (how far above 2 it lands depends
+    # on the machine's load: replica 1, short of KV cache, is slow too and moves the median)
+    # (each generating time within 0.1 s: a ratio of ~2.5 over a ~2 s median within 0.35)
+    assert err["straggler_ratio"]["max"] < 0.35, err
     for row in rows:  # the straggler, except in the step where replica 0 hung
         assert row["slowest_replica"] == ("0" if row["step"] == 4 else "2"), row
-        if row["step"] != 4:  # replica 1, short of KV cache, is slow too: the median moves
-            assert 1.3 < row["straggler_ratio"] < 2.6, row
+        if row["step"] != 4:
+            assert row["straggler_ratio"] > 1.3, row
         assert row["staleness"] == 0 and row["overlap_s"] < 0.05  # synchronous
         assert set(row["phases"]) >= {"actor_compute_log_prob", "actor_update",
                                       "update_weights"}

@@ -114,3 +114,37 @@ def test_a_node_that_leaves_is_removed_from_the_targets(stack, tmp_path):
     survivors = wait_for(lambda: left if len(left := registered()) == 1 else None, 90,
                          "the departed node's targets to be removed")
     assert len(survivors) == 1
+
+
+LOST = '''
+import json, os, rl_insight, time, requests
+att = rl_insight.ray.attach(project="proj", experiment_name="hardware", hardware=True)
+from rl_insight.ray import hardware
+import ray
+mgr = ray.get_actor(hardware.MANAGER_NAME, namespace=att.namespace)
+(status,) = ray.get(mgr.reconcile_now.remote()).values()
+addr = status["exporters"]["node-exporter"]["address"]
+url = os.environ["RL_INSIGHT_SERVER_URL"] + "/api/v1/prometheus/targets"
+listed = lambda: any(t["target"] == addr for t in requests.get(url).json()["targets"])
+before = listed()
+# the server loses them (it was down when the agent started, or lost its state)
+requests.delete(url, json={"job_name": "node-exporter", "targets": [addr],
+                           "labels": {"node": status["node"],
+                                      "ray_node_id": status["node_id"]}}).raise_for_status()
+gone = not listed()
+ray.get(mgr.reconcile_now.remote())
+end = time.time() + 30
+while not listed() and time.time() < end:
+    time.sleep(0.2)
+print("RESULT " + json.dumps({"before": before, "gone": gone, "back": listed()}))
+'''
+
+
+def test_hardware_targets_the_server_lost_are_registered_again(stack):
+    """The manager's reconcile compares the server's list with its agents' exporters and
+    has an agent register again what the server does not list."""
+    _, _, cluster = stack
+    res = result(cluster.run_driver(LOST, RL_INSIGHT_HARDWARE_START_NODE_EXPORTER="0",
+                                    RL_INSIGHT_HARDWARE_NODE_EXPORTER_PORT="0",
+                                    RL_INSIGHT_CLIENT_RAY_NAMESPACE="hw_lost"))
+    assert res == {"before": True, "gone": True, "back": True}, res

@@ -70,10 +70,14 @@ class HardwareAgent:
         if hw["fallback"]:
             self._fallbacks()
         self.bodies = [self._body(job, addr) for job, (addr, _) in self.found.items()]
-        for body in self.bodies:
-            self.sender.post_json(TARGETS, body)
+        self.register()
         log.info("rl-insight hardware on %s: %s", self.node,
                  {job: f"{addr} ({how})" for job, (addr, how) in self.found.items()})
+
+    def register(self) -> bool:
+        """Post this node's targets (idempotent at the server): at start, and again when
+        the manager finds them missing (the server was down, or lost its state)."""
+        return all([self.sender.post_json(TARGETS, body) for body in self.bodies])
 
     def _body(self, job: str, address: str) -> dict:
         return {"job_name": job, "targets": [address],
@@ -161,8 +165,23 @@ class HardwareManager:
                         self.statuses[node_id] = ray.get(handle.status.remote(), timeout=60)
                     except Exception as exc:
                         log.warning("rl-insight: hardware agent on %s: %s", node_id, exc)
-            self._remove_departed(alive)
+            listing = self.sender.get_json(TARGETS)
+            if listing:
+                self._remove_departed(alive, listing)
+                self._register_missing(listing)
             return dict(self.statuses)
+
+    def _register_missing(self, listing: dict) -> None:
+        """An agent whose targets the server does not list registers them again."""
+        have = {(t["job_name"], t["target"]) for t in listing.get("targets", [])}
+        for node_id, status in self.statuses.items():
+            missing = [job for job, ex in status.get("exporters", {}).items()
+                       if (job, ex["address"]) not in have]
+            handle = self.agents.get(node_id)
+            if missing and handle is not None:
+                log.info("rl-insight: the server does not list %s of node %s; registering "
+                         "again", ", ".join(missing), status.get("node", node_id))
+                handle.register.remote()
 
     def _agent(self, node_id: str):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -173,12 +192,9 @@ class HardwareManager:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         ).remote(self.config, node_id)
 
-    def _remove_departed(self, alive: set[str]) -> None:
+    def _remove_departed(self, alive: set[str], listing: dict) -> None:
         """Targets whose ray_node_id is no longer alive leave the server (and so
         Prometheus); the server's list is the persisted truth."""
-        listing = self.sender.get_json(TARGETS)
-        if not listing:
-            return
         for t in listing.get("targets", []):
             node_id = t.get("labels", {}).get("ray_node_id")
             if node_id and node_id not in alive and t["job_name"] in SIGNATURES:
