@@ -106,14 +106,15 @@ def test_http_sd_answers_prometheus_format_with_filters_and_without_archived_run
         assert guarded.post("/api/v1/prometheus/targets", json=GOOD).status_code == 401
 
 
-@pytest.mark.parametrize("services, says", [
-    ({}, "Prometheus does not run with this server"),
+@pytest.mark.parametrize("services, status, says", [
+    ({}, 404, "Prometheus does not run with this server"),  # switched off
     # installed and enabled, but nothing answers on its port
-    ({"prometheus": ("installed", "enabled")}, "Prometheus does not answer"),
+    ({"prometheus": ("installed", "enabled")}, 503, "Prometheus does not answer"),
 ])
-def test_the_query_proxy_answers_503_when_prometheus_is_not_there(tmp_path, services, says):
-    """The route exists; the service behind it does not answer: 503 and what to run,
-    never 404 (not found) and never 200."""
+def test_the_query_proxy_says_when_prometheus_is_not_there(tmp_path, services, status, says):
+    """Switched off by configuration: 404, there is nothing to query here; switched on
+    but not answering: 503; both say what to run, and neither is a 200 around an
+    error."""
     from rl_insight.server.state import ServiceInfo
 
     settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
@@ -124,7 +125,7 @@ def test_the_query_proxy_answers_503_when_prometheus_is_not_there(tmp_path, serv
     try:
         with TestClient(create_app(state)) as c:
             r = c.get("/api/v1/prometheus/query", params={"query": "up"})
-        assert r.status_code == 503, r.text
+        assert r.status_code == status, r.text
         assert says in r.text and "rl-insight server status" in r.text
     finally:
         state.close()

@@ -98,10 +98,14 @@ def router(state: ServerState) -> APIRouter:
         from rl_insight.server.state import prometheus_url
 
         prom = state.services.get("prometheus")
-        # the route exists; what is missing is the service behind it: 503, not 404
-        if prom is None or not prom.installed or not prom.enabled:
-            raise HttpError(503, "Prometheus does not run with this server "
+        # switched off by configuration, there is nothing to query here (404); switched
+        # on but missing or down is the server's trouble, for now (503)
+        if prom is None or not prom.enabled:
+            raise HttpError(404, "Prometheus does not run with this server "
                                  f"({prom.message if prom else 'not configured'}); "
+                                 "`rl-insight server status` shows why")
+        if not prom.installed:
+            raise HttpError(503, f"Prometheus is not installed ({prom.message}); "
                                  "`rl-insight server status` shows why")
         try:
             r = requests.get(prometheus_url(state.settings) + "/api/v1/query",
