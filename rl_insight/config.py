@@ -155,6 +155,10 @@ class ClientSettings:
     # a lane actor exits this long after every job that sent to it has ended (and its
     # spans are out): the actors belong to the jobs, not to the cluster
     lane_exit_grace_s: float = 20.0
+    # the hub forgets a run this long after its finish(), and the hub and lane actors a
+    # process silent this long: actors that live for weeks of runs keep the live ones
+    # (lane actors forget a run idle for an hour with no lane in a state)
+    forget_after_s: float = 600.0
     lane_pool_size: int = 4  # ignored since pooled lanes go to their node's lane actor
     ray_namespace: str = "rl_insight"
     # external OTLP mode (no server): metrics are served here for a Prometheus to scrape
@@ -351,6 +355,7 @@ MINIMUMS: dict[str, float] = {
     "client.buffer_max_events": 1, "client.batch_size": 1, "client.flush_interval_s": 0.01,
     "client.exit_flush_timeout_s": 0, "client.hub_push_interval_s": 0.05,
     "client.max_series_per_run": 1, "client.lane_exit_grace_s": 0,
+    "client.forget_after_s": 0,
     "client.lane_flush_interval_s": 0.01, "client.lane_batch_size": 1,
     "client.lane_max_pending_spans": 1, "client.registration_retry_max_s": 0.1,
     "client.resend_max_events": 0, "server.max_intake_inflight": 1,

@@ -272,3 +272,104 @@ def test_a_restarted_hub_continues_counters_from_the_server_and_repushes_on_rest
         callback()
     hub.tick()
     assert [p for p in sender.pushes if p[0] == "rl_insight"]  # so everything again
+
+
+# -- what lives for weeks forgets what ended --------------------------------------------
+def test_the_hub_forgets_a_finished_run_after_its_grace_and_its_jobs_with_it():
+    """A hub lives as long as the cluster: finished runs leave it after the grace, so a
+    server restart no longer makes it push every run it ever saw again."""
+    sender = RecordingSender()
+    hub = HubCore(sender)
+    done, live = Identity("p", "done"), Identity("p", "live")
+    hub.ingest(Batch(done, "job1", "h:1", [Metric("counter", "x", 1, ())], ), 1)
+    hub.ingest(Batch(live, "job2", "h:2", [Metric("counter", "x", 1, ())]), 1)
+    hub.finish(done)
+    assert set(hub.runs.identities()) == {done, live}  # within the grace: still here
+    hub.forget_after_s = 0.0
+    hub.tick()
+    assert hub.runs.identities() == [live]
+    assert hub.jobs == {"job2": live}
+    for callback in sender.on_server_restart:  # the server restarted: push everything
+        callback()
+    sender.pushes.clear()
+    hub.tick()
+    assert {p[1].get("experiment_name") for p in sender.pushes if p[0] == "rl_insight"} == \
+        {"live"}
+
+
+def test_a_finished_run_with_a_failed_last_push_is_kept_until_it_went_out():
+    sender = RecordingSender(ok=False)
+    hub = HubCore(sender)
+    run = Identity("p", "r")
+    hub.ingest(Batch(run, "job1", "h:1", [Metric("gauge", "x", 1, ())]))
+    hub.forget_after_s = 0.0
+    hub.finish(run)  # the push failed: the run is dirty
+    hub.tick()
+    assert hub.runs.identities() == [run]
+    sender.ok = True
+    hub.tick()  # pushed, then forgotten
+    hub.tick()
+    assert hub.runs.identities() == []
+
+
+def test_lane_cores_keep_no_per_trajectory_entry_and_forget_idle_runs():
+    """100,000 agent-loop trajectories through one lane core: no entry per trajectory; a
+    finished run is forgotten after the grace, and an idle one (no finish heard) after an
+    hour unless one of its lanes is in a state."""
+    sender = RecordingSender()
+    core = LaneCore(sender, "lane_z", max_pending=1000, batch_size=1000)
+    run, busy = Identity("p", "agents"), Identity("p", "sleeping")
+    for i in range(0, 100_000, 1000):
+        core.ingest(run, "h:1", [x for t in range(i, i + 1000) for x in (
+            StateChange(f"traj_{t}", "tool_call", t, True),
+            Span("tool_call", t, t + 10, f"traj_{t}", (), ends_state=True))])
+        core.tick()
+    core.ingest(busy, "h:2", [StateChange("replica_0", "vllm_sleep", 1, True)])
+    assert core.lanes == {(busy, "replica_0")}
+    assert core.in_state == {(run, "tool_call"): 0}
+    core.finish(run)
+    core.forget_after_s = 0.0
+    core.tick()
+    assert core.runs.identities() == [busy]  # the finished one goes; the other stays
+    assert core.lanes == {(busy, "replica_0")} and core.in_state == {}
+    assert core.marks.senders() <= 1
+
+
+def test_watermarks_forget_silent_senders_once_confirmed():
+    from rl_insight.collector.ack import Watermarks
+
+    marks = Watermarks()
+    marks.received("rank_1", 5)
+    assert marks.forget_idle(0.0) == 0  # received, not confirmed yet: kept
+    marks.confirm(marks.snapshot())
+    assert marks.forget_idle(3600.0) == 0  # heard from just now
+    assert marks.forget_idle(0.0) == 1 and marks.senders() == 0
+
+
+def test_the_registrar_remembers_only_its_latest_deliveries(monkeypatch):
+    from rl_insight.client import registration
+
+    monkeypatch.setattr(registration, "DONE_KEEP", 50)
+    reg = registration.Registrar("http://127.0.0.1:1", "")
+    reg.sender.post_json = lambda path, body: True
+    for i in range(500):  # a registration per trajectory endpoint
+        reg.submit({"job_name": "sandbox", "targets": [f"10.0.0.1:{10_000 + i}"]})
+    assert reg.wait(10)
+    assert len(reg.done) == 50
+    assert not reg.submit({"job_name": "sandbox", "targets": ["10.0.0.1:10499"]})
+
+
+def test_a_lane_core_forgets_an_unfinished_run_only_when_idle_and_out_of_every_state(
+        monkeypatch):
+    from rl_insight.collector import lanes as lanes_mod
+
+    core = LaneCore(RecordingSender(), "lane_w")
+    quiet, busy = Identity("p", "quiet"), Identity("p", "busy")
+    core.ingest(quiet, "h:1", [StateChange("replica_0", "vllm_generate", 1, True),
+                               StateChange("replica_0", "vllm_generate", 2, False)])
+    core.ingest(busy, "h:1", [StateChange("replica_1", "vllm_sleep", 1, True)])
+    core.tick()
+    assert sorted(core.runs.identities()) == [busy, quiet]  # not idle long enough
+    monkeypatch.setattr(lanes_mod, "LANE_IDLE_S", 0.0)
+    core.tick()
+    assert core.runs.identities() == [busy]

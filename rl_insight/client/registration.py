@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,6 +59,7 @@ def registration_body(server_addresses: Sequence[str] | str, job_name: str,
 
 TARGETS_PATH = "/api/v1/prometheus/targets"
 BIND_PATH = "/api/v1/runs/bind"
+DONE_KEEP = 10_000
 
 
 class Registrar:
@@ -69,7 +70,9 @@ class Registrar:
         self.sender = Sender(server_url, token)
         self.retry_max_s = retry_max_s
         self.pending: deque[tuple[str, dict]] = deque(maxlen=10_000)
-        self.done: set[str] = set()
+        # registrations delivered, to skip a repeat: the latest DONE_KEEP only (a process
+        # registering per trajectory must not grow without bound)
+        self.done: OrderedDict[str, None] = OrderedDict()
         self.queued: set[str] = set()
         self.in_flight = False
         self._wake = threading.Event()
@@ -108,7 +111,10 @@ class Registrar:
                 with self._lock:
                     self.pending.popleft()
                     self.queued.discard(key)
-                    self.done.add(key)
+                    self.done[key] = None
+                    self.done.move_to_end(key)
+                    while len(self.done) > DONE_KEEP:
+                        self.done.popitem(last=False)
                 self.in_flight = False
             with self._idle:
                 self._idle.notify_all()

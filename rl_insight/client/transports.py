@@ -32,6 +32,7 @@ def actor_config(settings: ClientSettings, server_url: str, token: str,
             "lane_batch_size": settings.lane_batch_size,
             "lane_max_pending_spans": settings.lane_max_pending_spans,
             "lane_exit_grace_s": settings.lane_exit_grace_s,
+            "forget_after_s": settings.forget_after_s,
             "namespace": settings.ray_namespace,
             "metrics_host": settings.metrics_host, "metrics_port": settings.metrics_port,
             "resend_max_events": settings.resend_max_events}
@@ -85,8 +86,10 @@ class DirectTransport:
         buckets = config.get("buckets") or None
         self.hub = HubCore(sender, config["max_series_per_run"],
                            {"default": buckets} if buckets else None, name=process)
+        self.hub.forget_after_s = config.get("forget_after_s", self.hub.forget_after_s)
         self.lanes = LaneCore(sender, f"process_{process}",
                               config["lane_max_pending_spans"], config["lane_batch_size"])
+        self.lanes.forget_after_s = self.hub.forget_after_s
         self.hub_loop = Periodic(config["push_interval_s"], self.hub.tick,
                                  "rl-insight-push").start()
         self.lane_loop = Periodic(config["lane_flush_interval_s"], self.lanes.tick,
@@ -119,6 +122,7 @@ class DirectTransport:
         """Within ``timeout`` in all, however slow the server: the last pushes run on a
         daemon thread that is left behind at the deadline."""
         end = time.monotonic() + timeout
+        self.lanes.finish(identity)
         last = threading.Thread(target=self.hub.finish, args=(identity,), daemon=True,
                                 name="rl-insight-finish")  # its own tick pushes the rest
         last.start()

@@ -10,6 +10,7 @@ again. Nothing handed over is lost to an actor restart; at worst a batch arrives
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import deque
 from typing import Any
@@ -22,13 +23,32 @@ class Watermarks:
         self.incarnation = uuid.uuid4().hex
         self._received: dict[str, int] = {}
         self._confirmed: dict[str, int] = {}
+        self._seen: dict[str, float] = {}  # sender -> last batch (monotonic)
         self._lock = threading.Lock()
 
     def received(self, sender: str, seq: int) -> None:
         if seq:
             with self._lock:
+                self._seen[sender] = time.monotonic()
                 if seq > self._received.get(sender, 0):
                     self._received[sender] = seq
+
+    def forget_idle(self, idle_s: float) -> int:
+        """Forget senders silent for ``idle_s`` once all they sent is confirmed (processes
+        of ended jobs, ranks that restarted under new names); how many were forgotten."""
+        cut = time.monotonic() - idle_s
+        with self._lock:
+            gone = [s for s, t in self._seen.items() if t < cut
+                    and self._confirmed.get(s, 0) >= self._received.get(s, 0)]
+            for s in gone:
+                del self._seen[s]
+                self._received.pop(s, None)
+                self._confirmed.pop(s, None)
+            return len(gone)
+
+    def senders(self) -> int:
+        with self._lock:
+            return len(self._seen)
 
     def snapshot(self) -> dict[str, int]:
         """Take at the start of a tick; pass to :meth:`confirm` when the tick delivered."""

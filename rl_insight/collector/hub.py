@@ -20,6 +20,10 @@ RUN_JOB = "rl_insight"
 HUB_JOB = "rl_insight_hub"
 
 
+# seconds after its finish a run is forgotten by the hub and the lane actors
+FORGET_AFTER_S = 600.0
+
+
 class HubCore:
     def __init__(self, sender: Sender, max_series: int = 20_000,
                  buckets: dict[str, Sequence[float]] | None = None, name: str = "hub") -> None:
@@ -38,6 +42,9 @@ class HubCore:
         self.park_seconds = 30.0
         self.park_limit = 50_000
         self.marks = Watermarks()
+        # a finished run's series, and processes silent this long, are forgotten: a hub
+        # that lives for weeks of runs keeps the live ones only (client.forget_after_s)
+        self.forget_after_s = FORGET_AFTER_S
         self._lock = threading.Lock()
         self._tick_lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)
@@ -142,11 +149,22 @@ class HubCore:
                 all_ok = False
         if all_ok:
             self.marks.confirm(snapshot)
+        self.forget(time.monotonic())
         self.sender.push(HUB_JOB, {"hub": self.name}, self.own_metrics(), replace=True)
 
+    def forget(self, now: float) -> None:
+        """Runs finished ``forget_after_s`` ago, their jobs, and silent processes."""
+        gone = set(self.runs.forget_finished(now, self.forget_after_s))
+        if gone:
+            with self._lock:
+                self.jobs = {j: i for j, i in self.jobs.items() if i not in gone}
+        self.marks.forget_idle(self.forget_after_s)
+
     def finish(self, identity: Identity) -> bool:
-        """Push the run now and tell the server it finished (its groups then expire)."""
+        """Push the run now and tell the server it finished (its groups then expire);
+        the run is forgotten here ``forget_after_s`` later."""
         self.tick()
+        self.runs.finish(identity, time.monotonic())
         return self.sender.post_json("/api/v1/experiments/finish",
                                      {"project": identity.project,
                                       "experiment_name": identity.experiment_name})

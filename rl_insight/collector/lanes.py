@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections import deque
 
 from rl_insight.collector.ack import Watermarks
@@ -36,6 +37,7 @@ STATE_SINCE = "rl_insight_monitor_lane_state_since_seconds"
 IN_STATE = "rl_insight_monitor_lanes_in_state"
 DURATION = "rl_insight_monitor_state_duration_seconds"
 POOLED_LANE = "other"
+LANE_IDLE_S = 3600.0  # a run never finished: longer than any step a replica sleeps through
 RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
 
 
@@ -60,7 +62,12 @@ class LaneCore:
         self.pending: deque[tuple[Identity, str, Span]] = deque(maxlen=max_pending)
         self.current: dict[tuple[Identity, str], list[tuple[int, str]]] = {}
         self.in_state: dict[tuple[Identity, str], int] = {}
+        # dedicated lanes only: pooled ones (one per request or trajectory, 100,000s in a
+        # run) are summarised per state, never kept one by one
         self.lanes: set[tuple[Identity, str]] = set()
+        # a run is forgotten this long after its finish (client.forget_after_s), or after
+        # LANE_IDLE_S without events and with no lane in a state (no finish was heard)
+        self.forget_after_s = 600.0
         self.spans_received = 0
         self.spans_sent = 0
         self.spans_dropped = 0
@@ -85,7 +92,7 @@ class LaneCore:
                         self.spans_dropped += 1
                     self.pending.append((identity, process, item))
                     if item.lane is not None:
-                        self.lanes.add((identity, item.lane))
+                        self._note_lane(identity, item.lane)
                         lane = duration_lane(item.lane)
                         metrics.append(_metric(HISTOGRAM, DURATION,
                                                (item.end_ns - item.start_ns) / 1e9,
@@ -101,7 +108,7 @@ class LaneCore:
         stack: the newest open state is the lane's state; when it ends, the lane
         returns to the newest state still open."""
         key = (identity, ch.lane)
-        self.lanes.add(key)
+        self._note_lane(identity, ch.lane)
         if not is_dedicated(ch.lane):
             sk = (identity, ch.state)
             n = max(self.in_state.get(sk, 0) + (1 if ch.entering else -1), 0)
@@ -133,6 +140,31 @@ class LaneCore:
                                    "When the lane entered the state it is in (unix "
                                    "seconds); 0 while it is in another"))
         return out
+
+    def _note_lane(self, identity: Identity, lane: str) -> None:
+        if is_dedicated(lane):
+            self.lanes.add((identity, lane))
+
+    def finish(self, identity: Identity) -> None:
+        """The run ended: its series and lanes go ``forget_after_s`` later."""
+        self.runs.finish(identity, time.monotonic())
+
+    def forget(self, now: float) -> list[Identity]:
+        """Runs finished ``forget_after_s`` ago, and runs idle for LANE_IDLE_S whose lanes
+        hold no state: their series, lanes and pooled counts go (a lane actor lives as
+        long as its job, which may see many runs; the process-local core as long as its
+        process)."""
+        with self._lock:
+            busy = {i for (i, _), stack in self.current.items() if stack}
+        gone = set(self.runs.forget_finished(now, self.forget_after_s))
+        gone |= set(self.runs.forget_idle(now, LANE_IDLE_S, keep=busy.__contains__))
+        if gone:
+            with self._lock:
+                self.lanes = {k for k in self.lanes if k[0] not in gone}
+                self.in_state = {k: v for k, v in self.in_state.items() if k[0] not in gone}
+                self.current = {k: v for k, v in self.current.items() if k[0] not in gone}
+        self.marks.forget_idle(LANE_IDLE_S)
+        return sorted(gone, key=tuple)
 
     def send_spans(self) -> bool:
         """Send one batch of what is pending (at most ``batch_size`` spans, oldest first);
@@ -191,6 +223,7 @@ class LaneCore:
             delivered = not self.pending
         if delivered and not self.runs.any_dirty():  # all received before the tick left
             self.marks.confirm(snapshot)
+        self.forget(time.monotonic())
         return backlog
 
     def idle(self) -> bool:

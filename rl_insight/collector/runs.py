@@ -8,7 +8,8 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rl_insight.collector.exposition import escape_help, fmt_value, labels_text
@@ -48,6 +49,7 @@ class RunMetrics:
         self.dropped_series_limit = 0
         self.dropped_kind_conflict = 0
         self.dirty = False
+        self.last_applied = time.monotonic()
         self._warned: set[str] = set()
 
     def bucket_bounds(self, name: str) -> tuple[float, ...]:
@@ -126,6 +128,7 @@ class Runs:
         self.max_series = max_series
         self.buckets = buckets
         self._runs: dict[Identity, RunMetrics] = {}
+        self._finished: dict[Identity, float] = {}  # when finish() was called (monotonic)
         self._lock = threading.Lock()
         self.applied = 0
         self.dropped = 0
@@ -135,6 +138,7 @@ class Runs:
             run = self._runs.get(identity)
             if run is None:
                 run = self._runs[identity] = RunMetrics(self.max_series, self.buckets)
+            run.last_applied = time.monotonic()
             for m in metrics:
                 if run.apply(m):
                     self.applied += 1
@@ -169,6 +173,34 @@ class Runs:
                 if fam is None or m.labels not in fam.series:
                     run.apply(m)
             run.dirty = False
+
+    def finish(self, identity: Identity, now: float) -> None:
+        """The run ended: forget it ``grace_s`` later (:meth:`forget_finished`)."""
+        with self._lock:
+            self._finished.setdefault(identity, now)
+
+    def forget_finished(self, now: float, grace_s: float) -> list[Identity]:
+        """Drop the runs that finished ``grace_s`` ago and have nothing left to push, so a
+        process that sees runs come and go for weeks keeps only the live ones."""
+        with self._lock:
+            gone = [i for i, t in self._finished.items() if now - t >= grace_s
+                    and not (i in self._runs and self._runs[i].dirty)]
+            for i in gone:
+                self._runs.pop(i, None)
+                del self._finished[i]
+            return gone
+
+    def forget_idle(self, now: float, idle_s: float,
+                    keep: Callable[[Identity], bool] = lambda i: False) -> list[Identity]:
+        """Drop the runs nothing was applied to for ``idle_s`` and with nothing left to
+        push (unless ``keep`` says otherwise): for processes that never hear of a finish."""
+        with self._lock:
+            gone = [i for i, r in self._runs.items() if now - r.last_applied >= idle_s
+                    and not r.dirty and not keep(i)]
+            for i in gone:
+                del self._runs[i]
+                self._finished.pop(i, None)
+            return gone
 
     def any_dirty(self) -> bool:
         with self._lock:

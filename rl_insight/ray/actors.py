@@ -48,6 +48,7 @@ class HubActor:
         buckets = config.get("buckets") or None
         self.core = HubCore(_sender(config), config["max_series_per_run"],
                             {"default": buckets} if buckets else None)
+        self.core.forget_after_s = config.get("forget_after_s", self.core.forget_after_s)
         self.core.recover()  # a restarted hub continues its runs' counters
         self.loop = Periodic(config["push_interval_s"], self.core.tick,
                              "rl-insight-hub-push").start()
@@ -112,6 +113,7 @@ class LaneActor:
         self.core = LaneCore(_sender(config), name,
                              config["lane_max_pending_spans"],
                              config["lane_batch_size"])
+        self.core.forget_after_s = config.get("forget_after_s", self.core.forget_after_s)
         self.lifetime = JobLifetime(config.get("lane_exit_grace_s", 20.0))
         self._next_check = time.monotonic() + JOB_CHECK_S
         self.exiting = False
@@ -150,7 +152,11 @@ class LaneActor:
     def confirmed(self, process: str) -> tuple[str, int]:
         return self.core.marks.confirmed(process)
 
-    def flush(self, timeout: float = 10.0) -> dict:
+    def flush(self, timeout: float = 10.0, finished: list[str] | None = None) -> dict:
+        """Push everything now; ``finished`` ([project, experiment]) ended, to be forgotten
+        after client.forget_after_s."""
+        if finished:
+            self.core.finish(Identity(*finished))
         self.loop.run_now(timeout)
         return self.stats()
 

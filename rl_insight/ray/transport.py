@@ -130,7 +130,8 @@ class RayTransport:
     def finish(self, identity: Identity, timeout: float) -> None:
         """The lanes' flush and the hub's last push, within ``timeout`` in all."""
         end = time.monotonic() + timeout
-        refs = [h.flush.remote(timeout) for h in self.lanes.values()]
+        ident = [identity.project, identity.experiment_name]
+        refs = [h.flush.remote(timeout, ident) for h in self.lanes.values()]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=timeout)
         ray.get(self.hub.finish_run.remote(identity.project, identity.experiment_name),
