@@ -49,7 +49,7 @@ def start_server(home: Path, sink: Sink) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
+    deadline = time.time() + 300
     print("waiting for the server", end="", flush=True)
     while time.time() < deadline:
         try:
