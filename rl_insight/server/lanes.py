@@ -4,10 +4,13 @@ span count. Bounded: the least recently active lanes are forgotten first."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 
 MAX_STATES_PER_LANE = 64
+# span ids remembered per lane: a batch sent again (a sender that timed out on a request
+# the server had taken, an actor's resend after a restart) is not counted twice
+RECENT_IDS_PER_LANE = 64
 
 
 class LaneStats:
@@ -16,24 +19,31 @@ class LaneStats:
         self._lanes: OrderedDict[tuple[str, str, str], dict] = OrderedDict()
         self._lock = threading.Lock()
 
-    def observe(self, spans: Iterable[tuple[str, str, str | None, str, int]]
-                ) -> set[tuple[str, str]]:
-        """Record (project, experiment, lane, state, end ns) per span; returns the
-        (project, experiment_name) pairs seen."""
+    def observe(self, spans: Iterable[tuple]) -> set[tuple[str, str]]:
+        """Record (project, experiment, lane, state, end ns[, span id]) per span; a span
+        id the lane saw recently is a copy and not counted. Returns the (project,
+        experiment_name) pairs seen."""
         seen: set[tuple[str, str]] = set()
         with self._lock:
-            for project, experiment, lane, state, end_ns in spans:
+            for row in spans:
+                project, experiment, lane, state, end_ns = row[:5]
                 if lane is None:
                     continue
                 seen.add((project, experiment))
                 key = (project, experiment, str(lane))
                 entry = self._lanes.get(key)
                 if entry is None:
-                    entry = self._lanes[key] = {"spans": 0, "last_end_ns": 0, "states": {}}
+                    entry = self._lanes[key] = {"spans": 0, "last_end_ns": 0, "states": {},
+                                                "ids": deque(maxlen=RECENT_IDS_PER_LANE)}
                     while len(self._lanes) > self.max_lanes:
                         self._lanes.popitem(last=False)
                 else:
                     self._lanes.move_to_end(key)
+                span_id = row[5] if len(row) > 5 else None
+                if span_id:
+                    if span_id in entry["ids"]:
+                        continue
+                    entry["ids"].append(span_id)
                 entry["spans"] += 1
                 if end_ns > entry["last_end_ns"]:
                     entry["last_end_ns"] = end_ns

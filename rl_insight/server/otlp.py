@@ -126,9 +126,10 @@ LANE_KEYS = ("project", "experiment_name", "state_lane_id", "state_name")
 
 
 def iter_lane_fields(req: ExportTraceServiceRequest
-                     ) -> Iterator[tuple[str, str, str | None, str, int]]:
-    """(project, experiment_name, state_lane_id, state_name, end ns) per span, reading
-    only those four attributes (span first, then resource): the hot path of intake."""
+                     ) -> Iterator[tuple[str, str, str | None, str, int, bytes]]:
+    """(project, experiment_name, state_lane_id, state_name, end ns, span id) per span,
+    reading only those four attributes (span first, then resource): the hot path of
+    intake."""
     wanted = LANE_KEYS
     for rs in req.resource_spans:
         base = {kv.key: str(value_of(kv.value)) for kv in rs.resource.attributes
@@ -143,7 +144,7 @@ def iter_lane_fields(req: ExportTraceServiceRequest
                             else str(value_of(v))
                 yield (found.get("project", ""), found.get("experiment_name", ""),
                        found.get("state_lane_id"), found.get("state_name") or span.name,
-                       span.end_time_unix_nano)
+                       span.end_time_unix_nano, span.span_id)
 
 
 def iter_state_rows(req: ExportTraceServiceRequest
