@@ -100,8 +100,7 @@ def tier(ray_world, tmp_path_factory):
     try:
         t0 = time.time()
         r = cluster.run_driver(DRIVER, str(RANKS), str(REPLICAS), ",".join(STATES),
-                               timeout=300, RL_INSIGHT_CLIENT_RAY_NAMESPACE=NAMESPACE,
-                               RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="1")
+                               timeout=300, RL_INSIGHT_CLIENT_RAY_NAMESPACE=NAMESPACE)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
         line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
         yield ray_world, {**json.loads(line[len("RESULT "):]), "t_start": t0,

@@ -91,10 +91,9 @@ def test_decorated_async_generators_time_the_whole_iteration(recorded):
 
 def test_cancellation_inside_a_block_closes_it(recorded):
     _, got = recorded
-    entered = asyncio.Event
 
     async def main():
-        inside = entered()
+        inside = asyncio.Event()
 
         async def request():
             with rl_insight.trace_state("vllm_generate", state_lane_id="replica_7"):

@@ -189,7 +189,7 @@ class Client:
         def left() -> float:
             return max(0.0, end - time.monotonic())
 
-        self.flush(timeout)
+        self.flush(left())
         if not self.wait_registrations(left()):
             log.warning("rl-insight: target registrations were not delivered within %.1fs; "
                         "is the server at %s reachable?", timeout, self.server_url)

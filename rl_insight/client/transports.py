@@ -8,6 +8,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from rl_insight.collector.hub import HubCore
@@ -85,11 +86,11 @@ class DirectTransport:
         sender = Sender(config["server_url"], config["token"], otlp_url=config["otlp_url"])
         buckets = config.get("buckets") or None
         self.hub = HubCore(sender, config["max_series_per_run"],
-                           {"default": buckets} if buckets else None, name=process)
-        self.hub.forget_after_s = config.get("forget_after_s", self.hub.forget_after_s)
+                           {"default": buckets} if buckets else None, name=process,
+                           forget_after_s=config["forget_after_s"])
         self.lanes = LaneCore(sender, f"process_{process}",
-                              config["lane_max_pending_spans"], config["lane_batch_size"])
-        self.lanes.forget_after_s = self.hub.forget_after_s
+                              config["lane_max_pending_spans"], config["lane_batch_size"],
+                              config["forget_after_s"])
         self.hub_loop = Periodic(config["push_interval_s"], self.hub.tick,
                                  "rl-insight-push").start()
         self.lane_loop = Periodic(config["lane_flush_interval_s"], self.lanes.tick,
@@ -123,10 +124,8 @@ class DirectTransport:
         daemon thread that is left behind at the deadline."""
         end = time.monotonic() + timeout
         self.lanes.finish(identity)
-        last = threading.Thread(target=self.hub.finish, args=(identity,), daemon=True,
-                                name="rl-insight-finish")  # its own tick pushes the rest
-        last.start()
-        self.lane_loop.run_now(timeout)  # the spans meanwhile
+        last = _started(lambda: self.hub.finish(identity), "rl-insight-finish")  # its own
+        self.lane_loop.run_now(timeout)  # tick pushes the rest; the spans meanwhile
         last.join(max(0.0, end - time.monotonic()))
 
     def close(self, timeout: float) -> None:
@@ -137,6 +136,12 @@ class DirectTransport:
             self.lane_loop.stop(timeout)
             self.hub_loop.stop(max(0.0, end - time.monotonic()))
 
-        last = threading.Thread(target=stop, daemon=True, name="rl-insight-close")
-        last.start()
-        last.join(timeout)
+        _started(stop, "rl-insight-close").join(timeout)
+
+
+def _started(fn: Callable[[], object], name: str) -> threading.Thread:
+    """``fn`` on a daemon thread: a caller with a deadline joins it for what is left and
+    leaves it behind (a push waiting on a slow server) rather than wait past it."""
+    t = threading.Thread(target=fn, daemon=True, name=name)
+    t.start()
+    return t

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.push import Sender
 from rl_insight.collector.runs import Runs
+from rl_insight.config import ClientSettings
 from rl_insight.events import Batch, Identity, Metric
 
 log = logging.getLogger(__name__)
@@ -20,13 +21,10 @@ RUN_JOB = "rl_insight"
 HUB_JOB = "rl_insight_hub"
 
 
-# seconds after its finish a run is forgotten by the hub and the lane actors
-FORGET_AFTER_S = 600.0
-
-
 class HubCore:
     def __init__(self, sender: Sender, max_series: int = 20_000,
-                 buckets: dict[str, Sequence[float]] | None = None, name: str = "hub") -> None:
+                 buckets: dict[str, Sequence[float]] | None = None, name: str = "hub",
+                 forget_after_s: float = ClientSettings.forget_after_s) -> None:
         self.sender = sender
         self.name = name
         self.runs = Runs(max_series, buckets)
@@ -44,7 +42,7 @@ class HubCore:
         self.marks = Watermarks()
         # a finished run's series, and processes silent this long, are forgotten: a hub
         # that lives for weeks of runs keeps the live ones only (client.forget_after_s)
-        self.forget_after_s = FORGET_AFTER_S
+        self.forget_after_s = forget_after_s
         self._lock = threading.Lock()
         self._tick_lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)

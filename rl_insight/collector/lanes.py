@@ -23,6 +23,7 @@ from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.collector.push import Sender
 from rl_insight.collector.runs import Runs
+from rl_insight.config import ClientSettings
 from rl_insight.events import GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ def duration_lane(lane: str) -> str:
 
 class LaneCore:
     def __init__(self, sender: Sender, name: str, max_pending: int = 100_000,
-                 batch_size: int = 512) -> None:
+                 batch_size: int = 512,
+                 forget_after_s: float = ClientSettings.forget_after_s) -> None:
         self.sender = sender
         self.name = name
         self.batch_size = batch_size
@@ -67,7 +69,7 @@ class LaneCore:
         self.lanes: set[tuple[Identity, str]] = set()
         # a run is forgotten this long after its finish (client.forget_after_s), or after
         # LANE_IDLE_S without events and with no lane in a state (no finish was heard)
-        self.forget_after_s = 600.0
+        self.forget_after_s = forget_after_s
         self.spans_received = 0
         self.spans_sent = 0
         self.spans_dropped = 0

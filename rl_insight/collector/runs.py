@@ -183,24 +183,23 @@ class Runs:
         """Drop the runs that finished ``grace_s`` ago and have nothing left to push, so a
         process that sees runs come and go for weeks keeps only the live ones."""
         with self._lock:
-            gone = [i for i, t in self._finished.items() if now - t >= grace_s
-                    and not (i in self._runs and self._runs[i].dirty)]
-            for i in gone:
-                self._runs.pop(i, None)
-                del self._finished[i]
-            return gone
+            return self._drop([i for i, t in self._finished.items() if now - t >= grace_s
+                               and not (i in self._runs and self._runs[i].dirty)])
 
     def forget_idle(self, now: float, idle_s: float,
                     keep: Callable[[Identity], bool] = lambda i: False) -> list[Identity]:
         """Drop the runs nothing was applied to for ``idle_s`` and with nothing left to
         push (unless ``keep`` says otherwise): for processes that never hear of a finish."""
         with self._lock:
-            gone = [i for i, r in self._runs.items() if now - r.last_applied >= idle_s
-                    and not r.dirty and not keep(i)]
-            for i in gone:
-                del self._runs[i]
-                self._finished.pop(i, None)
-            return gone
+            return self._drop([i for i, r in self._runs.items()
+                               if now - r.last_applied >= idle_s and not r.dirty
+                               and not keep(i)])
+
+    def _drop(self, gone: list[Identity]) -> list[Identity]:
+        for i in gone:  # under the lock
+            self._runs.pop(i, None)
+            self._finished.pop(i, None)
+        return gone
 
     def any_dirty(self) -> bool:
         with self._lock:

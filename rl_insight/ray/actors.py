@@ -47,8 +47,8 @@ class HubActor:
         self.config = dict(config)
         buckets = config.get("buckets") or None
         self.core = HubCore(_sender(config), config["max_series_per_run"],
-                            {"default": buckets} if buckets else None)
-        self.core.forget_after_s = config.get("forget_after_s", self.core.forget_after_s)
+                            {"default": buckets} if buckets else None,
+                            forget_after_s=config["forget_after_s"])
         self.core.recover()  # a restarted hub continues its runs' counters
         self.loop = Periodic(config["push_interval_s"], self.core.tick,
                              "rl-insight-hub-push").start()
@@ -112,8 +112,7 @@ class LaneActor:
         self.name = name
         self.core = LaneCore(_sender(config), name,
                              config["lane_max_pending_spans"],
-                             config["lane_batch_size"])
-        self.core.forget_after_s = config.get("forget_after_s", self.core.forget_after_s)
+                             config["lane_batch_size"], config["forget_after_s"])
         self.lifetime = JobLifetime(config.get("lane_exit_grace_s", 20.0))
         self._next_check = time.monotonic() + JOB_CHECK_S
         self.exiting = False

@@ -112,14 +112,16 @@ KEEP_ALIVE_S = 65
 GC_THRESHOLDS = (20_000, 10, 1_000)
 
 
-def _tune_gc() -> None:
+def _tune_gc(state: ServerState) -> None:
     """What the server loaded at start lives as long as it does: out of the collector's
-    way (gc.freeze), and collections far less often for a heap of long-lived objects."""
+    way (gc.freeze), and collections far less often for a heap of long-lived objects;
+    full ones on the state's clock instead (state.FULL_GC_EVERY_S)."""
     import gc
 
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    state.full_gc_every_s = FULL_GC_EVERY_S
 
 
 class _HttpThread:
@@ -180,8 +182,7 @@ def run(settings: Settings, say: Say = print) -> int:
                         advertise_reason=why)
     state.open()
     http = _HttpThread(create_app(state), sock, settings.server.log_level)
-    _tune_gc()
-    state.full_gc_every_s = FULL_GC_EVERY_S
+    _tune_gc(state)
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set())

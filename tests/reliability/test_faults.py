@@ -37,12 +37,13 @@ fault, exp, duration, out, inject_after = sys.argv[1:6]
 duration, inject_after = float(duration), int(inject_after)
 rl_insight.ray.attach(project="rel", experiment_name=exp)
 from rl_insight.ray import actors
+CAP_S = 180  # the longest a load runs, however slowly its events start to flow
 
 
 def emit(source, lanes, out_path, duration, flowing=None):
     """Events for `duration` seconds after `inject_after` were handed over (acknowledged:
     then `flowing` is set), so a fault that lands then still has a run around it however
-    slowly the run started; at most 180 s in all."""
+    slowly the run started; at most CAP_S in all."""
     state = {"metrics": 0, "spans": 0, "max_call_ms": 0.0, "calls": 0}
 
     def save():
@@ -50,7 +51,7 @@ def emit(source, lanes, out_path, duration, flowing=None):
             json.dump(state, f)
         os.replace(out_path + ".tmp", out_path)
 
-    i, end, cap = 0, None, time.time() + 180
+    i, end, cap = 0, None, time.time() + CAP_S
     while time.time() < min(end or cap, cap):
         t0 = time.perf_counter()
         rl_insight.metric_count("rel_events", 1.0, source=source)
@@ -93,7 +94,7 @@ flowing = threading.Event()  # the driver's events flow: the fault may land
 def inject():
     """The fault, and proof that it happened: the actor's pid before and after Ray
     restarted it (written beside the load's state for the test to check)."""
-    flowing.wait(180)  # mid-run: after events were handed over, while more flow
+    flowing.wait(CAP_S)  # mid-run: after events were handed over, while more flow
     ns = "rl_insight"
     done = {"fault": fault}
     try:

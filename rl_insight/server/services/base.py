@@ -3,15 +3,19 @@ reports a version, which ports it takes, and how it is launched from generated c
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import platform
 import re
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl_insight.config import Settings
 
+log = logging.getLogger("rl_insight.server")
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
@@ -171,10 +175,6 @@ def read_state_json(path: Path, empty: object) -> object:
     by a crash of an older version, edited by hand) is moved aside, named in the log
     with how to recover, and the server starts without it instead of failing at every
     start."""
-    import json
-    import logging
-    import time
-
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -182,7 +182,7 @@ def read_state_json(path: Path, empty: object) -> object:
     except (ValueError, UnicodeDecodeError) as exc:
         aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
         os.replace(path, aside)
-        logging.getLogger("rl_insight.server").error(
+        log.error(
             "%s could not be read (%s); it was moved to %s and the server starts without "
             "it. To restore it: stop the server, repair the JSON in %s, move it back to "
             "%s and start the server again.", path, exc, aside, aside, path)
