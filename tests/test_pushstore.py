@@ -6,6 +6,7 @@ import base64
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
 from rl_insight.server.pushstore import (
@@ -17,8 +18,9 @@ from rl_insight.server.pushstore import (
     render_blocks,
     split_blocks,
 )
+from rl_insight.server.pushshape import Shape
 from rl_insight.server.store import Store
-from tests.test_textformat import bodies
+from tests.test_textformat import NAMES, VALUES, bodies
 
 
 def b64(s: str) -> str:
@@ -187,3 +189,111 @@ def test_a_groups_blocks_are_what_generate_latest_writes(text):
         return
     assert render_blocks(families.values()) == split_blocks(render(families.values())
                                                             .decode())
+
+
+def _revalued(text: str, values: list[str]) -> str:
+    """The body with each sample line's last token replaced, in order (cycling)."""
+    out, i = [], 0
+    for line in text.split("\n"):
+        body = line.strip()
+        if body and body[0] != "#" and " " in body:
+            line = body[:body.rfind(" ") + 1] + values[i % len(values)]
+            i += 1
+        out.append(line)
+    return "\n".join(out)
+
+
+NUMBERS = st.one_of(st.integers(-10**6, 10**6).map(str), st.floats(width=32).map(repr),
+                    st.sampled_from(["NaN", "+Inf", "-Inf", "1e3", "0.5", "0"]))
+
+
+@st.composite
+def typed_bodies(draw) -> str:
+    """Bodies as collectors write them (typed families, plain label values, one space
+    before each value): the bodies whose shape is kept."""
+    lines, used = [], set()
+    for _ in range(draw(st.integers(1, 5))):
+        name = draw(NAMES.filter(lambda n: n not in used))
+        used.add(name)
+        typ = draw(st.sampled_from(["counter", "gauge", "histogram", "summary"]))
+        shown = name + "_total" if typ == "counter" else name
+        lines += [f"# HELP {shown} {draw(st.text('ab c', max_size=6))}", f"# TYPE {shown} {typ}"]
+        suffixes = {"counter": [""], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"],
+                    "summary": ["_sum", "_count"]}[typ]
+        for i in range(draw(st.integers(1, 4))):
+            sample = shown + draw(st.sampled_from(suffixes))
+            label = f'{{n="{i}",v="{draw(st.text("ab x-", max_size=4))}"}}' \
+                if draw(st.booleans()) or i else ""
+            lines.append(f"{sample}{label} {draw(NUMBERS)}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=200, deadline=None)  # the fast tier stays under 60 s
+@given(st.one_of(bodies(), typed_bodies()), st.lists(VALUES, min_size=2, max_size=5),
+       st.booleans())
+def test_a_repeated_shape_reads_as_a_full_parse(tmp_path_factory, text, values, replace):
+    """A second push of the same shape (only its values read, pushshape) leaves the
+    group, its exposition and its stored text as a store that parsed it in full."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return
+    again = _revalued(text, values)
+    grouping = {"job": "j", "instance": "i"}
+    path = tmp_path_factory.mktemp("shape")
+    warm, cold = PushStore(PushSettings(), Store(path / "w")), \
+        PushStore(PushSettings(), Store(path / "c"))
+    cold._shapes = _Forgetful()  # parses every body in full
+    try:
+        warm.push(grouping, text, replace=True)
+    except PushError:
+        return
+    outcomes = []
+    for st_ in (warm, cold):
+        try:
+            if st_ is cold:
+                st_.push(grouping, text, replace=True)
+            st_.push(grouping, again, replace=replace)
+            outcomes.append(None)
+        except PushError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1]
+    w, c = warm.groups[(("instance", "i"), ("job", "j"))], \
+        cold.groups[(("instance", "i"), ("job", "j"))]
+    assert w.blocks() == c.blocks() == render_blocks(c.families.values())
+    assert w.text() == c.text()
+    assert series(warm) == series(cold) or _nan_equal(series(warm), series(cold))
+    assert {k: (f.type, f.documentation) for k, f in w.families.items()} == \
+        {k: (f.type, f.documentation) for k, f in c.families.items()}
+
+
+def test_a_repeated_shape_is_read_by_its_values(tmp_path, monkeypatch):
+    """The second push of a shape takes the values path (it fails without it), and a
+    new shape is parsed in full again."""
+    st_ = PushStore(PushSettings(), Store(tmp_path))
+    body = "# TYPE a gauge\na{x=\"1\"} 1\na{x=\"2\"} 2\n# TYPE c_total counter\nc_total 3\n"
+    st_.push({"job": "j"}, body, replace=True)
+    assert st_._shapes, "a plain body's shape is kept"
+    key = (("job", "j"),)
+    calls = []
+    fill = Shape.fill
+    monkeypatch.setattr(Shape, "fill", lambda *a: calls.append(1) or fill(*a))
+    st_.push({"job": "j"}, body.replace(" 2\n", " 5\n"), replace=True)
+    assert calls == [1]
+    assert series(st_)[("a", (("instance", ""), ("job", "j"), ("x", "2")))] == 5.0
+    st_.push({"job": "j"}, "# TYPE b gauge\nb 1\n", replace=False)  # a POST, a new shape
+    assert calls == [1] and st_._shapes[key].text == "# TYPE b gauge\nb"
+    assert 'b{instance="",job="j"} 1.0\n' in st_.groups[key].text() and 'a{instance="",job="j",x="2"} 5.0' \
+        in st_.groups[key].text()
+    st_.delete({"job": "j"})
+    assert key not in st_._shapes
+
+
+class _Forgetful(dict):
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+def _nan_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(x == y or (x != x and y != y)
+                                        for x, y in zip(a.values(), b.values()))

@@ -9,13 +9,13 @@ Routes live in rl_insight/server/routes, one module per concern.
 
 from __future__ import annotations
 
-import json
 import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 
 from rl_insight.server import auth
+from rl_insight.server.intake import Direct, answer_error
 from rl_insight.server.otlp import OtlpError
 from rl_insight.server.pushstore import PushError
 from rl_insight.server.routes import alerts, anatomy, core, experiments, push, targets, traces
@@ -54,7 +54,8 @@ INTAKE = ("/v1/traces", "/metrics/", "/api/v1/push/batch")  # writes that carry 
 
 class Guard:
     """Token check, intake back-pressure, start-time header, request counting: plain
-    ASGI (a fraction of what an ``http`` middleware costs per request)."""
+    ASGI (a fraction of what an ``http`` middleware costs per request). Span exports
+    and pushes go down the intake's own path (server/intake.py), the rest to the app."""
 
     def __init__(self, app, state: ServerState, token: str, started: str) -> None:
         self.app = app
@@ -62,6 +63,7 @@ class Guard:
         self.token = token
         self.started = started.encode()
         self.limit = state.settings.server.max_intake_inflight
+        self.direct = Direct(state)  # the intake's own path past the framework
         self.inflight = 0
 
     async def __call__(self, scope, receive, send) -> None:
@@ -71,6 +73,7 @@ class Guard:
         method = scope["method"]
         status = 500
         intake = method in auth.WRITE_METHODS and scope["path"].startswith(INTAKE)
+        direct = self.direct.route(method, scope["path"]) if intake else None
 
         async def sending(message) -> None:
             nonlocal status
@@ -81,29 +84,33 @@ class Guard:
             await send(message)
 
         if not auth.allowed(method, _header(scope, b"authorization"), self.token):
-            await _answer(sending, 401, "this server needs `Authorization: Bearer <token>` "
-                                        "for writes; set RL_INSIGHT_TOKEN to the server's "
-                                        "token")
+            await answer_error(sending, 401, "this server needs `Authorization: Bearer "
+                                             "<token>` for writes; set RL_INSIGHT_TOKEN to "
+                                             "the server's token")
         elif intake and self.inflight >= self.limit:
             self.state.metrics.intake_refused.inc()
-            await _answer(sending, 503, f"the server is busy ({self.inflight} intake requests "
-                                        "in progress, server.max_intake_inflight); nothing "
-                                        "was stored: send again after Retry-After seconds",
-                          retry_after=1)
+            await answer_error(sending, 503, f"the server is busy ({self.inflight} intake "
+                                             "requests in progress, server.max_intake_inflight"
+                                             "); nothing was stored: send again after "
+                                             "Retry-After seconds", retry_after=1)
         else:
             self.inflight += intake
             t0 = time.perf_counter()
             try:
-                await self.app(scope, receive, sending)
+                if direct:
+                    await self.direct(scope, receive, sending, direct)
+                else:
+                    await self.app(scope, receive, sending)
             finally:
                 self.inflight -= intake
             if intake:
-                path = getattr(scope.get("route"), "path", "unmatched")
-                self.state.metrics.intake_seconds.labels(path).observe(
+                self.state.metrics.intake_seconds.labels(direct or _route(scope)).observe(
                     time.perf_counter() - t0)
-        route = scope.get("route")
-        self.state.metrics.requests.labels(method, getattr(route, "path", "unmatched"),
-                                           str(status)).inc()
+        self.state.metrics.requests.labels(method, direct or _route(scope), str(status)).inc()
+
+
+def _route(scope) -> str:
+    return getattr(scope.get("route"), "path", "unmatched")
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -111,13 +118,3 @@ def _header(scope, name: bytes) -> str | None:
         if k == name:
             return v.decode("latin-1")
     return None
-
-
-async def _answer(send, status: int, message: str, retry_after: int | None = None) -> None:
-    body = json.dumps({"error": message}).encode()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -132,8 +132,10 @@ class _HttpThread:
 
         # keep-alive longer than any sender's tick (lane actors: 5 s by default), so a
         # pooled connection is never closed just as the next tick uses it
+        # no X-Forwarded-* rewriting: nothing reads the client address, and uvicorn's
+        # proxy-headers wrapper costs every request
         config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off",
-                                timeout_keep_alive=KEEP_ALIVE_S)
+                                timeout_keep_alive=KEEP_ALIVE_S, proxy_headers=False)
         self.server = uvicorn.Server(config)
         self.sock = sock
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},

@@ -27,6 +27,7 @@ from prometheus_client.utils import floatToGoString
 
 from rl_insight.config import PushSettings
 from rl_insight.server import textformat
+from rl_insight.server.pushshape import Block, Shape, exposed_name, split
 from rl_insight.server.store import Store
 
 log = logging.getLogger(__name__)
@@ -110,9 +111,6 @@ def group_key(labels: Mapping[str, str]) -> GroupKey:
     return tuple(sorted(labels.items()))
 
 
-Block = tuple[str, str, str]  # (# HELP line, # TYPE line, sample lines) of one name
-
-
 @dataclass
 class Group:
     labels: dict[str, str]
@@ -135,10 +133,8 @@ class Group:
         return "".join(h + t + body for h, t, body in self.blocks().values())
 
 
-_TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram",
-          "summary": "summary", "untyped": "untyped"}
+_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
-_EXPOSED_SUFFIX = {"counter": "_total", "info": "_info"}  # as generate_latest names them
 
 
 def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
@@ -148,24 +144,41 @@ def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
     rendered by generate_latest."""
     out: dict[str, Block] = {}
     for fam in families:
-        typ = _TYPES.get(fam.type)
-        if typ is None or any(s.timestamp is not None or
-                              s.name in (fam.name + x for x in _OM_SUFFIXES)
-                              for s in fam.samples):
+        if not plain_family(fam):
             out.update(split_blocks(render([fam]).decode()))
             continue
-        name = fam.name + "_total" if typ == "counter" else fam.name
+        name = exposed_name(fam)
         doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        lines = []
-        for sample in fam.samples:
-            if sample.labels:
-                pairs = ",".join(f'{k}="{_escape_value(v)}"'
-                                 for k, v in sorted(sample.labels.items()))
-                lines.append(f"{sample.name}{{{pairs}}} {floatToGoString(sample.value)}\n")
-            else:
-                lines.append(f"{sample.name} {floatToGoString(sample.value)}\n")
-        out[name] = (f"# HELP {name} {doc}\n", f"# TYPE {name} {typ}\n", "".join(lines))
+        lines = [sample_prefix(sample) + floatToGoString(sample.value) + "\n"
+                 for sample in fam.samples]
+        out[name] = (f"# HELP {name} {doc}\n", f"# TYPE {name} {fam.type}\n", "".join(lines))
     return out
+
+
+def plain_family(fam: Metric) -> bool:
+    """Rendered line by line by render_blocks (else by generate_latest)."""
+    return fam.type in _TYPES and not any(
+        s.timestamp is not None or s.name in (fam.name + x for x in _OM_SUFFIXES)
+        for s in fam.samples)
+
+
+def sample_prefix(sample: Sample) -> str:
+    """A sample's exposition line up to its value."""
+    if sample.labels:
+        pairs = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(sample.labels.items()))
+        return f"{sample.name}{{{pairs}}} "
+    return f"{sample.name} "
+
+
+def _merged_blocks(old: Group, families: Mapping[str, Metric],
+                   blocks: dict[str, Block] | None) -> dict[str, Block] | None:
+    """A POST's blocks on top of the group's (None: rendered when next read): only when
+    every family it replaces keeps its type, so its exposed name stays the same."""
+    if blocks is None or old._blocks is None or any(
+            name in old.families and old.families[name].type != fam.type
+            for name, fam in families.items()):
+        return None
+    return {**old._blocks, **blocks}
 
 
 def _escape_value(v: str) -> str:
@@ -204,10 +217,20 @@ def _remember(name: str, into: set[str] = _GOOD_NAMES) -> None:
 
 def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
     """Parse the text format and apply the grouping labels; raise PushError(400)."""
+    return check_families(_parse_text(text), grouping)
+
+
+def _parse_text(text: str) -> list[Metric]:
     try:
-        families = textformat.parse(text)
+        return textformat.parse(text)
     except (ValueError, IndexError, KeyError) as exc:
         raise PushError(400, f"text format parsing error: {exc}") from None
+
+
+def check_families(families: Iterable[Metric], grouping: Mapping[str, str]
+                   ) -> dict[str, Metric]:
+    """Parsed families with the grouping labels applied, each name, label and sample
+    checked; raise PushError(400)."""
     out: dict[str, Metric] = {}
     seen: set[tuple] = set()
     for fam in families:
@@ -245,7 +268,7 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
     kept = {k: v for k, v in out.items() if v.samples}
     exposed: dict[str, str] = {}
     for fam in kept.values():  # `x` as a counter and `x_total` would be one family on /metrics
-        shown = fam.name + _EXPOSED_SUFFIX.get(fam.type, "")
+        shown = exposed_name(fam)
         other = exposed.setdefault(shown, fam.name)
         if other != fam.name:
             raise PushError(400, f"metric families {other!r} and {fam.name!r} would both be "
@@ -272,6 +295,7 @@ class PushStore:
         self._series = 0  # series in all groups, kept as groups change (read per push)
         self.pushes = 0
         self.version = 0  # bumped on every change (for caching the exposition)
+        self._shapes: dict[GroupKey, Shape] = {}  # per group, the last body's shape
 
     # -- writes ------------------------------------------------------------------
     def push(self, grouping: Mapping[str, str], body: str, replace: bool) -> None:
@@ -279,12 +303,15 @@ class PushStore:
         why = self.refuse(grouping)
         if why:
             raise PushError(409, why)
-        families = parse_body(body, grouping)
         key = group_key(grouping)
+        families, blocks = self._parse(key, body, grouping)
         with self._lock:
             old = self.groups.get(key)
-            merged = dict(families) if replace or old is None else {**old.families,
-                                                                    **families}
+            if replace or old is None:
+                merged = dict(families)
+            else:
+                merged = {**old.families, **families}
+                blocks = _merged_blocks(old, families, blocks)
             self._check_types(families, key)
             new_series = sum(len(f.samples) for f in merged.values())
             if new_series > self.settings.max_series_per_group:
@@ -296,10 +323,31 @@ class PushStore:
                 raise PushError(429, f"the server would hold {total} series; the limit is "
                                      f"{self.settings.max_series_total} "
                                      "(push.max_series_total); delete finished groups")
-            group = Group(dict(grouping), merged, time.time())
+            group = Group(dict(grouping), merged, time.time(), blocks)
             self._write([group], [])  # committed before the push is acknowledged
             self._replace(key, old, group)
             self.pushes += 1
+
+    def _parse(self, key: GroupKey, body: str, grouping: Mapping[str, str]
+               ) -> tuple[dict[str, Metric], dict[str, Block] | None]:
+        """The push's families, and its rendered blocks when its shape was read before
+        for this group (pushshape: only the values are read then)."""
+        cut = split(body)
+        shape = self._shapes.get(key)
+        if cut is not None and shape is not None and shape.text == cut[0] \
+                and shape.count == len(cut[1]):
+            try:
+                return shape.fill(cut[1], textformat.number)
+            except textformat.NotPlain:
+                pass
+        plain = textformat.parse_plain(body)
+        families = check_families(plain if plain is not None else _parse_text(body), grouping)
+        if cut is None or plain is None or len(families) != len(plain) or \
+                not all(plain_family(f) for f in families.values()):
+            return families, None  # never read by shape: parsed in full every time
+        blocks = render_blocks(families.values())
+        self._shapes[key] = Shape.of(cut[0], list(families.values()), blocks, sample_prefix)
+        return families, blocks
 
     def delete(self, grouping: Mapping[str, str]) -> bool:
         key = group_key(grouping)
@@ -354,6 +402,7 @@ class PushStore:
                     del self._types[name]
         if new is None:
             self.groups.pop(key, None)
+            self._shapes.pop(key, None)
         else:
             self.groups[key] = new
         self.version += 1

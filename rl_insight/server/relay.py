@@ -23,6 +23,9 @@ from rl_insight.server.threads import supervised
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 4 * 1024 * 1024
+# after a send, what arrives within this long goes in the next one: under lane traffic
+# (hundreds of span exports a second) a few requests to Tempo a second, not one each
+LINGER_S = 0.2
 
 
 class Relay:
@@ -72,6 +75,8 @@ class Relay:
                 if self._outage:
                     self.replayed += spans
                 delay = self.settings.retry_initial_s
+                if self.spool.bytes < BATCH_BYTES:  # let the next batch fill a moment
+                    self._stop.wait(LINGER_S)
             elif outcome == "rejected":
                 self.spool.pop_many([seq for seq, _, _ in recs])
                 self.dropped["rejected"] += spans

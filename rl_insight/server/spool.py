@@ -24,14 +24,21 @@ class Spool:
         self.dir = store.path  # where it lives, for messages
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        rows = store.read(lambda db: db.execute(
-            "SELECT seq, spans, length(payload) FROM spool ORDER BY seq").fetchall())
-        self._records: deque[tuple[int, int, int]] = deque(rows)  # (seq, spans, bytes)
-        self._next = rows[-1][0] + 1 if rows else 0
-        self.bytes = sum(r[2] for r in rows)
-        self.spans = sum(r[1] for r in rows)
+        self._next = 0
+        self.resync()
         if legacy_dir is not None and legacy_dir.is_dir():
             self._migrate(legacy_dir)
+
+    def resync(self) -> None:
+        """The index of records (what is kept in memory) read from the database: at
+        start, and after a batch of appends failed to commit."""
+        rows = self.store.read(lambda db: db.execute(
+            "SELECT seq, spans, length(payload) FROM spool ORDER BY seq").fetchall())
+        with self._lock:
+            self._records: deque[tuple[int, int, int]] = deque(rows)  # (seq, spans, bytes)
+            self._next = max(self._next, rows[-1][0] + 1 if rows else 0)
+            self.bytes = sum(r[2] for r in rows)
+            self.spans = sum(r[1] for r in rows)
 
     def _migrate(self, directory: Path) -> None:
         """The spool of earlier versions, a file per request: read in, in order."""

@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rl_insight import netaddr
@@ -96,6 +97,8 @@ class ServerState:
         self.pushes.reserved = lambda: self.metrics.types
         self._stop = threading.Event()
         self._thread = supervised("rl-insight-maintain", self._maintain, self._stop)
+        # the intake's work, in arrival order, off the event loop (server/intake.py)
+        self.intake_pool = ThreadPoolExecutor(1, thread_name_prefix="rl-insight-intake")
         # seconds between full collections: set by the server process, which tunes its
         # collector for them (lifecycle._tune_gc); a state embedded elsewhere leaves the
         # collector of its host alone
@@ -117,6 +120,7 @@ class ServerState:
         self._thread.start()
 
     def close(self) -> None:
+        self.intake_pool.shutdown(wait=True, cancel_futures=True)
         self._stop.set()
         self._thread.join(timeout=5)
         self.relay.stop()

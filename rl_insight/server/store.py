@@ -45,6 +45,7 @@ class Store:
         self.path = state_dir / FILE_NAME
         state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._batch: int | None = None  # the thread whose batch() is open
         try:
             self.db = sqlite3.connect(self.path, check_same_thread=False,
                                       isolation_level=None, timeout=30)
@@ -75,10 +76,21 @@ class Store:
                 "again as they run") from None
 
     def transaction(self):
-        """``with store.transaction() as db:`` one atomic write, under the lock."""
+        """``with store.transaction() as db:`` one atomic write, under the lock; inside
+        this thread's ``batch()``, a savepoint of it (undone alone if it fails)."""
+        if self._batch == threading.get_ident():
+            return _Savepoint(self.db)
         return _Transaction(self)
 
+    def batch(self):
+        """``with store.batch():`` the transactions this thread opens meanwhile commit
+        together, once, at the end (group commit: the intake's writes of many requests
+        in one commit). Raises what COMMIT raises; then none of them is stored."""
+        return _Batch(self)
+
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._batch == threading.get_ident():
+            return fn(self.db)  # this thread holds the lock for its batch
         with self._lock:
             return fn(self.db)
 
@@ -132,3 +144,53 @@ class _Transaction:
             self.store.db.execute("COMMIT" if kind is None else "ROLLBACK")
         finally:
             self.store._lock.release()
+
+
+class _Batch:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._lock.acquire()
+        try:
+            self.store.db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.store._lock.release()
+            raise
+        self.store._batch = threading.get_ident()
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self.store._batch = None
+        try:
+            if kind is None:
+                try:
+                    self.store.db.execute("COMMIT")
+                except BaseException:
+                    _rollback(self.store.db)
+                    raise
+            else:
+                _rollback(self.store.db)
+        finally:
+            self.store._lock.release()
+
+
+class _Savepoint:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("SAVEPOINT op")
+        return self.db
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None:
+            self.db.execute("ROLLBACK TO op")
+        self.db.execute("RELEASE op")
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Undo the open transaction, if SQLite has not already (a failed COMMIT may have)."""
+    try:
+        db.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass

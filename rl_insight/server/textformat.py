@@ -27,28 +27,34 @@ _SUFFIXES = {"counter": ("",), "gauge": ("",), "summary": ("_count", "_sum", "")
              "histogram": ("_count", "_sum", "_bucket")}
 
 
-class _NotPlain(Exception):
+class NotPlain(Exception):
     """A line the fast path does not read; the library parser reads the whole body."""
 
 
 def parse(text: str) -> list[Metric]:
     """Families of a text-format body, as prometheus_client's parser yields them."""
+    return parse_plain(text) or list(text_string_to_metric_families(text))
+
+
+def parse_plain(text: str) -> list[Metric] | None:
+    """The families of a body whose every line is plain, else None."""
     try:
         return list(_plain(text))
-    except _NotPlain:
-        return list(text_string_to_metric_families(text))
+    except NotPlain:
+        return None
 
 
-def _value(s: str) -> float:
+def number(s: str) -> float:
+    """A sample's value as the library reads it; NotPlain for what only it reads."""
     if "_" in s:
-        raise _NotPlain
+        raise NotPlain
     try:
         return int(s)
     except ValueError:
         try:
             return float(s)
         except ValueError:
-            raise _NotPlain from None
+            raise NotPlain from None
 
 
 def _build(name: str, doc: str, typ: str, samples: list[Sample]) -> Metric:
@@ -73,17 +79,17 @@ def _plain(text: str) -> Iterator[Metric]:
             continue
         if line[0] == "#":
             if "\\" in line or '"' in line:
-                raise _NotPlain
+                raise NotPlain
             parts = _WS.split(line, 3)  # at ASCII whitespace only, as the library does
             if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
                 continue  # another comment
             kind, candidate = parts[1], parts[2]
             rest = parts[3] if len(parts) > 3 else ""
             if not _NAME_RE.fullmatch(candidate):
-                raise _NotPlain
+                raise NotPlain
             if kind == "HELP":
                 if "\\" in rest:
-                    raise _NotPlain
+                    raise NotPlain
                 if candidate != name:
                     if name:
                         yield _build(name, doc, typ, samples)
@@ -91,7 +97,7 @@ def _plain(text: str) -> Iterator[Metric]:
                 doc = rest
             else:
                 if not rest:
-                    raise _NotPlain
+                    raise NotPlain
                 if candidate != name:
                     if name:
                         yield _build(name, doc, typ, samples)
@@ -101,9 +107,9 @@ def _plain(text: str) -> Iterator[Metric]:
             continue
         m = _SAMPLE.fullmatch(line)
         if m is None:
-            raise _NotPlain
+            raise NotPlain
         sname, labels, value = m.group(1), m.group(2), m.group(3)
-        sample = Sample(sname, dict(_PAIR.findall(labels)) if labels else {}, _value(value),
+        sample = Sample(sname, dict(_PAIR.findall(labels)) if labels else {}, number(value),
                         None)
         if sname in allowed:
             samples.append(sample)

@@ -1,23 +1,18 @@
 """The Pushgateway-compatible intake: PUT, POST and DELETE /metrics/job/<job>{/<l>/<v>},
-and POST /api/v1/push/batch: several groups in one request (what lane actors send each
-tick), each applied with the same rules and answered on its own."""
+and POST /api/v1/push/batch: several groups in one request, each applied with the same
+rules and answered on its own. The Guard answers PUT and POST on the intake's own path
+(server/intake.py); these routes document them and do the same work."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from rl_insight.server import intake
 from rl_insight.server.pushstore import PushError, check_grouping, parse_grouping_key
-from rl_insight.server.routes.common import (
-    RAW_TEXT_BODY,
-    HttpError,
-    json_body,
-    read_body,
-    text_body,
-)
+from rl_insight.server.routes.common import RAW_TEXT_BODY, HttpError, json_body, read_body
 from rl_insight.server.state import ServerState
 
-PROTOBUF_TYPES = ("application/vnd.google.protobuf",)
 MAX_BATCH_GROUPS = 10_000
 BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "required": ["groups"], "properties": {"groups": {
@@ -38,20 +33,9 @@ def router(state: ServerState) -> APIRouter:
     limit = state.settings.push.max_body_bytes
 
     async def _push(request: Request, path: str, replace: bool) -> Response:
-        method = "put" if replace else "post"
-        try:
-            grouping = parse_grouping_key(path)
-            ctype = request.headers.get("content-type", "")
-            if ctype.split(";")[0].strip() in PROTOBUF_TYPES:
-                raise HttpError(415, "only the Prometheus text format is accepted; push "
-                                     "with Content-Type text/plain")
-            body = text_body(await read_body(request, limit, "push.max_body_bytes"))
-            await run_in_threadpool(state.pushes.push, grouping, body, replace)
-        except (PushError, HttpError):  # answered by the app's handler, counted here
-            state.metrics.pushes.labels(method, "refused").inc()
-            raise
-        state.metrics.pushes.labels(method, "ok").inc()
-        await run_in_threadpool(state.experiments.touch_labels, grouping)
+        body = await read_body(request, limit, "push.max_body_bytes")
+        await run_in_threadpool(intake.accept_push, state, path,
+                                request.headers.get("content-type", ""), body, replace)
         return Response(status_code=200)
 
     def _apply_batch(groups: list) -> list[dict]:

@@ -1,12 +1,13 @@
 """OTLP/HTTP trace intake (/v1/traces), relayed to Tempo through the spool, and the
-per-lane statistics gathered on the way."""
+per-lane statistics gathered on the way. The Guard answers span exports on the intake's
+own path (server/intake.py); this route documents it and does the same work."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from rl_insight.server import otlp
+from rl_insight.server import intake
 from rl_insight.server.routes.common import HttpError, read_body
 from rl_insight.server.state import ServerState
 
@@ -19,29 +20,14 @@ def router(state: ServerState) -> APIRouter:
     r = APIRouter()
     limit = state.settings.traces.max_body_bytes
 
-    def accept(body: bytes, ctype: str, encoding: str) -> None:
-        raw = otlp.decompress(body, encoding, limit)
-        req = otlp.decode(raw, ctype)
-        n = otlp.count_spans(req)
-        for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
-            state.experiments.touch(project, experiment)
-        rows = list(otlp.iter_state_rows(req))
-        state.recent.add(rows)
-        state.anatomy.add(rows)
-        payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
-            else req.SerializeToString()
-        if n:
-            state.relay.submit(payload, n)
-            state.spans_received += n
-
     @r.post("/v1/traces", summary="OTLP/HTTP trace export (protobuf or JSON, gzip)",
             openapi_extra=OTLP_BODY)
     async def traces(request: Request) -> Response:
         ctype = request.headers.get("content-type", "")
         body = await read_body(request, limit, "traces.max_body_bytes")
-        await run_in_threadpool(accept, body, ctype,  # an OtlpError answers itself
-                                request.headers.get("content-encoding", ""))
-        content, media = otlp.response(ctype)
+        content, media = await run_in_threadpool(  # an OtlpError answers itself
+            intake.accept_spans, state, body, ctype,
+            request.headers.get("content-encoding", ""))
         return Response(content, media_type=media)
 
     @r.get("/api/v1/traces/recent",

@@ -1,0 +1,216 @@
+"""The intake: span exports (``POST /v1/traces``) and pushes (``PUT``/``POST /metrics/...``),
+most of what the server is sent.
+
+``accept_spans`` and ``accept_push`` do the work, for the app's routes (which document
+them in the OpenAPI schema) and for ``Direct``, the path the Guard sends these requests
+down: read the body, do the work on the intake's own thread, answer. It skips the
+framework's routing, middleware stack and per-request thread hand-off, which cost more
+than a lane actor's push itself once its shape is known (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from rl_insight.server import otlp
+from rl_insight.server.otlp import OtlpError
+from rl_insight.server.pushstore import PushError, parse_grouping_key
+from rl_insight.server.routes.common import HttpError, text_body
+from rl_insight.server.state import ServerState
+
+log = logging.getLogger(__name__)
+
+PROTOBUF_TYPES = ("application/vnd.google.protobuf",)
+SPANS_ROUTE = "/v1/traces"
+PUSH_ROUTE = "/metrics/{path:path}"  # the label the app's route gives these requests
+
+
+def accept_spans(state: ServerState, body: bytes, ctype: str, encoding: str
+                 ) -> tuple[bytes, str]:
+    """Decode an OTLP export, gather its lane statistics, spool it for Tempo; the
+    answer's (body, media type). Raises OtlpError with the status to answer."""
+    limit = state.settings.traces.max_body_bytes
+    raw = otlp.decompress(body, encoding, limit)
+    req = otlp.decode(raw, ctype)
+    n = otlp.count_spans(req)
+    for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
+        state.experiments.touch(project, experiment)
+    rows = list(otlp.iter_state_rows(req))
+    state.recent.add(rows)
+    state.anatomy.add(rows)
+    payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
+        else req.SerializeToString()
+    if n:
+        state.relay.submit(payload, n)
+        state.spans_received += n
+    return otlp.response(ctype)
+
+
+def accept_push(state: ServerState, path: str, ctype: str, body: bytes, replace: bool
+                ) -> None:
+    """A Pushgateway PUT (replace) or POST to ``/metrics/<path>``, counted; raises
+    PushError or HttpError with the status to answer."""
+    method = "put" if replace else "post"
+    try:
+        grouping = parse_grouping_key(path)
+        if ctype.split(";")[0].strip() in PROTOBUF_TYPES:
+            raise HttpError(415, "only the Prometheus text format is accepted; push "
+                                 "with Content-Type text/plain")
+        state.pushes.push(grouping, text_body(body), replace)
+    except (PushError, HttpError):
+        state.metrics.pushes.labels(method, "refused").inc()
+        raise
+    state.metrics.pushes.labels(method, "ok").inc()
+    state.experiments.touch_labels(grouping)
+
+
+class Direct:
+    """The intake's requests answered in plain ASGI; their work is done in batches on the
+    state's intake thread (``Batches``)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.batches = Batches(state)
+
+    @staticmethod
+    def route(method: str, path: str) -> str | None:
+        """The route label of a request this path answers, else None."""
+        if method == "POST" and path == SPANS_ROUTE:
+            return SPANS_ROUTE
+        if method in ("PUT", "POST") and path.startswith("/metrics/"):
+            return PUSH_ROUTE
+        return None
+
+    async def __call__(self, scope, receive, send, route: str) -> None:
+        headers = {k: v for k, v in scope.get("headers", ()) if k in _WANTED}
+        ctype = headers.get(b"content-type", b"").decode("latin-1")
+        try:
+            if route == SPANS_ROUTE:
+                limit, setting = self.state.settings.traces.max_body_bytes, \
+                    "traces.max_body_bytes"
+            else:
+                limit, setting = self.state.settings.push.max_body_bytes, \
+                    "push.max_body_bytes"
+            body = await read(receive, headers.get(b"content-length"), limit, setting)
+            if route == SPANS_ROUTE:
+                content, media = await self.batches.run(
+                    accept_spans, self.state, body, ctype,
+                    headers.get(b"content-encoding", b"").decode("latin-1"))
+                await answer(send, 200, content, media)
+            else:
+                await self.batches.run(accept_push, self.state,
+                                       scope["path"][len("/metrics/"):], ctype, body,
+                                       scope["method"] == "PUT")
+                await answer(send, 200, b"", None)
+        except (HttpError, PushError, OtlpError) as exc:
+            await answer_error(send, exc.status, str(exc))
+        except _Gone:
+            pass
+        except Exception:  # the app's own 500, with the cause in the server's log
+            log.exception("intake request %s %s failed", scope["method"], scope["path"])
+            await answer_error(send, 500, "the server failed on this request; its log "
+                                          "(rl-insight server logs) says why")
+
+
+class Batches:
+    """Group commit: the work of the requests that arrived meanwhile runs as one batch on
+    the intake thread, each request's writes a savepoint (undone alone when it fails),
+    all of them one commit, then each is answered. One batch at a time; one hand-off to
+    the thread and back per batch, not per request. Work is done in arrival order."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.pending: list[tuple] = []
+        self.running = False
+
+    def run(self, fn, *args) -> asyncio.Future:
+        """``fn(*args)``'s result (or exception) once its batch is committed."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self.pending.append((fn, args, fut))
+        if not self.running:
+            self._next(loop)
+        return fut
+
+    def _next(self, loop: asyncio.AbstractEventLoop) -> None:
+        items, self.pending = self.pending, []
+        self.running = bool(items)
+        if items:
+            job = loop.run_in_executor(self.state.intake_pool, self._batch, items)
+            job.add_done_callback(lambda done: self._answer(loop, items, done))
+
+    def _batch(self, items: list[tuple]) -> list[tuple[bool, object]]:
+        out = []
+        with self.state.store.batch():
+            for fn, args, _ in items:
+                try:
+                    out.append((True, fn(*args)))
+                except Exception as exc:  # this request's answer, not the batch's
+                    out.append((False, exc))
+        return out
+
+    def _answer(self, loop, items: list[tuple], job: asyncio.Future) -> None:
+        failed = None if not job.cancelled() and job.exception() is None else \
+            "the server is stopping" if job.cancelled() else str(job.exception())
+        if failed:
+            log.error("the intake could not commit a batch of %d requests: %s", len(items),
+                      failed)
+            self.state.spool.resync()  # what it holds in memory, as the database has it
+        results = job.result() if not failed else [(False, None)] * len(items)
+        for (ok, value), (_, _, fut) in zip(results, items, strict=True):
+            if fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            elif value is None:
+                fut.set_exception(HttpError(503, f"the server cannot store this ({failed}); "
+                                                 "nothing was stored: send again, and check "
+                                                 f"the disk of {self.state.store.path}"))
+            else:
+                fut.set_exception(value)
+        self._next(loop)
+
+
+_WANTED = (b"content-type", b"content-length", b"content-encoding")
+
+
+class _Gone(Exception):
+    """The client went away before its body arrived: nothing to answer."""
+
+
+async def read(receive, declared: bytes | None, limit: int, setting: str) -> bytes:
+    """The request body, refusing (413) more than ``limit`` bytes without reading on."""
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise HttpError(413, f"the body is {int(declared)} bytes; the limit is {limit} "
+                             f"({setting})")
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Gone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HttpError(413, f"the body is over the limit of {limit} bytes ({setting})")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def answer(send, status: int, body: bytes, media: str | None,
+                 extra: tuple = ()) -> None:
+    headers = [(b"content-length", str(len(body)).encode()), *extra]
+    if media:
+        headers.append((b"content-type", media.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def answer_error(send, status: int, message: str, retry_after: int | None = None
+                       ) -> None:
+    """``{"error": message}``, as every refusal of the server is answered."""
+    extra = ((b"retry-after", str(retry_after).encode()),) if retry_after is not None else ()
+    await answer(send, status, json.dumps({"error": message}).encode(), "application/json",
+                 extra)
