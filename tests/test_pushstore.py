@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
+from rl_insight.server.pushshape import Shape
 from rl_insight.server.pushstore import (
     PushError,
     PushStore,
@@ -18,7 +19,6 @@ from rl_insight.server.pushstore import (
     render_blocks,
     split_blocks,
 )
-from rl_insight.server.pushshape import Shape
 from rl_insight.server.store import Store
 from tests.test_textformat import NAMES, VALUES, bodies
 
@@ -283,8 +283,8 @@ def test_a_repeated_shape_is_read_by_its_values(tmp_path, monkeypatch):
     assert series(st_)[("a", (("instance", ""), ("job", "j"), ("x", "2")))] == 5.0
     st_.push({"job": "j"}, "# TYPE b gauge\nb 1\n", replace=False)  # a POST, a new shape
     assert calls == [1] and st_._shapes[key].text == "# TYPE b gauge\nb"
-    assert 'b{instance="",job="j"} 1.0\n' in st_.groups[key].text() and 'a{instance="",job="j",x="2"} 5.0' \
-        in st_.groups[key].text()
+    text = st_.groups[key].text()
+    assert 'b{instance="",job="j"} 1.0\n' in text and 'a{instance="",job="j",x="2"} 5.0' in text
     st_.delete({"job": "j"})
     assert key not in st_._shapes
 
@@ -296,4 +296,4 @@ class _Forgetful(dict):
 
 def _nan_equal(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(x == y or (x != x and y != y)
-                                        for x, y in zip(a.values(), b.values()))
+                                        for x, y in zip(a.values(), b.values(), strict=True))

@@ -1,0 +1,133 @@
+"""The intake's group commit (server/intake.py ``Batches``, store ``batch()``): the
+requests of one batch are answered each on its own, a refused one changes nothing and
+takes nothing from the others, a failed commit stores none of them and says so, and the
+spool keeps arrival order. In-process, on the real state and database."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+
+import pytest
+
+from rl_insight import config
+from rl_insight.collector.otlp_encode import encode
+from rl_insight.events import Identity, Span
+from rl_insight.server import intake
+from rl_insight.server.pushstore import PushError
+from rl_insight.server.routes.common import HttpError
+from rl_insight.server.state import ServerState
+from rl_insight.server.store import Store
+from rl_insight.server.supervisor import Supervisor
+
+PROTOBUF = "application/x-protobuf"
+
+
+@pytest.fixture
+def state(tmp_path):
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    st = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    st.open()
+    yield st
+    st.close()
+
+
+def spans(lane: str, n: int) -> bytes:
+    ident = Identity("p", "e")
+    return encode([(ident, "t", Span("gen", 10**9 * (k + 1), 10**9 * (k + 2), lane, (), 0,
+                                     k + 1, 0, True)) for k in range(n)])
+
+
+async def together(batches: intake.Batches, calls: list[tuple]) -> list:
+    """Submit every call before any is answered (one batch after the first), then
+    gather each answer or exception."""
+    futs = [batches.run(*call) for call in calls]
+    return await asyncio.gather(*futs, return_exceptions=True)
+
+
+def stored_groups(state: ServerState) -> set[str]:
+    return {labels for labels, _, _ in state.store.groups()}
+
+
+def test_a_refused_push_in_a_batch_changes_nothing_and_the_others_are_stored(state):
+    b = intake.Batches(state)
+    path = "job/j/instance/{}"
+    calls = [(intake.accept_push, state, path.format(i), "text/plain",
+              b"# TYPE x gauge\nx 1\n" if i != 2 else b"x{ 1\n", True) for i in range(5)]
+    got = asyncio.run(together(b, calls))
+    assert [type(g).__name__ for g in got] == ["NoneType", "NoneType", "PushError",
+                                               "NoneType", "NoneType"]
+    assert got[2].status == 400
+    assert len(state.pushes.groups) == 4
+    stored = stored_groups(state)
+    assert len(stored) == 4 and not any('"2"' in s for s in stored)
+    # committed: another connection to the file sees them
+    other = sqlite3.connect(state.store.path)
+    assert other.execute("SELECT count(*) FROM push_groups").fetchone()[0] == 4
+
+
+def test_a_write_that_fails_inside_a_batch_is_undone_alone(tmp_path):
+    store = Store(tmp_path)
+    with store.batch():
+        store.save_groups([("a", "{}", 1.0, "a 1\n")], [])
+        with pytest.raises(sqlite3.IntegrityError):
+            with store.transaction() as db:
+                db.execute("INSERT INTO push_groups VALUES ('b', '{}', 1.0, 'b 1\n')")
+                db.execute("INSERT INTO push_groups VALUES ('b', '{}', 1.0, 'b 1\n')")
+        store.save_groups([("c", "{}", 1.0, "c 1\n")], [])
+    assert [k for k, in store.read(lambda db: db.execute(
+        "SELECT key FROM push_groups ORDER BY key").fetchall())] == ["a", "c"]
+
+
+def test_a_batch_that_cannot_commit_answers_503_and_the_spool_matches_the_database(
+        state, monkeypatch):
+    b = intake.Batches(state)
+    real = Store.batch
+
+    class Failing:
+        def __init__(self, store):
+            self.inner = real(store)
+
+        def __enter__(self):
+            return self.inner.__enter__()
+
+        def __exit__(self, *exc):
+            self.inner.__exit__(RuntimeError, RuntimeError("disk full"), None)  # rolls back
+            raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "batch", lambda store: Failing(store))
+    calls = [(intake.accept_spans, state, spans(f"rank_{i}", 3), PROTOBUF, "")
+             for i in range(4)]
+    got = asyncio.run(together(b, calls))
+    assert all(isinstance(g, HttpError) and g.status == 503 and "disk" in str(g)
+               for g in got), got
+    assert len(state.spool) == 0  # nothing in memory that the database does not hold
+    monkeypatch.setattr(Store, "batch", real)
+    got = asyncio.run(together(b, calls[:1]))
+    assert not isinstance(got[0], Exception) and len(state.spool) == 1
+
+
+def test_spans_of_a_batch_are_spooled_in_arrival_order(state):
+    state.relay.stop()  # keep them in the spool to read them back
+    b = intake.Batches(state)
+    calls = [(intake.accept_spans, state, spans(f"QQ{i}QQ", 1), PROTOBUF, "")
+             for i in range(6)]
+    got = asyncio.run(together(b, calls))
+    assert not any(isinstance(g, Exception) for g in got)
+    lanes = [re.search(rb"QQ(\d)QQ", payload).group(1) for _, _, payload in
+             state.spool.peek_many(10**9)]
+    assert lanes == [str(i).encode() for i in range(6)]
+
+
+def test_a_push_refused_by_the_store_itself_is_refused_with_its_reason(state, monkeypatch):
+    b = intake.Batches(state)
+
+    def broken(*_a, **_k):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(state.store, "save_groups", broken)
+    got = asyncio.run(together(b, [(intake.accept_push, state, "job/j", "text/plain",
+                                    b"x 1\n", True)]))
+    assert isinstance(got[0], PushError) and got[0].status == 503
+    assert "disk I/O error" in str(got[0]) and not state.pushes.groups
