@@ -3,7 +3,8 @@
 Every request is spooled first and one worker sends from the head, so order holds
 across a Tempo outage and a server restart. The worker sends what is waiting as one
 request of up to ``BATCH_BYTES`` (serialized ExportTraceServiceRequests concatenate into
-one: the message is a repeated field), not one request per intake request. Connection
+one: the message is a repeated field), at most one every ``LINGER_S`` while batches are
+not full, not one request per intake request. Connection
 errors, 5xx and 429 are retried with backoff; other 4xx answers mean Tempo will never
 take the record: it is dropped and counted.
 """
