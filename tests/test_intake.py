@@ -1,13 +1,15 @@
 """The intake's group commit (server/intake.py ``Batches``, store ``batch()``): the
 requests of one batch are answered each on its own, a refused one changes nothing and
 takes nothing from the others, a failed commit stores none of them and says so, and the
-spool keeps arrival order. In-process, on the real state and database."""
+spool keeps arrival order; what the server keeps of a finished run goes after its grace.
+In-process, on the real state and database."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import sqlite3
+import time
 
 import pytest
 
@@ -131,3 +133,22 @@ def test_a_push_refused_by_the_store_itself_is_refused_with_its_reason(state, mo
                                     b"x 1\n", True)]))
     assert isinstance(got[0], PushError) and got[0].status == 503
     assert "disk I/O error" in str(got[0]) and not state.pushes.groups
+
+
+def test_a_finished_runs_lanes_and_spans_are_forgotten_after_its_grace(state):
+    """What the server keeps per lane and recent span of a run goes once the run has
+    been finished for push.finished_ttl_s; a run still going keeps its own."""
+    state.relay.stop()
+    for exp in ("done", "going"):
+        ident = Identity("p", exp)
+        body = encode([(ident, "t", Span("gen", 10**9, 2 * 10**9, f"rank_{k}", (), 0, k + 1,
+                                         0, True)) for k in range(3)])
+        intake.accept_spans(state, body, PROTOBUF, "")
+    state.experiments.set_status("p", "done", "finished")
+    ttl = state.settings.push.finished_ttl_s
+    state.forget_finished(time.time())  # within the grace: kept
+    assert len(state.lanes.list("p", "done")) == 3
+    state.forget_finished(time.time() + ttl + 1)
+    assert state.lanes.list("p", "done") == [] and state.recent.spans("p", "done") == []
+    assert len(state.lanes.list("p", "going")) == 3
+    assert len(state.recent.spans("p", "going")) == 3

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 
+from rl_insight.server.experiments import ExperimentStore
+from rl_insight.server.store import Store
 from rl_insight.server.targets import (
     LocalTargetLog,
     TargetError,
@@ -62,7 +65,7 @@ def test_invalid_registrations(body, msg):
 
 def test_store_persists_and_hides_archived(tmp_path):
     hidden = set()
-    store = TargetStore(tmp_path / "t.json", tmp_path / "sd",
+    store = TargetStore(Store(tmp_path), tmp_path / "sd",
                         hidden=lambda p, e: (p, e) in hidden)
     ts = parse_registration({"job_name": "vllm", "targets": ["a:1", "b:2"],
                              "project": "p", "experiment_name": "e"})
@@ -75,7 +78,7 @@ def test_store_persists_and_hides_archived(tmp_path):
     hidden.add(("p", "e"))
     store.write_sd()
     assert list((tmp_path / "sd").glob("*.json")) == []
-    again = TargetStore(tmp_path / "t.json", tmp_path / "sd2")
+    again = TargetStore(Store(tmp_path), tmp_path / "sd2")  # the server started again
     assert again.load() == 2 and len(list((tmp_path / "sd2").glob("*.json"))) == 1
     assert again.remove(ts[:1]) == 1 and len(again.list()) == 1
 
@@ -88,8 +91,8 @@ def test_targets_registered_before_the_run_join_it_when_bound(tmp_path):
     """verl registers its engines before init names the run: the targets wait, out of
     discovery, until their owner's run is named, then carry it; later registrations of
     that owner are bound at once; another owner (another Ray job) is never touched."""
-    state, sd = tmp_path / "targets.json", tmp_path / "sd"
-    store = TargetStore(state, sd, unbound_grace_s=60)
+    state, sd = tmp_path, tmp_path / "sd"
+    store = TargetStore(Store(state), sd, unbound_grace_s=60)
     owner, other = "ray:session_1:01000000", "ray:session_1:02000000"
     store.register(parse_registration({"job_name": "vllm", "targets": ["a:1", "b:2"],
                                        "labels": [{"replica": 0}, {"replica": 1}],
@@ -109,7 +112,7 @@ def test_targets_registered_before_the_run_join_it_when_bound(tmp_path):
     assert {(r["target"], r["experiment_name"]) for r in store.list()} == {
         ("a:1", "exp-1"), ("b:2", "exp-1"), ("c:3", ""), ("d:4", "exp-1")}
     # the bindings survive a restart of the server
-    again = TargetStore(state, sd, unbound_grace_s=60)
+    again = TargetStore(Store(state), sd, unbound_grace_s=60)
     again.load()
     assert again.binding(owner) == ("proj", "exp-1")
     again.register(parse_registration({"job_name": "sglang", "targets": ["e:5"],
@@ -118,7 +121,7 @@ def test_targets_registered_before_the_run_join_it_when_bound(tmp_path):
 
 
 def test_an_owner_that_never_names_its_run_is_scraped_after_the_grace(tmp_path):
-    store = TargetStore(tmp_path / "t.json", tmp_path / "sd", unbound_grace_s=0.2)
+    store = TargetStore(Store(tmp_path), tmp_path / "sd", unbound_grace_s=0.2)
     store.register(parse_registration({"job_name": "vllm", "targets": ["a:1"],
                                        "owner": "proc:host:1"}))
     assert sd_groups(tmp_path / "sd") == []
@@ -175,7 +178,7 @@ def test_http_sd_and_file_sd_are_the_same_groups(tmp_path):
     groups the http_sd route answers, archived runs and targets awaiting a run left out
     of both."""
     hidden = set()
-    store = TargetStore(tmp_path / "t.json", tmp_path / "sd",
+    store = TargetStore(Store(tmp_path), tmp_path / "sd",
                         hidden=lambda p, e: (p, e) in hidden, unbound_grace_s=60)
     store.register(parse_registration({"job_name": "vllm", "targets": ["a:1", "b:2"],
                                        "labels": [{"replica": 0}, {"replica": 1}],
@@ -206,27 +209,78 @@ def test_http_sd_and_file_sd_are_the_same_groups(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["", '[{"job_name": "vllm", "tar', "\xff\xfe"])
-def test_a_damaged_state_file_is_moved_aside_and_named_not_a_crash_at_every_start(
+def test_a_damaged_state_file_of_an_earlier_version_is_moved_aside_and_named(
         tmp_path, caplog, damage):
-    """An empty or cut-short targets, bindings or experiments file (a crash of an older
-    version, a hand edit): the store starts empty, the file is kept beside it, and one
-    error names it and says how to restore it."""
-    from rl_insight.server.experiments import ExperimentStore
-
+    """An empty or cut-short targets, bindings or experiments file of an earlier version
+    (a crash of that version, a hand edit): the store starts without it, the file is
+    kept beside it, and one error names it and says how to restore it."""
     state, bindings, exps = (tmp_path / "targets.json", tmp_path / "bindings.json",
                              tmp_path / "experiments.json")
     for path in (state, bindings, exps):
         path.write_bytes(damage.encode("latin-1"))
-    store = TargetStore(state, tmp_path / "sd")
+    db = tmp_path / "db"
+    store = TargetStore(Store(db), tmp_path / "sd", legacy_dir=tmp_path)
     with caplog.at_level("ERROR", logger="rl_insight.server"):
         assert store.load() == 0
-        assert ExperimentStore(exps).load() == 0
+        assert ExperimentStore(Store(db), legacy_file=exps).load() == 0
     for path in (state, bindings, exps):
         (aside,) = tmp_path.glob(path.name + ".damaged-*")
         assert aside.read_bytes() == damage.encode("latin-1")  # kept for recovery
         assert not path.exists()
         assert any(str(path) in r.getMessage() and "move it back" in r.getMessage()
                    for r in caplog.records), caplog.text
-    # and the stores work again: what is written now is read at the next start
+    # and the stores work: what is written now is read at the next start
     store.register(parse_registration({"job_name": "vllm", "targets": ["a:1"]}))
-    assert TargetStore(state, tmp_path / "sd").load() == 1
+    assert TargetStore(Store(db), tmp_path / "sd").load() == 1
+
+
+def test_the_files_of_an_earlier_version_are_read_in_once(tmp_path):
+    """targets.json, bindings.json and experiments.json (the state of earlier versions)
+    move into the database at the first start and are kept as *.migrated."""
+    (tmp_path / "targets.json").write_text(json.dumps([
+        {"job_name": "vllm", "target": "a:1", "labels": {"replica": "0"}, "project": "p",
+         "experiment_name": "e", "owner": "", "registered_at": 5.0},
+        {"job_name": "vllm", "target": "b:2", "labels": {}, "project": "",
+         "experiment_name": "", "owner": "ray:s:01", "registered_at": 6.0}]))
+    (tmp_path / "bindings.json").write_text(json.dumps({"ray:s:02": ["p", "e2"]}))
+    (tmp_path / "experiments.json").write_text(json.dumps([
+        {"project": "p", "experiment_name": "e", "status": "archived", "first_seen": 1.0,
+         "last_seen": 2.0, "finished_at": None, "archived_at": 3.0}]))
+    db = tmp_path / "state"
+    exps = ExperimentStore(Store(db), legacy_file=tmp_path / "experiments.json")
+    targets = TargetStore(Store(db), tmp_path / "sd", legacy_dir=tmp_path)
+    assert exps.load() == 1 and targets.load() == 2
+    for name in ("targets.json", "bindings.json", "experiments.json"):
+        assert not (tmp_path / name).exists() and (tmp_path / f"{name}.migrated").exists()
+    # the next start reads them from the database alone
+    exps, targets = ExperimentStore(Store(db)), TargetStore(Store(db), tmp_path / "sd")
+    assert exps.load() == 1 and exps.is_archived("p", "e")
+    assert targets.load() == 2 and targets.binding("ray:s:02") == ("p", "e2")
+    a = next(r for r in targets.list() if r["target"] == "a:1")
+    assert a["labels"] == {"replica": "0"} and a["registered_at"] == 5.0
+
+
+def test_a_change_the_database_refuses_changes_nothing(tmp_path, monkeypatch):
+    """A write that cannot be committed (disk full, I/O error) is refused and leaves
+    the stores as they were: memory never holds what the disk does not."""
+    store = Store(tmp_path)
+    targets, exps = TargetStore(store, tmp_path / "sd"), ExperimentStore(store)
+    targets.register(parse_registration({"job_name": "vllm", "targets": ["a:1"],
+                                         "owner": "o1"}))
+    exps.touch("p", "e")
+    before = (targets.list(), targets.binding("o1"), exps.list())
+
+    def full(*_a, **_k):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "transaction", full)
+    for change in (lambda: targets.register(parse_registration(
+                       {"job_name": "vllm", "targets": ["b:2"]})),
+                   lambda: targets.bind("o1", "p", "e"),
+                   lambda: targets.remove(parse_registration(
+                       {"job_name": "vllm", "targets": ["a:1"], "owner": "o1"})),
+                   lambda: exps.set_status("p", "e", "archived"),
+                   lambda: exps.touch("p", "new")):
+        with pytest.raises(sqlite3.OperationalError):
+            change()
+    assert (targets.list(), targets.binding("o1"), exps.list()) == before

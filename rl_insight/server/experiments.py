@@ -1,6 +1,8 @@
 """Experiments, named by (project, experiment_name): first and last activity, and
 whether they are active, finished or archived. An archived experiment is not scraped
-and takes no new registrations or pushes until it is restored."""
+and takes no new registrations or pushes until it is restored. Kept in the server's
+database (one row each); a new experiment or a status change is committed before it is
+answered, activity times every few seconds."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rl_insight.server.services.base import read_state_json, write_atomic
+from rl_insight.server.services.base import migrated, read_state_json
+from rl_insight.server.store import Store
 
 
 @dataclass
@@ -26,17 +29,27 @@ class Experiment:
 
 
 class ExperimentStore:
-    def __init__(self, state_file: Path) -> None:
-        self.state_file = state_file
+    def __init__(self, store: Store, legacy_file: Path | None = None) -> None:
+        self.store = store
+        self.legacy_file = legacy_file  # experiments.json of earlier versions
         self._items: dict[tuple[str, str], Experiment] = {}
         self._lock = threading.RLock()
-        self._dirty = False
+        self._dirty: set[tuple[str, str]] = set()
 
     def load(self) -> int:
-        rows = read_state_json(self.state_file, [])
-        for r in rows:
-            e = Experiment(**r)
+        rows = self.store.read(lambda db: db.execute(
+            "SELECT row FROM experiments").fetchall())
+        for (row,) in rows:
+            e = Experiment(**json.loads(row))
             self._items[(e.project, e.experiment_name)] = e
+        if self.legacy_file is not None and self.legacy_file.exists():
+            legacy = [Experiment(**r) for r in read_state_json(self.legacy_file, [])]
+            fresh = [e for e in legacy if (e.project, e.experiment_name) not in self._items]
+            self._write(fresh)
+            for e in fresh:
+                self._items[(e.project, e.experiment_name)] = e
+            if self.legacy_file.exists():
+                migrated(self.legacy_file, len(fresh), self.store.path)
         return len(self._items)
 
     def touch(self, project: str, experiment_name: str) -> None:
@@ -47,12 +60,12 @@ class ExperimentStore:
         with self._lock:
             e = self._items.get((project, experiment_name))
             if e is None:
-                self._items[(project, experiment_name)] = Experiment(
-                    project, experiment_name, first_seen=now, last_seen=now)
-                self._save()
+                e = Experiment(project, experiment_name, first_seen=now, last_seen=now)
+                self._write([e])
+                self._items[(project, experiment_name)] = e
             else:
                 e.last_seen = now
-                self._dirty = True
+                self._dirty.add((project, experiment_name))
 
     def touch_labels(self, labels: Mapping[str, str]) -> None:
         if labels.get("project") and labels.get("experiment_name"):
@@ -77,6 +90,13 @@ class ExperimentStore:
         e = self.get(labels.get("project", ""), labels.get("experiment_name", ""))
         return e.finished_at if e is not None and e.status == "finished" else None
 
+    def finished_before(self, t: float) -> set[tuple[str, str]]:
+        """The runs that finished before time ``t``."""
+        with self._lock:
+            return {k for k, e in self._items.items()
+                    if e.status == "finished" and e.finished_at is not None
+                    and e.finished_at < t}
+
     def set_status(self, project: str, experiment_name: str, status: str) -> Experiment:
         """archive, restore (back to active) or finish; raises KeyError when unknown."""
         now = time.time()
@@ -84,26 +104,33 @@ class ExperimentStore:
             e = self._items.get((project, experiment_name))
             if e is None:
                 raise KeyError(f"no experiment {project}/{experiment_name}")
-            e.status = status
+            new = Experiment(**asdict(e))
+            new.status = status
             if status == "archived":
-                e.archived_at = now
+                new.archived_at = now
             elif status == "finished":
-                e.finished_at = now
+                new.finished_at = now
             else:
-                e.archived_at = None
-                e.finished_at = None
-            self._save()
-            return Experiment(**asdict(e))
+                new.archived_at = None
+                new.finished_at = None
+            self._write([new])  # stored first: a refused write changes nothing
+            self._items[(project, experiment_name)] = new
+            return Experiment(**asdict(new))
 
     def list(self) -> list[dict]:
         with self._lock:
             return [asdict(e) for _, e in sorted(self._items.items())]
 
     def persist(self) -> None:
+        """Activity times noted since the last call, in one transaction."""
         with self._lock:
-            if self._dirty:
-                self._save()
+            keys, self._dirty = self._dirty, set()
+            self._write([self._items[k] for k in keys if k in self._items])
 
-    def _save(self) -> None:
-        self._dirty = False
-        write_atomic(self.state_file, json.dumps(self.list(), indent=1))
+    def _write(self, exps: list[Experiment]) -> None:
+        if not exps:
+            return
+        with self.store.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO experiments VALUES (?, ?, ?)",
+                           [(e.project, e.experiment_name, json.dumps(asdict(e)))
+                            for e in exps])

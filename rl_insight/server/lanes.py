@@ -19,6 +19,14 @@ class LaneStats:
         self._lanes: OrderedDict[tuple[str, str, str], dict] = OrderedDict()
         self._lock = threading.Lock()
 
+    def forget(self, runs: set[tuple[str, str]]) -> int:
+        """Drop the lanes of these (project, experiment_name) runs (finished long ago)."""
+        with self._lock:
+            gone = [k for k in self._lanes if (k[0], k[1]) in runs]
+            for k in gone:
+                del self._lanes[k]
+            return len(gone)
+
     def observe(self, spans: Iterable[tuple]) -> set[tuple[str, str]]:
         """Record (project, experiment, lane, state, end ns[, span id]) per span; a span
         id the lane saw recently is a copy and not counted. Returns the (project,

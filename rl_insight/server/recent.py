@@ -29,6 +29,18 @@ class RecentSpans:
                        start, end, intern(process), step)
                 (self._dedicated if DEDICATED.match(lane) else self._pooled).append(row)
 
+    def forget(self, runs: set[tuple[str, str]]) -> int:
+        """Drop the spans of these (project, experiment_name) runs (finished long ago)."""
+        with self._lock:
+            gone = 0
+            for q in (self._dedicated, self._pooled):
+                kept = [r for r in q if (r[0], r[1]) not in runs]
+                gone += len(q) - len(kept)
+                if len(kept) != len(q):
+                    q.clear()
+                    q.extend(kept)
+            return gone
+
     def spans(self, project: str, experiment: str, since_ns: int = 0) -> list[tuple]:
         """(lane, state, start, end, process, step) of one run, oldest first."""
         with self._lock:

@@ -61,6 +61,9 @@ def prometheus_url(settings: Settings) -> str:
                             settings.prometheus.port)
 
 
+FORGET_EVERY_S = 30.0  # how often finished runs' lanes and spans are looked for
+
+
 class ServerState:
     def __init__(self, settings: Settings, supervisor: Supervisor,
                  services: dict[str, ServiceInfo] | None = None,
@@ -74,13 +77,13 @@ class ServerState:
         self.started_at = time.time()
         state = settings.state_dir
         state.mkdir(parents=True, exist_ok=True)
-        self.experiments = ExperimentStore(state / "experiments.json")
-        self.targets = TargetStore(state / "targets.json",
-                                   Prometheus().targets_dir(settings),
-                                   hidden=self.experiments.is_archived,
-                                   unbound_grace_s=settings.server.unbound_target_grace_s)
-        self.local_targets = LocalTargetLog()
         self.store = Store(state)  # raises StoreError (which says what to do) if damaged
+        self.experiments = ExperimentStore(self.store, legacy_file=state / "experiments.json")
+        self.targets = TargetStore(self.store, Prometheus().targets_dir(settings),
+                                   hidden=self.experiments.is_archived,
+                                   unbound_grace_s=settings.server.unbound_target_grace_s,
+                                   legacy_dir=state)
+        self.local_targets = LocalTargetLog()
         self.pushes = PushStore(settings.push, self.store,
                                 refuse=self.experiments.archived_reason,
                                 legacy_dir=state / "groups")
@@ -132,13 +135,26 @@ class ServerState:
         self.experiments.persist()
         self.store.checkpoint()
 
+    def forget_finished(self, now: float) -> None:
+        """What the server keeps per lane and span of a run is dropped once the run has
+        been finished for ``push.finished_ttl_s`` (as its pushed groups are): a server
+        that lives for weeks of runs keeps what the live ones need."""
+        runs = self.experiments.finished_before(now - self.settings.push.finished_ttl_s)
+        if runs:
+            self.lanes.forget(runs)
+            self.recent.forget(runs)
+
     def _maintain(self) -> None:
         next_gc = time.monotonic()
+        next_forget = time.monotonic()
         while not self._stop.wait(self.settings.push.persist_interval_s):
             try:
                 self.pushes.expire(time.time(), self.experiments.finished_at)
                 self.targets.publish_due()
                 self.persist()
+                if time.monotonic() >= next_forget:
+                    next_forget = time.monotonic() + FORGET_EVERY_S
+                    self.forget_finished(time.time())
                 every = self.full_gc_every_s
                 if every and time.monotonic() >= next_gc:  # see lifecycle.GC_THRESHOLDS
                     next_gc = time.monotonic() + every

@@ -1,9 +1,11 @@
-"""The server's state on disk: one SQLite database (``state/rl-insight.db``), in WAL mode.
+"""The server's state on disk: one SQLite database (``state/rl-insight.db``), in WAL mode:
+pushed groups, the trace spool, registered targets and their owners' runs, experiments.
 
 Every write is a transaction, so a SIGKILL or a power loss leaves the database as it
 was after some complete write: never a half-written file. What was acknowledged to a
-client was committed first (WAL, ``synchronous=NORMAL``: committed means in the log;
-a power loss may take back the last moments' writes, never corrupt what is there).
+client was committed first, and a commit is synced to the disk (WAL,
+``synchronous=FULL``) so a power loss keeps it too; the intake commits many requests'
+writes at once (``batch()``), so that sync costs once per batch.
 The schema is versioned (``PRAGMA user_version``); the files of earlier versions are
 read in once, at the first start, and kept beside it under ``*.migrated``.
 
@@ -19,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: targets, bindings and experiments moved in from JSON files
 FILE_NAME = "rl-insight.db"
 T = TypeVar("T")
 
@@ -31,6 +33,16 @@ _SCHEMA = [
     # OTLP requests waiting for Tempo, oldest first
     """CREATE TABLE IF NOT EXISTS spool (
         seq INTEGER PRIMARY KEY, spans INTEGER NOT NULL, payload BLOB NOT NULL)""",
+    # registered scrape targets: their key (JSON) and the registration (JSON)
+    """CREATE TABLE IF NOT EXISTS targets (key TEXT PRIMARY KEY, row TEXT NOT NULL)""",
+    # owners' runs (targets registered before the run was named), oldest first
+    """CREATE TABLE IF NOT EXISTS bindings (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT UNIQUE NOT NULL,
+        project TEXT NOT NULL, experiment_name TEXT NOT NULL)""",
+    # experiments and their status (JSON)
+    """CREATE TABLE IF NOT EXISTS experiments (
+        project TEXT NOT NULL, experiment_name TEXT NOT NULL, row TEXT NOT NULL,
+        PRIMARY KEY (project, experiment_name))""",
 ]
 
 
@@ -50,7 +62,7 @@ class Store:
             self.db = sqlite3.connect(self.path, check_same_thread=False,
                                       isolation_level=None, timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA synchronous=FULL")
             # checkpoints (the one write that syncs to disk) run on a connection of their
             # own in the background (checkpoint()), never inside a request's commit
             self.db.execute("PRAGMA wal_autocheckpoint=0")

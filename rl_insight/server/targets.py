@@ -17,7 +17,8 @@ from typing import Any
 
 from rl_insight import netaddr
 from rl_insight.server.pushstore import valid_label_name
-from rl_insight.server.services.base import read_state_json, write_atomic
+from rl_insight.server.services.base import migrated, read_state_json, write_atomic
+from rl_insight.server.store import Store
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
 HARDWARE_JOBS = ("node-exporter", "dcgm-exporter", "npu-exporter")
@@ -321,15 +322,17 @@ def parse_binding(body: Any) -> tuple[str, str, str]:
 
 
 class TargetStore:
-    """Targets keyed by (job, target, project, experiment); thread-safe."""
+    """Targets keyed by (job, target, project, experiment); thread-safe. Kept in the
+    server's database, each change committed before it is answered (and before the
+    discovery files Prometheus reads are written from it)."""
 
     MAX_BINDINGS = 10_000
 
-    def __init__(self, state_file: Path, sd_dir: Path,
+    def __init__(self, store: Store, sd_dir: Path,
                  hidden: Callable[[str, str], bool] = lambda p, e: False,
-                 unbound_grace_s: float = 60.0) -> None:
-        self.state_file = state_file
-        self.bindings_file = state_file.with_name("bindings.json")
+                 unbound_grace_s: float = 60.0, legacy_dir: Path | None = None) -> None:
+        self.store = store
+        self.legacy_dir = legacy_dir  # where targets.json and bindings.json were kept
         self.sd_dir = sd_dir
         self.hidden = hidden  # (project, experiment) -> not to be scraped (archived)
         # a target whose owner has not named its run yet waits this long before it is
@@ -342,32 +345,81 @@ class TargetStore:
         self._lock = threading.RLock()
 
     def load(self) -> int:
-        data = read_state_json(self.state_file, [])
-        bindings = read_state_json(self.bindings_file, {})
-        self._bindings = {o: (b[0], b[1]) for o, b in bindings.items()}
-        for d in data:
-            t = Target(d["job_name"], d["target"], tuple(sorted(d["labels"].items())),
-                       d.get("project", ""), d.get("experiment_name", ""),
-                       d.get("owner", ""))
-            self._targets[t.key] = t
-            self._registered_at[t.key] = d.get("registered_at", 0.0)
+        rows = self.store.read(lambda db: db.execute("SELECT row FROM targets").fetchall())
+        bindings = self.store.read(lambda db: db.execute(
+            "SELECT owner, project, experiment_name FROM bindings ORDER BY seq").fetchall())
+        self._bindings = {o: (p, e) for o, p, e in bindings}
+        for (row,) in rows:
+            self._add(json.loads(row))
+        if self.legacy_dir is not None:
+            self._migrate(self.legacy_dir)
         self.write_sd()
         return len(self._targets)
+
+    def _add(self, d: Mapping[str, Any]) -> Target:
+        t = Target(d["job_name"], d["target"], tuple(sorted(d["labels"].items())),
+                   d.get("project", ""), d.get("experiment_name", ""), d.get("owner", ""))
+        self._targets[t.key] = t
+        self._registered_at[t.key] = d.get("registered_at", 0.0)
+        return t
+
+    def _migrate(self, directory: Path) -> None:
+        """targets.json and bindings.json of earlier versions, read in once."""
+        files = directory / "targets.json", directory / "bindings.json"
+        rows = read_state_json(files[0], [])
+        bindings = read_state_json(files[1], {})
+        with self._lock:
+            for o, b in bindings.items():
+                self._bindings.setdefault(o, (b[0], b[1]))
+            fresh = [self._add(d) for d in rows]
+            with self.store.transaction() as db:
+                self._store_bindings(db, list(self._bindings))
+                self._store(db, fresh, [])
+        for path, n in zip(files, (len(rows), len(bindings)), strict=True):
+            if path.exists():
+                migrated(path, n, self.store.path)
+
+    def _store(self, db, upserts: Iterable[Target], deletes: Iterable[tuple]) -> None:
+        db.executemany("DELETE FROM targets WHERE key = ?",
+                       [(json.dumps(k),) for k in deletes])
+        db.executemany("INSERT OR REPLACE INTO targets VALUES (?, ?)", [
+            (json.dumps(t.key), json.dumps({**t.as_dict(),
+                                            "registered_at": self._registered_at.get(t.key)}))
+            for t in upserts])
+
+    def _store_bindings(self, db, owners: Iterable[str]) -> None:
+        """Each owner's binding as it is now (moved to the newest end), the evicted gone."""
+        for owner in owners:
+            db.execute("DELETE FROM bindings WHERE owner = ?", (owner,))
+            if owner in self._bindings:
+                db.execute("INSERT INTO bindings (owner, project, experiment_name) "
+                           "VALUES (?, ?, ?)", (owner, *self._bindings[owner]))
 
     def register(self, targets: Sequence[Target]) -> int:
         """Add or update; returns how many changed. Idempotent for the same input. A
         target without a run whose owner already named one is bound to it."""
         with self._lock:
-            changed = 0
+            now = time.time()
+            changed = {}
             for t in targets:
                 t = self._bound(t)
                 if self._targets.get(t.key) != t:
-                    self._targets[t.key] = t
-                    self._registered_at.setdefault(t.key, time.time())
-                    changed += 1
-            if changed:
-                self._save()
-            return changed
+                    changed[t.key] = t
+            if not changed:
+                return 0
+            fresh = [k for k in changed if k not in self._registered_at]
+            for k in fresh:
+                self._registered_at[k] = now
+            try:
+                with self.store.transaction() as db:
+                    self._store(db, changed.values(), [])
+            except BaseException:
+                for k in fresh:
+                    del self._registered_at[k]
+                raise
+            self._targets.update(changed)
+            self.write_sd()
+            return len(changed)
 
     def _bound(self, t: Target) -> Target:
         if t.project or not t.owner or t.owner not in self._bindings:
@@ -379,25 +431,34 @@ class TargetStore:
         """The owner's run is named: its targets without a run move to that run, and so
         do the ones it registers later. Returns the targets that moved."""
         with self._lock:
+            before = dict(self._bindings)
             self._bindings.pop(owner, None)
             self._bindings[owner] = (project, experiment_name)
+            evicted = []
             while len(self._bindings) > self.MAX_BINDINGS:  # the oldest go first
-                self._bindings.pop(next(iter(self._bindings)))
-            moved = []
-            for key, t in list(self._targets.items()):
-                if t.owner != owner or t.project:
-                    continue
-                new = self._bound(t)
+                evicted.append(next(iter(self._bindings)))
+                self._bindings.pop(evicted[-1])
+            moves = [(key, self._bound(t)) for key, t in self._targets.items()
+                     if t.owner == owner and not t.project]
+            at = {new.key: self._registered_at.get(key, time.time()) for key, new in moves}
+            self._registered_at.update(at)  # what _store writes for the moved targets
+            try:
+                with self.store.transaction() as db:
+                    self._store_bindings(db, [*evicted, owner])
+                    self._store(db, [new for _, new in moves], [key for key, _ in moves])
+            except BaseException:
+                self._bindings = before
+                for k in at:
+                    self._registered_at.pop(k, None)
+                raise
+            for key, new in moves:
                 del self._targets[key]
-                at = self._registered_at.pop(key, time.time())
+                self._registered_at.pop(key, None)
                 self._targets[new.key] = new
-                self._registered_at[new.key] = at
-                moved.append(new)
-            write_atomic(self.bindings_file, json.dumps(
-                {o: list(b) for o, b in self._bindings.items()}, indent=1))
-            if moved:
-                self._save()
-            return moved
+                self._registered_at[new.key] = at[new.key]
+            if moves:
+                self.write_sd()
+            return [new for _, new in moves]
 
     def binding(self, owner: str) -> tuple[str, str] | None:
         with self._lock:
@@ -417,11 +478,14 @@ class TargetStore:
     def remove(self, targets: Sequence[Target]) -> int:
         with self._lock:
             gone = [t.key for t in targets if t.key in self._targets]
+            if not gone:
+                return 0
+            with self.store.transaction() as db:
+                self._store(db, [], gone)
             for k in gone:
                 del self._targets[k]
                 self._registered_at.pop(k, None)
-            if gone:
-                self._save()
+            self.write_sd()
             return len(gone)
 
     def list(self, project: str | None = None, experiment_name: str | None = None
@@ -436,12 +500,6 @@ class TargetStore:
                 rows.append({**t.as_dict(), "registered_at": self._registered_at.get(k),
                              "awaiting_run": self.awaiting_run(t, time.time())})
             return rows
-
-    def _save(self) -> None:
-        rows = [{**t.as_dict(), "registered_at": self._registered_at.get(k)}
-                for k, t in sorted(self._targets.items())]
-        write_atomic(self.state_file, json.dumps(rows, indent=1))
-        self.write_sd()
 
     def sd_groups(self) -> list[dict]:
         """One service-discovery group ``{targets, labels}`` per target Prometheus is to

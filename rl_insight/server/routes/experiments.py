@@ -4,6 +4,7 @@ finish."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server import promapi
 from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, json_body
@@ -59,7 +60,7 @@ def router(state: ServerState) -> APIRouter:
         async def handler(request: Request) -> dict:
             p, e = await identity(request)
             try:
-                exp = state.set_experiment_status(p, e, status)
+                exp = await run_in_threadpool(state.set_experiment_status, p, e, status)
             except KeyError:
                 raise HttpError(404, f"no experiment {p}/{e}; GET /api/v1/experiments "
                                      "lists them") from None

@@ -170,6 +170,12 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def migrated(path: Path, rows: int, into: Path) -> None:
+    """A state file of an earlier version, read into the database: kept beside it."""
+    path.rename(path.with_name(path.name + ".migrated"))
+    log.info("moved %d entries from %s into %s", rows, path, into)
+
+
 def read_state_json(path: Path, empty: object) -> object:
     """A state file's JSON, or ``empty`` when it does not exist. A damaged one (cut short
     by a crash of an older version, edited by hand) is moved aside, named in the log
