@@ -57,15 +57,18 @@ class ExperimentStore:
         if not project:
             return
         now = time.time()
+        key = (project, experiment_name)
         with self._lock:
-            e = self._items.get((project, experiment_name))
-            if e is None:
+            e = self._items.get(key)
+            if e is not None:
+                e.last_seen = now
+                self._dirty.add(key)
+                return
+        with self.store.transaction(), self._lock:  # the lock order of store.py
+            if key not in self._items:
                 e = Experiment(project, experiment_name, first_seen=now, last_seen=now)
                 self._write([e])
-                self._items[(project, experiment_name)] = e
-            else:
-                e.last_seen = now
-                self._dirty.add((project, experiment_name))
+                self._items[key] = e
 
     def touch_labels(self, labels: Mapping[str, str]) -> None:
         if labels.get("project") and labels.get("experiment_name"):
@@ -100,7 +103,7 @@ class ExperimentStore:
     def set_status(self, project: str, experiment_name: str, status: str) -> Experiment:
         """archive, restore (back to active) or finish; raises KeyError when unknown."""
         now = time.time()
-        with self._lock:
+        with self.store.transaction(), self._lock:  # the lock order of store.py
             e = self._items.get((project, experiment_name))
             if e is None:
                 raise KeyError(f"no experiment {project}/{experiment_name}")
@@ -124,6 +127,9 @@ class ExperimentStore:
     def persist(self) -> None:
         """Activity times noted since the last call, in one transaction."""
         with self._lock:
+            if not self._dirty:
+                return
+        with self.store.transaction(), self._lock:  # the lock order of store.py
             keys, self._dirty = self._dirty, set()
             self._write([self._items[k] for k in keys if k in self._items])
 

@@ -14,9 +14,11 @@ import binascii
 import json
 import logging
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -305,7 +307,7 @@ class PushStore:
             raise PushError(409, why)
         key = group_key(grouping)
         families, blocks = self._parse(key, body, grouping)
-        with self._lock:
+        with self._changing():
             old = self.groups.get(key)
             if replace or old is None:
                 merged = dict(families)
@@ -351,13 +353,26 @@ class PushStore:
 
     def delete(self, grouping: Mapping[str, str]) -> bool:
         key = group_key(grouping)
-        with self._lock:
+        with self._changing():
             old = self.groups.get(key)
             if old is None:
                 return False
             self._write([], [key])
             self._replace(key, old, None)
             return True
+
+    @contextmanager
+    def _changing(self):
+        """The database's transaction, then this store's lock: the order every writer
+        keeps (store.py), so the intake's batch and housekeeping never wait on each
+        other. Commits when the block ends; a commit the disk refuses is a 503."""
+        try:
+            with self.store.transaction(), self._lock:
+                yield
+        except sqlite3.Error as exc:
+            log.error("cannot store pushed groups in %s: %s", self.store.path, exc)
+            raise PushError(503, f"the server cannot store the push ({exc}): check the "
+                                 f"disk of {self.store.path}") from None
 
     def _write(self, groups: list[Group], gone: list[GroupKey]) -> None:
         """Write through to the database; a failure refuses the change (503)."""
@@ -493,7 +508,10 @@ class PushStore:
                 return True
             return bool(s.idle_ttl_s) and now - push_time > s.idle_ttl_s
 
-        with self._lock:
+        with self._lock:  # a look first: most rounds expire nothing and write nothing
+            if not any(stale(g.labels, g.push_time) for g in self.groups.values()):
+                return 0
+        with self._changing():
             keys = [k for k, g in self.groups.items() if stale(g.labels, g.push_time)]
             if keys:
                 self._write([], keys)
@@ -525,7 +543,7 @@ class PushStore:
                     group_key(group.labels)), group)
             n += 1
         if legacy:
-            with self._lock:
+            with self._changing():
                 self._write(list(self.groups.values()), [])
             self.legacy_dir.rename(self.legacy_dir.with_name(self.legacy_dir.name +
                                                              ".migrated"))

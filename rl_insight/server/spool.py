@@ -55,8 +55,9 @@ class Spool:
 
     def append(self, payload: bytes, spans: int) -> int:
         """Store a record; returns how many spans were dropped to make room."""
-        with self._lock:
+        with self.store.transaction() as db, self._lock:  # the lock order of store.py
             seq = self._next
+            db.execute("INSERT INTO spool VALUES (?, ?, ?)", (seq, spans, payload))
             self._next += 1
             self._records.append((seq, spans, len(payload)))
             self.bytes += len(payload)
@@ -68,10 +69,8 @@ class Spool:
                 self.bytes -= old_bytes
                 self.spans -= old_spans
                 dropped += old_spans
-            with self.store.transaction() as db:
-                db.execute("INSERT INTO spool VALUES (?, ?, ?)", (seq, spans, payload))
-                if gone:
-                    db.executemany("DELETE FROM spool WHERE seq = ?", gone)
+            if gone:
+                db.executemany("DELETE FROM spool WHERE seq = ?", gone)
             return dropped
 
     def peek(self) -> tuple[int, int, bytes] | None:

@@ -57,7 +57,7 @@ class Store:
         self.path = state_dir / FILE_NAME
         state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._batch: int | None = None  # the thread whose batch() is open
+        self._owner: int | None = None  # the thread whose transaction is open
         try:
             self.db = sqlite3.connect(self.path, check_same_thread=False,
                                       isolation_level=None, timeout=30)
@@ -88,9 +88,11 @@ class Store:
                 "again as they run") from None
 
     def transaction(self):
-        """``with store.transaction() as db:`` one atomic write, under the lock; inside
-        this thread's ``batch()``, a savepoint of it (undone alone if it fails)."""
-        if self._batch == threading.get_ident():
+        """``with store.transaction() as db:`` one atomic write, under the store's lock;
+        inside another transaction of this thread (a ``batch()``), a savepoint of it,
+        undone alone if it fails. Lock order: a thread that also takes a lock of its own
+        takes the transaction first, so no two threads wait on each other."""
+        if self._owner == threading.get_ident():
             return _Savepoint(self.db)
         return _Transaction(self)
 
@@ -98,11 +100,11 @@ class Store:
         """``with store.batch():`` the transactions this thread opens meanwhile commit
         together, once, at the end (group commit: the intake's writes of many requests
         in one commit). Raises what COMMIT raises; then none of them is stored."""
-        return _Batch(self)
+        return self.transaction()
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._batch == threading.get_ident():
-            return fn(self.db)  # this thread holds the lock for its batch
+        if self._owner == threading.get_ident():
+            return fn(self.db)  # this thread holds the lock for its transaction
         with self._lock:
             return fn(self.db)
 
@@ -149,30 +151,11 @@ class _Transaction:
         except BaseException:
             self.store._lock.release()
             raise
+        self.store._owner = threading.get_ident()
         return self.store.db
 
     def __exit__(self, kind, exc, tb) -> None:
-        try:
-            self.store.db.execute("COMMIT" if kind is None else "ROLLBACK")
-        finally:
-            self.store._lock.release()
-
-
-class _Batch:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __enter__(self) -> None:
-        self.store._lock.acquire()
-        try:
-            self.store.db.execute("BEGIN IMMEDIATE")
-        except BaseException:
-            self.store._lock.release()
-            raise
-        self.store._batch = threading.get_ident()
-
-    def __exit__(self, kind, exc, tb) -> None:
-        self.store._batch = None
+        self.store._owner = None
         try:
             if kind is None:
                 try:

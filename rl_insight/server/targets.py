@@ -368,13 +368,12 @@ class TargetStore:
         files = directory / "targets.json", directory / "bindings.json"
         rows = read_state_json(files[0], [])
         bindings = read_state_json(files[1], {})
-        with self._lock:
+        with self.store.transaction() as db, self._lock:  # the lock order of store.py
             for o, b in bindings.items():
                 self._bindings.setdefault(o, (b[0], b[1]))
             fresh = [self._add(d) for d in rows]
-            with self.store.transaction() as db:
-                self._store_bindings(db, list(self._bindings))
-                self._store(db, fresh, [])
+            self._store_bindings(db, list(self._bindings))
+            self._store(db, fresh, [])
         for path, n in zip(files, (len(rows), len(bindings)), strict=True):
             if path.exists():
                 migrated(path, n, self.store.path)
@@ -398,7 +397,7 @@ class TargetStore:
     def register(self, targets: Sequence[Target]) -> int:
         """Add or update; returns how many changed. Idempotent for the same input. A
         target without a run whose owner already named one is bound to it."""
-        with self._lock:
+        with self.store.transaction() as db, self._lock:  # the lock order of store.py
             now = time.time()
             changed = {}
             for t in targets:
@@ -411,8 +410,7 @@ class TargetStore:
             for k in fresh:
                 self._registered_at[k] = now
             try:
-                with self.store.transaction() as db:
-                    self._store(db, changed.values(), [])
+                self._store(db, changed.values(), [])
             except BaseException:
                 for k in fresh:
                     del self._registered_at[k]
@@ -430,7 +428,7 @@ class TargetStore:
     def bind(self, owner: str, project: str, experiment_name: str) -> list[Target]:
         """The owner's run is named: its targets without a run move to that run, and so
         do the ones it registers later. Returns the targets that moved."""
-        with self._lock:
+        with self.store.transaction() as db, self._lock:  # the lock order of store.py
             before = dict(self._bindings)
             self._bindings.pop(owner, None)
             self._bindings[owner] = (project, experiment_name)
@@ -443,9 +441,8 @@ class TargetStore:
             at = {new.key: self._registered_at.get(key, time.time()) for key, new in moves}
             self._registered_at.update(at)  # what _store writes for the moved targets
             try:
-                with self.store.transaction() as db:
-                    self._store_bindings(db, [*evicted, owner])
-                    self._store(db, [new for _, new in moves], [key for key, _ in moves])
+                self._store_bindings(db, [*evicted, owner])
+                self._store(db, [new for _, new in moves], [key for key, _ in moves])
             except BaseException:
                 self._bindings = before
                 for k in at:
@@ -476,12 +473,11 @@ class TargetStore:
             self.write_sd()
 
     def remove(self, targets: Sequence[Target]) -> int:
-        with self._lock:
+        with self.store.transaction() as db, self._lock:  # the lock order of store.py
             gone = [t.key for t in targets if t.key in self._targets]
             if not gone:
                 return 0
-            with self.store.transaction() as db:
-                self._store(db, [], gone)
+            self._store(db, [], gone)
             for k in gone:
                 del self._targets[k]
                 self._registered_at.pop(k, None)
