@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from rl_insight import resources
-from tests.conftest import prom_query, wait_for
+from tests.conftest import prom_query, wait_equal, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -219,14 +219,15 @@ def test_replica_and_rank_lanes_and_the_node_actor(stack, cluster):
         assert by_lane[f"rank_{i}"]["states"] == {"update_weights": 2, "actor_update": 2}
     assert sum(1 for name in by_lane if name.startswith("traj_")) == 5000
     q = 'rl_insight_monitor_state_duration_seconds_count{experiment_name="lanes"}'
-    got = wait_for(lambda: prom_query(cli.prometheus, q), 20, "lane histograms")
-    lanes_in_prom = {r["metric"]["state_lane_id"] for r in got}
-    assert lanes_in_prom == {f"replica_{i}" for i in range(8)} | \
-        {"ranks", "other"}  # the ranks' durations summed; 5,000 ids, one series
-    gauges = prom_query(cli.prometheus, 'count by (state_lane_id) '
-                        '(rl_insight_monitor_lane_state{experiment_name="lanes"})')
-    assert {r["metric"]["state_lane_id"] for r in gauges} == \
-        {f"replica_{i}" for i in range(8)} | {f"rank_{i}" for i in range(4)}
+    # every lane's series, once Prometheus has scraped what each lane actor pushed
+    wait_equal(lambda: {r["metric"]["state_lane_id"] for r in prom_query(cli.prometheus, q)},
+               {f"replica_{i}" for i in range(8)} | {"ranks", "other"},  # the ranks'
+               20, "lane histograms")  # durations summed; 5,000 ids, one series
+    wait_equal(lambda: {r["metric"]["state_lane_id"] for r in prom_query(
+        cli.prometheus, 'count by (state_lane_id) '
+                        '(rl_insight_monitor_lane_state{experiment_name="lanes"})')},
+               {f"replica_{i}" for i in range(8)} | {f"rank_{i}" for i in range(4)},
+               20, "lane state gauges")
 
 
 PAIR_SCRIPT = '''
