@@ -152,3 +152,4 @@ def test_a_finished_runs_lanes_and_spans_are_forgotten_after_its_grace(state):
     assert state.lanes.list("p", "done") == [] and state.recent.spans("p", "done") == []
     assert len(state.lanes.list("p", "going")) == 3
     assert len(state.recent.spans("p", "going")) == 3
+

@@ -44,7 +44,6 @@ def accept_spans(state: ServerState, body: bytes, ctype: str, encoding: str
         else req.SerializeToString()
     if n:
         state.relay.submit(payload, n)
-        state.spans_received += n
     return otlp.response(ctype)
 
 

@@ -34,6 +34,7 @@ class Relay:
         self.settings = settings
         self.spool = spool
         self.url = url
+        self.received = 0
         self.relayed = 0
         self.replayed = 0
         self.dropped: dict[str, int] = {"spool_full": 0, "rejected": 0}
@@ -41,6 +42,7 @@ class Relay:
         self.up = False
         self._outage = len(spool) > 0  # a backlog from before a restart counts as replay
         self._wake = threading.Event()
+        self._counts = threading.Lock()
         self._stop = threading.Event()
         self._session = requests.Session()
         self._thread = supervised("rl-insight-relay", self._run, self._stop)
@@ -49,9 +51,12 @@ class Relay:
         self._thread.start()
 
     def submit(self, payload: bytes, spans: int) -> None:
+        """Spool an accepted request's spans for Tempo (counted as received)."""
         dropped = self.spool.append(payload, spans)
-        if dropped:
+        with self._counts:  # submitted from the intake's and the routes' threads
+            self.received += spans
             self.dropped["spool_full"] += dropped
+        if dropped:
             log.warning("trace spool full (traces.spool_max_bytes); dropped %d oldest spans",
                         dropped)
         self._wake.set()

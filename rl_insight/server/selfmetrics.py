@@ -59,7 +59,7 @@ class _StateCollector(Collector):
                                   "caller's own machine and the caller was unknown",
                                   value=st.local_targets.refused)
         yield CounterMetricFamily("rl_insight_spans_received", "Spans accepted on /v1/traces",
-                                  value=st.spans_received)
+                                  value=st.relay.received)
         yield CounterMetricFamily("rl_insight_spans_relayed", "Spans delivered to Tempo",
                                   value=st.relay.relayed)
         yield CounterMetricFamily("rl_insight_spans_replayed",

@@ -93,7 +93,6 @@ class ServerState:
         self.lanes = LaneStats(settings.traces.max_lanes)
         self.recent = RecentSpans()
         self.anatomy = AnatomyStore(settings.anatomy, finished=self.run_ended)
-        self.spans_received = 0
         from rl_insight.server.selfmetrics import ServerMetrics
 
         self.metrics = ServerMetrics(self)
