@@ -58,6 +58,8 @@ class Store:
         state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread whose transaction is open
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint_lock = threading.Lock()
         try:
             self.db = sqlite3.connect(self.path, check_same_thread=False,
                                       isolation_level=None, timeout=30)
@@ -111,13 +113,17 @@ class Store:
     def checkpoint(self) -> None:
         """Copy the log into the database file, beside the writers (WAL allows it);
         called by the server's housekeeping every few seconds."""
-        db = sqlite3.connect(self.path, timeout=30)
-        try:
-            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            db.close()
+        with self._checkpoint_lock:
+            if self._checkpointer is None:  # a connection of its own, kept
+                self._checkpointer = sqlite3.connect(self.path, timeout=30,
+                                                     check_same_thread=False)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
+        with self._checkpoint_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
         with self._lock:
             try:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
