@@ -299,10 +299,12 @@ def test_spans_relay_spool_and_replay_in_order(cli):
     seqs = tempo.attr("seq")
     assert seqs == list(range(320)), "every span exactly once, in order"
     assert set(tempo.attr("service.name")) == {"rl_insight_monitor"}
-    metrics = requests.get(url + "/metrics", timeout=5).text
-    assert "rl_insight_spans_relayed_total 320.0" in metrics
-    assert "rl_insight_spans_replayed_total 200.0" in metrics
-    assert "rl_insight_spool_spans 0.0" in metrics
+    # the relay counts a batch once Tempo answered and the spool let it go: a moment
+    # after the receiver has it
+    want = ("rl_insight_spans_relayed_total 320.0", "rl_insight_spans_replayed_total 200.0",
+            "rl_insight_spool_spans 0.0")
+    wait_for(lambda: all(w in requests.get(url + "/metrics", timeout=5).text for w in want),
+             10, "the relay's counters: " + ", ".join(want))
 
 
 def test_spool_survives_a_server_restart_and_gzip_and_json_are_accepted(cli):
