@@ -47,6 +47,12 @@ class ServerSettings:
     # pushes and span exports in progress at once; beyond, 503 with Retry-After (the
     # senders keep their data and come back) instead of a queue without bound
     max_intake_inflight: int = 128
+    # sync every commit of the state database to disk before answering: an acknowledged
+    # write then survives a power cut too, not only a crash (SIGKILL), at the cost of a
+    # sync per intake batch (docs/scaling.md, run G: on a busy disk the lane flush p99
+    # went from 1.3 s to 7.8 s). Off: the log is synced at each checkpoint (every
+    # push.persist_interval_s), so a power cut may take back those last seconds
+    sync_commits: bool = False
 
 
 @dataclass

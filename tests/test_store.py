@@ -49,3 +49,19 @@ def test_version_1_is_brought_to_version_2_keeping_its_rows(tmp_path):
     assert store.groups() == [('{"job": "j"}', 1.0, "x 1\n")]
     assert store.read(lambda d: d.execute("SELECT count(*) FROM targets").fetchone()) == (0,)
     assert store.read(lambda d: d.execute("PRAGMA user_version").fetchone()[0]) == 2
+
+
+def test_commits_are_synced_when_asked(tmp_path):
+    """server.sync_commits picks SQLite's FULL sync (each commit synced before it is
+    answered); the default NORMAL syncs the log at checkpoints."""
+    from rl_insight import config
+
+    assert config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)}).server.sync_commits \
+        is False
+    on = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
+                     overrides=["server.sync_commits=true"])
+    assert on.server.sync_commits is True
+    level = "PRAGMA synchronous"
+    assert Store(tmp_path / "a").read(lambda db: db.execute(level).fetchone()[0]) == 1
+    assert Store(tmp_path / "b", sync=True).read(
+        lambda db: db.execute(level).fetchone()[0]) == 2

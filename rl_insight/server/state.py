@@ -77,7 +77,8 @@ class ServerState:
         self.started_at = time.time()
         state = settings.state_dir
         state.mkdir(parents=True, exist_ok=True)
-        self.store = Store(state)  # raises StoreError (which says what to do) if damaged
+        # raises StoreError (which says what to do) if damaged
+        self.store = Store(state, sync=settings.server.sync_commits)
         self.experiments = ExperimentStore(self.store, legacy_file=state / "experiments.json")
         self.targets = TargetStore(self.store, Prometheus().targets_dir(settings),
                                    hidden=self.experiments.is_archived,

@@ -3,9 +3,11 @@ pushed groups, the trace spool, registered targets and their owners' runs, exper
 
 Every write is a transaction, so a SIGKILL or a power loss leaves the database as it
 was after some complete write: never a half-written file. What was acknowledged to a
-client was committed first, and a commit is synced to the disk (WAL,
-``synchronous=FULL``) so a power loss keeps it too; the intake commits many requests'
-writes at once (``batch()``), so that sync costs once per batch.
+client was committed first: a SIGKILL never takes it back. The log is synced to the disk
+at each checkpoint (every few seconds), so a power cut may take back the last seconds'
+writes, never corrupt what is there; with ``sync=True`` (``server.sync_commits``) every
+commit is synced before it is answered (the intake commits many requests' writes at
+once, ``batch()``, so that costs a sync per batch).
 The schema is versioned (``PRAGMA user_version``); the files of earlier versions are
 read in once, at the first start, and kept beside it under ``*.migrated``.
 
@@ -53,7 +55,7 @@ class StoreError(Exception):
 class Store:
     """One connection shared by the server's threads, one writer at a time."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, sync: bool = False) -> None:
         self.path = state_dir / FILE_NAME
         state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -64,7 +66,7 @@ class Store:
             self.db = sqlite3.connect(self.path, check_same_thread=False,
                                       isolation_level=None, timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute(f"PRAGMA synchronous={'FULL' if sync else 'NORMAL'}")
             # checkpoints (the one write that syncs to disk) run on a connection of their
             # own in the background (checkpoint()), never inside a request's commit
             self.db.execute("PRAGMA wal_autocheckpoint=0")
