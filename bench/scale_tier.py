@@ -102,7 +102,9 @@ class Actor:
 
 def worker(args) -> int:
     """Hosts the lane actors of nodes [first, last) and replicas [rfirst, rlast)."""
-    tracemalloc.start()
+    if args.trace_heap:  # exact, but it slows every allocation of the tier severalfold
+        tracemalloc.start()
+    rss0 = psutil.Process().memory_info().rss
     ident = Identity(PROJECT, EXPERIMENT)
     actors: dict[str, Actor] = {}
     feeds: list[tuple[str, str, bool]] = []  # (actor, lane, is replica)
@@ -123,7 +125,7 @@ def worker(args) -> int:
     for name, _, _ in feeds:
         if name not in actors:
             actors[name] = Actor(name, args.url, args.tick)
-    heap = tracemalloc.get_traced_memory()[0]
+    heap = tracemalloc.get_traced_memory()[0] if args.trace_heap else 0
     made = {"spans": 0, "states": 0}
     stop = time.time() + args.seconds
     token = 0
@@ -183,6 +185,8 @@ def worker(args) -> int:
            "tick_p99_s": ticks[int(len(ticks) * 0.99)] if ticks else None,
            "tick_max_s": ticks[-1] if ticks else None,
            "heap_per_actor_bytes": (tracemalloc.get_traced_memory()[0] - heap)
+           / max(1, len(actors)) if args.trace_heap else None,
+           "rss_per_actor_bytes": (psutil.Process().memory_info().rss - rss0)
            / max(1, len(actors)),
            "rss_bytes": psutil.Process().memory_info().rss}
     print(json.dumps(out), flush=True)
@@ -271,7 +275,7 @@ def run(args) -> dict:
     out: dict = {"nodes": args.nodes, "ranks_per_node": args.ranks_per_node,
                  "replicas": args.replicas, "endpoints": args.endpoints,
                  "tick_s": args.tick, "seconds": args.seconds, "workers": args.workers,
-                 "pinned": args.pin, "colocate": args.colocate,
+                 "pinned": args.pin, "colocate": args.colocate, "trace_heap": args.trace_heap,
                  "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         url = cli.start("tempo.enabled=false", "grafana.enabled=false",
@@ -296,7 +300,8 @@ def run(args) -> dict:
                  "--first", str(first), "--last", str(last), "--rfirst", str(rfirst),
                  "--rlast", str(rlast), "--ranks-per-node", str(args.ranks_per_node),
                  "--tick", str(args.tick), "--seconds", str(args.seconds + args.warmup),
-                 *(["--colocate"] if args.colocate else [])],
+                 *(["--colocate"] if args.colocate else []),
+                 *(["--trace-heap"] if args.trace_heap else [])],
                 stdout=subprocess.PIPE, text=True, cwd=REPO))
             procs.add("lane_tier", workers[-1].pid)
         if args.pin:  # the monitoring host's processes on CPU 0, the cluster's on CPU 1
@@ -332,7 +337,10 @@ def run(args) -> dict:
         tier["tick_p99_s"] = max(d["tick_p99_s"] or 0 for d in done)
         tier["tick_p50_s"] = max(d["tick_p50_s"] or 0 for d in done)
         tier["tick_max_s"] = max(d["tick_max_s"] or 0 for d in done)
-        tier["heap_per_actor_bytes"] = sum(d["heap_per_actor_bytes"] for d in done) / len(done)
+        heaps = [d["heap_per_actor_bytes"] for d in done if d.get("heap_per_actor_bytes")]
+        tier["heap_per_actor_bytes"] = sum(heaps) / len(heaps) if heaps else None
+        tier["rss_per_actor_bytes"] = sum(d.get("rss_per_actor_bytes") or 0 for d in done) \
+            / len(done)
         tier["rss_per_actor_bytes"] = sum(d["rss_bytes"] for d in done) / tier["actors"]
         tier["requests_per_tick"] = sum(tier["requests"].values()) / max(1, tier["ticks"])
         out["tier"] = tier
@@ -429,8 +437,12 @@ def markdown(runs: list[dict]) -> str:
                    f"{r['steady']['prometheus']['head_series']:,.0f}"),
         ("lane tier CPU, s per s (all nodes' lane actors)",
          lambda r: f(r["steady"]["cpu_per_s"].get("lane_tier"))),
-        ("Python heap per lane actor, KB",
-         lambda r: f(r["tier"]["heap_per_actor_bytes"] / 1024, 0)),
+        ("Python heap per lane actor, KB (tracemalloc, --trace-heap)",
+         lambda r: f(r["tier"]["heap_per_actor_bytes"] / 1024, 0)
+         if r["tier"].get("heap_per_actor_bytes") else "-"),
+        ("process memory per lane actor, KB (RSS growth over the run / actors)",
+         lambda r: f(r["tier"]["rss_per_actor_bytes"] / 1024, 0)
+         if r["tier"].get("rss_per_actor_bytes") else "-"),
     ]
     head = "| what | " + " | ".join(r["time"][:16] for r in runs) + " |"
     out = [head, "| --- |" + " ---: |" * len(runs)]
@@ -456,6 +468,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--warmup", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=4, help="processes hosting lane actors")
+    ap.add_argument("--trace-heap", action="store_true",
+                    help="measure each lane actor's Python heap with tracemalloc (exact, "
+                         "but it slows the tier severalfold, crowding its one core)")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="leave the processes unpinned (default: the server and Prometheus "
                          "on CPU 0, the lane tier and the engines on CPU 1)")
