@@ -61,9 +61,6 @@ def prometheus_url(settings: Settings) -> str:
                             settings.prometheus.port)
 
 
-FORGET_EVERY_S = 30.0  # how often finished runs' lanes and spans are looked for
-
-
 class ServerState:
     def __init__(self, settings: Settings, supervisor: Supervisor,
                  services: dict[str, ServiceInfo] | None = None,
@@ -99,6 +96,7 @@ class ServerState:
         self.metrics = ServerMetrics(self)
         self.pushes.reserved = lambda: self.metrics.types
         self._stop = threading.Event()
+        self._forgotten_runs = 0  # finished runs past their grace at the last look
         self._thread = supervised("rl-insight-maintain", self._maintain, self._stop)
         # the intake's work, in arrival order, off the event loop (server/intake.py)
         self.intake_pool = ThreadPoolExecutor(1, thread_name_prefix="rl-insight-intake")
@@ -140,21 +138,19 @@ class ServerState:
         been finished for ``push.finished_ttl_s`` (as its pushed groups are): a server
         that lives for weeks of runs keeps what the live ones need."""
         runs = self.experiments.finished_before(now - self.settings.push.finished_ttl_s)
-        if runs:
+        if len(runs) > self._forgotten_runs:  # a run's grace ended since the last look
             self.lanes.forget(runs)
             self.recent.forget(runs)
+        self._forgotten_runs = len(runs)
 
     def _maintain(self) -> None:
         next_gc = time.monotonic()
-        next_forget = time.monotonic()
         while not self._stop.wait(self.settings.push.persist_interval_s):
             try:
                 self.pushes.expire(time.time(), self.experiments.finished_at)
                 self.targets.publish_due()
                 self.persist()
-                if time.monotonic() >= next_forget:
-                    next_forget = time.monotonic() + FORGET_EVERY_S
-                    self.forget_finished(time.time())
+                self.forget_finished(time.time())
                 every = self.full_gc_every_s
                 if every and time.monotonic() >= next_gc:  # see lifecycle.GC_THRESHOLDS
                     next_gc = time.monotonic() + every
