@@ -103,7 +103,10 @@ def test_http_sd_answers_prometheus_format_with_filters_and_without_archived_run
     with TestClient(create_app(state)) as guarded:
         assert guarded.get("/api/v1/prometheus/sd").json() == [
             g for g in groups if g["labels"]["experiment_name"] == "e2"]
-        assert guarded.post("/api/v1/prometheus/targets", json=GOOD).status_code == 401
+        refused = guarded.post("/api/v1/prometheus/targets", json=GOOD)
+        assert refused.status_code == 401  # and it says which scheme (RFC 9110, 11.6.1)
+        assert refused.headers["www-authenticate"] == 'Bearer realm="rl-insight"'
+        assert "RL_INSIGHT_TOKEN" in refused.json()["error"]
 
 
 @pytest.mark.parametrize("services, status, says", [
@@ -129,3 +132,19 @@ def test_the_query_proxy_says_when_prometheus_is_not_there(tmp_path, services, s
         assert says in r.text and "rl-insight server status" in r.text
     finally:
         state.close()
+
+
+def test_an_intake_beyond_its_limit_is_told_when_to_come_back(client):
+    """Beyond server.max_intake_inflight, pushes and span exports get 503 with
+    Retry-After and nothing is stored; reads stay answered."""
+    _, state = client
+    state.settings.server.max_intake_inflight = 0  # every intake request is one too many
+    with TestClient(create_app(state)) as full:
+        r = full.put("/metrics/job/j", content=b"x 1\n")
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "nothing was stored" in r.json()["error"]
+        assert full.post("/v1/traces", content=b"",
+                         headers={"Content-Type": "application/x-protobuf"}).status_code == 503
+        assert not state.pushes.groups
+        assert full.get("/healthz").status_code == 200
+        assert full.get("/metrics").status_code == 200

@@ -86,7 +86,8 @@ class Guard:
         if not auth.allowed(method, _header(scope, b"authorization"), self.token):
             await answer_error(sending, 401, "this server needs `Authorization: Bearer "
                                              "<token>` for writes; set RL_INSIGHT_TOKEN to "
-                                             "the server's token")
+                                             "the server's token",
+                               extra=((b"www-authenticate", b'Bearer realm="rl-insight"'),))
         elif intake and self.inflight >= self.limit:
             self.state.metrics.intake_refused.inc()
             await answer_error(sending, 503, f"the server is busy ({self.inflight} intake "

@@ -207,9 +207,10 @@ async def answer(send, status: int, body: bytes, media: str | None,
     await send({"type": "http.response.body", "body": body})
 
 
-async def answer_error(send, status: int, message: str, retry_after: int | None = None
-                       ) -> None:
+async def answer_error(send, status: int, message: str, retry_after: int | None = None,
+                       extra: tuple = ()) -> None:
     """``{"error": message}``, as every refusal of the server is answered."""
-    extra = ((b"retry-after", str(retry_after).encode()),) if retry_after is not None else ()
+    if retry_after is not None:
+        extra = (*extra, (b"retry-after", str(retry_after).encode()))
     await answer(send, status, json.dumps({"error": message}).encode(), "application/json",
                  extra)
