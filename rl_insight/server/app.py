@@ -19,7 +19,7 @@ from rl_insight.server.intake import Direct, answer_error
 from rl_insight.server.otlp import OtlpError
 from rl_insight.server.pushstore import PushError
 from rl_insight.server.routes import alerts, anatomy, core, experiments, push, targets, traces
-from rl_insight.server.routes.common import HttpError, error
+from rl_insight.server.routes.common import ClientGone, HttpError, error
 from rl_insight.server.state import ServerState
 from rl_insight.server.targets import TargetError
 from rl_insight.version import __version__
@@ -37,6 +37,9 @@ def create_app(state: ServerState) -> FastAPI:
     # translate (the stores' and parsers' own errors say what was wrong)
     for kind in (HttpError, TargetError, PushError, OtlpError):
         app.add_exception_handler(kind, lambda _request, exc: error(exc.status, str(exc)))
+    # a client gone before its body arrived hears nothing; no traceback in the log
+    app.add_exception_handler(ClientGone, lambda _request, _exc: error(
+        400, "the client closed the request before its body arrived"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError):

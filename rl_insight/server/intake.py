@@ -17,7 +17,7 @@ import logging
 from rl_insight.server import otlp
 from rl_insight.server.otlp import OtlpError
 from rl_insight.server.pushstore import PushError, parse_grouping_key
-from rl_insight.server.routes.common import HttpError, text_body
+from rl_insight.server.routes.common import ClientGone, HttpError, read_asgi_body, text_body
 from rl_insight.server.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,8 @@ class Direct:
             else:
                 limit, setting = self.state.settings.push.max_body_bytes, \
                     "push.max_body_bytes"
-            body = await read(receive, headers.get(b"content-length"), limit, setting)
+            body = await read_asgi_body(receive, headers.get(b"content-length"), limit,
+                                        setting)
             if route == SPANS_ROUTE:
                 content, media = await self.batches.run(
                     accept_spans, self.state, body, ctype,
@@ -105,7 +106,7 @@ class Direct:
                 await answer(send, 200, b"", None)
         except (HttpError, PushError, OtlpError) as exc:
             await answer_error(send, exc.status, str(exc))
-        except _Gone:
+        except ClientGone:
             pass
         except Exception:  # the app's own 500, with the cause in the server's log
             log.exception("intake request %s %s failed", scope["method"], scope["path"])
@@ -173,29 +174,6 @@ class Batches:
 
 
 _WANTED = (b"content-type", b"content-length", b"content-encoding")
-
-
-class _Gone(Exception):
-    """The client went away before its body arrived: nothing to answer."""
-
-
-async def read(receive, declared: bytes | None, limit: int, setting: str) -> bytes:
-    """The request body, refusing (413) more than ``limit`` bytes without reading on."""
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise HttpError(413, f"the body is {int(declared)} bytes; the limit is {limit} "
-                             f"({setting})")
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Gone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise HttpError(413, f"the body is over the limit of {limit} bytes ({setting})")
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 async def answer(send, status: int, body: bytes, media: str | None,

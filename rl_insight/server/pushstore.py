@@ -222,9 +222,10 @@ def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
     return check_families(_parse_text(text), grouping)
 
 
-def _parse_text(text: str) -> list[Metric]:
+def _parse_text(text: str, plain_tried: bool = False) -> list[Metric]:
+    """Families of a body; ``plain_tried``: the fast reader gave up on it already."""
     try:
-        return textformat.parse(text)
+        return textformat.parse_library(text) if plain_tried else textformat.parse(text)
     except (ValueError, IndexError, KeyError) as exc:
         raise PushError(400, f"text format parsing error: {exc}") from None
 
@@ -334,19 +335,22 @@ class PushStore:
                ) -> tuple[dict[str, Metric], dict[str, Block] | None]:
         """The push's families, and its rendered blocks when its shape was read before
         for this group (pushshape: only the values are read then)."""
-        cut = split(body)
         shape = self._shapes.get(key)
-        if cut is not None and shape is not None and shape.text == cut[0] \
-                and shape.count == len(cut[1]):
+        cut = split(body) if shape is not None else None
+        if cut is not None and shape.text == cut[0] and shape.count == len(cut[1]):
             try:
                 return shape.fill(cut[1], textformat.number)
             except textformat.NotPlain:
                 pass
         plain = textformat.parse_plain(body)
-        families = check_families(plain if plain is not None else _parse_text(body), grouping)
-        if cut is None or plain is None or len(families) != len(plain) or \
+        families = check_families(plain if plain is not None else
+                                  _parse_text(body, plain_tried=True), grouping)
+        if plain is None or len(families) != len(plain) or \
                 not all(plain_family(f) for f in families.values()):
             return families, None  # never read by shape: parsed in full every time
+        cut = cut or split(body)  # split only the bodies whose shape can be kept
+        if cut is None:
+            return families, None
         blocks = render_blocks(families.values())
         self._shapes[key] = Shape.of(cut[0], list(families.values()), blocks, sample_prefix)
         return families, blocks

@@ -33,7 +33,12 @@ class NotPlain(Exception):
 
 def parse(text: str) -> list[Metric]:
     """Families of a text-format body, as prometheus_client's parser yields them."""
-    return parse_plain(text) or list(text_string_to_metric_families(text))
+    return parse_plain(text) or parse_library(text)
+
+
+def parse_library(text: str) -> list[Metric]:
+    """prometheus_client's own reading (for a body parse_plain gave up on)."""
+    return list(text_string_to_metric_families(text))
 
 
 def parse_plain(text: str) -> list[Metric] | None:
@@ -109,6 +114,8 @@ def _plain(text: str) -> Iterator[Metric]:
         if m is None:
             raise NotPlain
         sname, labels, value = m.group(1), m.group(2), m.group(3)
+        if labels and "__" in labels:  # reserved label names: the library's own verdict
+            raise NotPlain
         sample = Sample(sname, dict(_PAIR.findall(labels)) if labels else {}, number(value),
                         None)
         if sname in allowed:

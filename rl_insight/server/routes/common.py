@@ -18,20 +18,38 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+class ClientGone(Exception):
+    """The client went away before its body arrived: nothing to answer."""
+
+
 async def read_body(request: Request, limit: int, setting: str) -> bytes:
     """The request body, refusing (413) anything over ``limit`` bytes without reading
     further than that."""
-    declared = request.headers.get("content-length")
+    return await read_asgi_body(request.receive, request.headers.get("content-length"),
+                                limit, setting)
+
+
+async def read_asgi_body(receive, declared: str | bytes | None, limit: int,
+                         setting: str) -> bytes:
+    """``read_body`` on the ASGI ``receive`` itself (the intake's own path has no
+    Request); raises ClientGone when the client disconnects."""
+    if isinstance(declared, bytes):
+        declared = declared.decode("latin-1")
     if declared and declared.isdigit() and int(declared) > limit:
         raise HttpError(413, f"the body is {declared} bytes; the limit is {limit} "
                              f"({setting})")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise HttpError(413, f"the body is over the limit of {limit} bytes ({setting})")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body"):
+            return b"".join(chunks)
 
 
 async def json_body(request: Request, limit: int, setting: str):
