@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rl_insight import config as config_mod
+from rl_insight import secret
 
 
 def _settings(args: argparse.Namespace) -> config_mod.Settings:
@@ -144,7 +145,7 @@ def _client(args: argparse.Namespace):
         info = lifecycle.running_server(settings)
         url = info["url"] if info else netaddr.http_url(
             netaddr.local_host(settings.bind_host("server")), settings.server.port)
-    return ServerClient(url, settings.server.token)
+    return ServerClient(url, secret.client_token(settings))
 
 
 def _api(call) -> int:
@@ -227,6 +228,8 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
         print(resources.runtime_env_file())
         return 0
     environ = dict(os.environ)
+    if not environ.get(secret.TOKEN_ENV):  # the server on this machine made one
+        environ[secret.TOKEN_ENV] = secret.local_token(config_mod.load())
     if args.server_url:
         environ["RL_INSIGHT_SERVER_URL"] = args.server_url
     if args.project and args.experiment:
@@ -313,7 +316,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # threads: they go to stderr while the checks run, and Ray is stopped before the report
     with contextlib.redirect_stdout(sys.stderr):
         checks = doctor.run(url, args.project, args.experiment,
-                            token=settings.server.token or None, ray_probe=not args.no_ray)
+                            token=secret.client_token(settings) or None, ray_probe=not args.no_ray)
         ray = sys.modules.get("ray")
         if ray is not None and ray.is_initialized():
             ray.shutdown()

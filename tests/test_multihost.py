@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 import requests
+import yaml
 
 from dashboards import build
 from tests import netns
@@ -30,6 +32,20 @@ WHY_NOT = netns.available()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)]
 PY = sys.executable
 RUN = {"project": "multi", "experiment_name": "two-nodes"}
+
+
+# what `server start` told the user to export on every host (the server listens beyond
+# loopback, so it made a write token)
+EXPORTED: dict[str, str] = {}
+
+
+def client_env(**extra: str) -> dict[str, str]:
+    """The environment of a process on a cluster host after the guide's exports."""
+    return base_env(**EXPORTED, **extra)
+
+
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {EXPORTED['RL_INSIGHT_TOKEN']}"}
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -46,7 +62,7 @@ def ray_bin() -> str:
 
 def doctor(host: netns.Host, url: str, *args: str) -> dict[str, dict]:
     r = host.run(PY, "-m", "rl_insight.cli", "doctor", "--json", "--no-ray", "--server-url",
-                 url, *args, env=base_env(), timeout=120)
+                 url, *args, env=client_env(), timeout=120)
     checks = json.loads(r.stdout)
     return {c["name"]: c for c in checks}
 
@@ -68,6 +84,9 @@ def world(tmp_path_factory):
                     env=base_env(RL_INSIGHT_HOME=str(home)), timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"RL_INSIGHT_SERVER_URL={url}" in r.stdout, r.stdout
+        exported = re.search(r"^  export RL_INSIGHT_TOKEN=(\S+)$", r.stdout, re.M)
+        assert exported, r.stdout  # beyond loopback: a token, printed for export
+        EXPORTED["RL_INSIGHT_TOKEN"] = exported.group(1)
         # Step 2, the Ray cluster: a head and a worker node with the rollout resource
         r = head.run(ray_bin(), "start", "--head", f"--node-ip-address={head.address}",
                      "--port=6379", f"--dashboard-host={head.address}",
@@ -83,7 +102,9 @@ def world(tmp_path_factory):
         # Step 3, from the operator's machine: the runtime env, then the job
         env_file = tmp / "env.yaml"
         r = subprocess.run([PY, "-m", "rl_insight.cli", "ray-env", "--server-url", url],
-                           env=base_env(), capture_output=True, text=True, timeout=60)
+                           env=client_env(), capture_output=True, text=True, timeout=60)
+        assert yaml.safe_load(r.stdout)["env_vars"]["RL_INSIGHT_TOKEN"] == \
+            EXPORTED["RL_INSIGHT_TOKEN"], r.stdout
         assert r.returncode == 0, r.stderr
         env_file.write_text(r.stdout)
         t_start = time.time()
@@ -147,11 +168,12 @@ def test_targets_naming_the_registering_host_are_kept_under_its_address(world):
     body = {"job_name": "vllm", "targets": ["127.0.0.1:9999", "0.0.0.0:9998",
                                             "localhost:9997"],
             "project": "multi", "experiment_name": "loopback"}
-    code = ("import json, sys, requests\n"
+    code = ("import json, os, sys, requests\n"
             f"r = requests.post({url!r} + '/api/v1/prometheus/targets', json={body!r}, "
-            "headers=dict(json.loads(sys.argv[1])), timeout=10)\n"
+            "headers={**json.loads(sys.argv[1]), 'Authorization': 'Bearer ' + "
+            "os.environ['RL_INSIGHT_TOKEN']}, timeout=10)\n"
             "print(json.dumps({'status': r.status_code, 'body': r.json()}))\n")
-    r = worker.run(PY, "-c", code, "{}", env=base_env())
+    r = worker.run(PY, "-c", code, "{}", env=client_env())
     out = json.loads(r.stdout)
     assert out["status"] == 200, out
     kept = sorted(t["target"] for t in out["body"]["targets"])
@@ -159,7 +181,7 @@ def test_targets_naming_the_registering_host_are_kept_under_its_address(world):
     assert len(out["body"]["warnings"]) == 3
     # behind a proxy the caller's address is unknown: refused with what to do instead
     r = worker.run(PY, "-c", code, json.dumps({"X-Forwarded-For": "10.9.9.9"}),
-                   env=base_env())
+                   env=client_env())
     out = json.loads(r.stdout)
     assert out["status"] == 422 and "node's IP" in out["body"]["error"], out
     # the server side tells about both
@@ -217,7 +239,7 @@ def test_an_engine_prometheus_cannot_scrape_is_named_with_host_port_and_error(wo
     target = f"{worker.address}:18555"
     r = requests.post(url + "/api/v1/prometheus/targets", json={
         "job_name": "vllm", "targets": [target], "labels": {"replica": "0"},
-        "project": "multi", "experiment_name": "blocked"}, timeout=10)
+        "project": "multi", "experiment_name": "blocked"}, headers=auth(), timeout=10)
     assert r.status_code == 200, r.text
 
     def health() -> str:
@@ -294,6 +316,7 @@ def test_server_start_on_a_host_with_several_interfaces_says_which_address_and_w
                "of the default route." in r.stdout, r.stdout
         assert "This host also has 192.168.77.5 (side0)" in r.stdout
         assert f"RL_INSIGHT_SERVER_URL=http://{mon.address}:18080" in r.stdout
+        assert "  export RL_INSIGHT_TOKEN=" in r.stdout  # 0.0.0.0: a token was made
         mon.run(*cli, "stop", env=env)
         r = mon.run(*cli, "start", "--detach", *common, "--set",
                     "server.advertise_host=192.168.77.5", env=env)

@@ -15,6 +15,7 @@ import requests
 
 from rl_insight import config
 from rl_insight.server.services import SERVICES
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
 WRITE = ("post", "put", "delete", "patch")
@@ -65,6 +66,47 @@ def test_secrets_stay_out_of_logs_command_lines_and_status(cli):
     assert '"auth": true' in status
     url = f"http://127.0.0.1:{cli.setting('server.port')}"
     assert requests.post(url + "/v1/traces", timeout=5).status_code == 401  # it is in force
+
+
+def test_a_server_beyond_loopback_makes_a_token_and_refuses_writes_without_it(cli):
+    cli.overrides = ["host=0.0.0.0"] + [o for o in cli.overrides if not o.startswith("host=")]
+    r = cli.run("server", "start", "--detach", "--set", "prometheus.enabled=false")
+    assert r.returncode == 0, r.stdout + r.stderr
+    path = cli.home / "state" / "token"
+    token = path.read_text().strip()
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert f"  export RL_INSIGHT_TOKEN={token}\n" in r.stdout, r.stdout
+    log = cli.home / "logs" / "server.log"
+    wait_for(lambda: f"$(cat {path})" in log.read_text(), 30,  # the log names the file,
+             "the server's own summary in its log")
+    assert token not in log.read_text()  # never the value
+    url = f"http://127.0.0.1:{cli.setting('server.port')}"
+    body = {"job_name": "vllm", "targets": ["127.0.0.1:9"], "project": "p",
+            "experiment_name": "e"}
+    refused = requests.post(url + "/api/v1/prometheus/targets", json=body, timeout=5)
+    assert refused.status_code == 401
+    assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "RL_INSIGHT_TOKEN" in refused.json()["error"]
+    ok = requests.post(url + "/api/v1/prometheus/targets", json=body, timeout=5,
+                       headers={"Authorization": f"Bearer {token}"})
+    assert ok.status_code == 200, ok.text
+    # this user's commands on this machine find the token without an export
+    r = cli.run("server", "experiments", "finish", "--project", "p", "--experiment", "e")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # a restart keeps it: exported values on other hosts stay valid
+    cli.stop()
+    r = cli.run("server", "start", "--detach", "--set", "prometheus.enabled=false")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"  export RL_INSIGHT_TOKEN={token}\n" in r.stdout and "(kept in" in r.stdout
+    assert requests.post(url + "/v1/traces", timeout=5).status_code == 401
+
+
+def test_a_loopback_server_takes_writes_without_a_token(cli):
+    url = cli.start("prometheus.enabled=false")
+    assert not (cli.home / "state" / "token").exists()
+    r = requests.post(url + "/api/v1/experiments/finish", timeout=5,
+                      json={"project": "p", "experiment_name": "e"})
+    assert r.status_code != 401, r.text
 
 
 def test_targets_outside_the_allowed_networks_are_refused(cli):

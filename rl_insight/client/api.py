@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rl_insight import naming
+from rl_insight import naming, secret
 from rl_insight.client import transfer_queue as tq_units
 from rl_insight.client.core import Client, endpoints, load_settings
 from rl_insight.client.registration import (
@@ -87,7 +87,9 @@ def _enable() -> Client | None:
     if not server and not otlp:
         return None
     settings = load_settings()
-    token = os.environ.get("RL_INSIGHT_TOKEN", "") or settings.server.token
+    token = os.environ.get(secret.TOKEN_ENV, "") or secret.client_token(settings)
+    if token and not os.environ.get(secret.TOKEN_ENV):  # Ray workers started later get it
+        os.environ[secret.TOKEN_ENV] = token
     _client = Client(server, otlp, token, settings.client)
     return _client
 

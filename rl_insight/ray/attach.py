@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_insight import secret
 from rl_insight.client import api
 from rl_insight.client.core import (
     ENABLE_ENV,
@@ -107,6 +108,8 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
         os.environ[SERVER_URL_ENV] = server_url
     if token:
         os.environ[TOKEN_ENV] = token
+    elif not os.environ.get(TOKEN_ENV):  # the server on this machine made one
+        os.environ[TOKEN_ENV] = secret.local_token(load_settings())
     if project and experiment_name:
         os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = project, experiment_name
     server, otlp = endpoints()

@@ -89,7 +89,9 @@ class Guard:
         if not auth.allowed(method, _header(scope, b"authorization"), self.token):
             await answer_error(sending, 401, "this server needs `Authorization: Bearer "
                                              "<token>` for writes; set RL_INSIGHT_TOKEN to "
-                                             "the server's token",
+                                             "the token `rl-insight server start` printed "
+                                             "(on the server's host: the file state/token "
+                                             "under its RL_INSIGHT_HOME)",
                                extra=((b"www-authenticate", b'Bearer realm="rl-insight"'),))
         elif intake and self.inflight >= self.limit:
             self.state.metrics.intake_refused.inc()

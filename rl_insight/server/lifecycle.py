@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import requests
 
-from rl_insight import netaddr
+from rl_insight import netaddr, secret
 from rl_insight.config import Settings, env_name
 from rl_insight.server import binaries, runfile
 from rl_insight.server.app import create_app
@@ -166,6 +166,8 @@ def run(settings: Settings, say: Say = print) -> int:
     except OSError:
         raise StartError(port_message(server_port(settings))) from None
 
+    token, token_how = secret.server_token(settings)
+    settings.server.token = token
     advertise, why = netaddr.choose_address(bind, settings.server.advertise_host)
     local_url = netaddr.http_url(netaddr.local_host(bind), settings.server.port)
     record = {"pid": os.getpid(), "url": local_url, "home": str(settings.home_path),
@@ -198,7 +200,8 @@ def run(settings: Settings, say: Say = print) -> int:
         report = watch(state.services_report, settings.supervisor.ready_timeout_s, say,
                        stop=stop)
         if report is not None:
-            say(summary(report))
+            say(summary(report, token_advice(settings, token_how,
+                                             show=sys.stdout.isatty())))
         stop.wait()
         say("stopping: services first, then the server")
     finally:
@@ -261,8 +264,24 @@ def _describe(s: dict) -> str:
     return ", ".join(parts)
 
 
-def summary(report: dict) -> str:
-    """The lines a user needs after start: every URL and the export line."""
+def token_advice(settings: Settings, how: str, show: bool = True) -> list[str]:
+    """The export line for the write token (``how`` as :func:`secret.server_token` says)
+    and, for one the server made, why and where it is kept. ``show=False`` names the file
+    instead of the value: for output that goes to a log."""
+    if how == "none":
+        return []
+    if how == "configured":
+        return ["  export RL_INSIGHT_TOKEN=<your server.token>"]
+    path = secret.token_path(settings)
+    note = (f"  # the server listens on {settings.bind_host('server') or '0.0.0.0'}, beyond "
+            f"this machine, so writes need this token ({'made now' if how == 'made' else 'kept'}"
+            f" in {path}, mode 0600; set server.token or bind host=127.0.0.1 instead)")
+    value = secret.local_token(settings) if show else f"$(cat {path})"
+    return [f"  export RL_INSIGHT_TOKEN={value}", note]
+
+
+def summary(report: dict, token_lines: Sequence[str] = ()) -> str:
+    """The lines a user needs after start: every URL and the export lines."""
     c = report["clients"]
     lines = ["", "RL-Insight is up." if report["all_ready"] else "RL-Insight started, "
              "but not everything is ready (see above).",
@@ -285,7 +304,7 @@ def summary(report: dict) -> str:
                      "there, set server.advertise_host.")
     lines += ["", "Point training at it (driver and every Ray worker):",
               f"  export RL_INSIGHT_SERVER_URL={c['server_url']}",
-              "  export VERL_RL_INSIGHT_ENABLE=1", ""]
+              "  export VERL_RL_INSIGHT_ENABLE=1", *token_lines, ""]
     return "\n".join(lines)
 
 
@@ -314,6 +333,7 @@ def start_detached(settings: Settings, args: Sequence[str],
     _, launches = plan(settings)
     check_ports(settings, list(launches))
     log_path = settings.logs_dir / "server.log"
+    had_token = bool(secret.local_token(settings))
     with open(log_path, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rl_insight.cli", "server", "start",
                                  *args], stdin=subprocess.DEVNULL, stdout=out,
@@ -330,7 +350,8 @@ def start_detached(settings: Settings, args: Sequence[str],
                          f"(full log: {log_path})")
     if report is None:
         raise StartError(f"the server did not answer on {url}; see {log_path}")
-    say(summary(report))
+    how = "configured" if settings.server.token else "kept" if had_token else "made"
+    say(summary(report, token_advice(settings, how) if report["server"].get("auth") else []))
     return 0 if report["all_ready"] else 1
 
 
