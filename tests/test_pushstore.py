@@ -71,7 +71,7 @@ def test_put_replaces_post_merges_grouping_labels_win(tmp_path):
     ("e 3 1700000000000\n", 400, "timestamp"),
     ("f 1\nf 2\n", 400, "appears twice"),
     ('g{__bad="1"} 1\n', 400, "(?i)invalid label"),
-    ("# TYPE kept counter\nkept 1\n", 400, "one name, one type"),
+    ("# TYPE kept counter\nkept 1\n", 409, "one name, one type"),  # conflicts with stored
 ])
 def test_bad_pushes_change_nothing(tmp_path, body, status, msg):
     st = PushStore(PushSettings(), Store(tmp_path))

@@ -148,3 +148,29 @@ def test_an_intake_beyond_its_limit_is_told_when_to_come_back(client):
         assert not state.pushes.groups
         assert full.get("/healthz").status_code == 200
         assert full.get("/metrics").status_code == 200
+
+
+def test_a_405_names_every_method_the_path_takes(client):
+    client, _ = client
+    r = client.options("/metrics/job/j")  # served by two routes: the documented and the rest
+    assert r.status_code == 405
+    assert r.headers["Allow"] == "DELETE, POST, PUT"
+    assert "this path takes DELETE, POST, PUT" in r.json()["error"]
+    r = client.patch("/api/v1/prometheus/targets")
+    assert r.status_code == 405 and r.headers["Allow"] == "DELETE, GET, POST"
+
+
+def test_the_schema_documents_400_not_fastapis_422(client):
+    client, _ = client
+    doc = client.get("/openapi.json").json()
+    codes = {(path, method): set(op["responses"]) for path, ops in doc["paths"].items()
+             for method, op in ops.items()}
+    assert not [k for k, v in codes.items() if "422" in v and k[0] != "/api/v1/prometheus/"
+                "targets" and k[0] != "/api/v1/prometheus/query"]
+    assert "400" in codes[("/api/v1/anatomy", "get")]
+    assert client.get("/api/v1/anatomy", params={"project": "p", "experiment_name": "e",
+                                                 "last": -1}).status_code == 400
+    body = doc["paths"]["/metrics/job/{job}"]["put"]["requestBody"]["content"]
+    assert body == {"text/plain; version=0.0.4": {"schema": {
+        "type": "string", "format": "prometheus-text",
+        "description": "the Prometheus text exposition format, version 0.0.4"}}}

@@ -13,12 +13,23 @@ import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rl_insight.server import auth
 from rl_insight.server.intake import Direct, answer_error
 from rl_insight.server.otlp import OtlpError
 from rl_insight.server.pushstore import PushError
-from rl_insight.server.routes import alerts, anatomy, core, experiments, push, targets, traces
+from rl_insight.server.routes import (
+    alerts,
+    anatomy,
+    core,
+    experiments,
+    push,
+    schema,
+    targets,
+    traces,
+)
 from rl_insight.server.routes.common import ClientGone, HttpError, error
 from rl_insight.server.state import ServerState
 from rl_insight.server.targets import TargetError
@@ -41,6 +52,17 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_exception_handler(ClientGone, lambda _request, _exc: error(
         400, "the client closed the request before its body arrived"))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        """Starlette's own refusals as ``{"error": ...}``; a 405's Allow names the methods
+        of every route on the path (Starlette names the first route's only)."""
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(app, request.scope))
+        return error(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}"
+                     + (f"; this path takes {headers['Allow']}" if exc.status_code == 405
+                        else ""), headers)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError):
         parts = ["/".join(str(x) for x in e.get("loc", ())) + ": " + e.get("msg", "")
@@ -49,7 +71,31 @@ def create_app(state: ServerState) -> FastAPI:
 
     for module in (core, targets, experiments, push, traces, anatomy, alerts):
         app.include_router(module.router(state))
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = schema.finish(get_openapi(
+                title=app.title, version=app.version, description=app.description,
+                routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi
     return app
+
+
+def allowed_methods(app: FastAPI, scope) -> list[str]:
+    from starlette.routing import Match
+
+    def leaves(routes):  # FastAPI keeps an included router's routes inside it
+        for route in routes:
+            inner = getattr(getattr(route, "original_router", None), "routes", None)
+            yield from leaves(inner) if inner is not None else (route,)
+
+    methods: set[str] = set()
+    for route in leaves(app.routes):
+        if getattr(route, "methods", None) and route.matches(scope)[0] != Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
 
 
 INTAKE = ("/v1/traces", "/metrics/", "/api/v1/push/batch")  # writes that carry data

@@ -394,7 +394,7 @@ class PushStore:
         own = self.groups.get(key)
         for name, fam in families.items():
             if name in reserved and reserved[name] != fam.type:
-                raise PushError(400, f"metric {name!r} is pushed as {fam.type} but the server "
+                raise PushError(409, f"metric {name!r} is pushed as {fam.type} but the server "
                                      f"exposes it as {reserved[name]}")
             types = dict(self._types.get(name, {}))
             if own is not None and name in own.families:
@@ -404,7 +404,7 @@ class PushStore:
                     del types[t]
             other = [t for t in types if t != fam.type]
             if other:
-                raise PushError(400, f"metric {name!r} is pushed as {fam.type} but another "
+                raise PushError(409, f"metric {name!r} is pushed as {fam.type} but another "
                                      f"group holds it as {other[0]}; one name, one type")
 
     def _replace(self, key: GroupKey, old: Group | None, new: Group | None) -> None:

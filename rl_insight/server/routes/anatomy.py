@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
+from rl_insight.server.routes import schema
 from rl_insight.server.routes.common import HttpError
 from rl_insight.server.state import ServerState
 
@@ -11,10 +12,10 @@ from rl_insight.server.state import ServerState
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.get("/api/v1/anatomy", summary="A run's step anatomy: one row per finished step")
-    def anatomy(project: str, experiment_name: str, last: int = 0) -> dict:
-        if last < 0:
-            raise HttpError(400, f"last={last}: give a number of steps, or 0 for all")
+    @r.get("/api/v1/anatomy", summary="A run's step anatomy: one row per finished step",
+           responses=schema.answers(400, 404))
+    def anatomy(project: str, experiment_name: str,
+                last: int = Query(0, ge=0, description="the last N steps; 0: all")) -> dict:
         state.anatomy.update()
         rows = state.anatomy.rows(project, experiment_name)
         if rows is None:

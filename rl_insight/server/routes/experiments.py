@@ -7,7 +7,8 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server import promapi
-from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, json_body
+from rl_insight.server.routes import schema
+from rl_insight.server.routes.common import HttpError, json_body
 from rl_insight.server.state import ServerState, prometheus_url
 
 
@@ -37,7 +38,8 @@ def router(state: ServerState) -> APIRouter:
         return {"experiments": [summary(x) for x in state.experiments.list()]}
 
     @r.get("/api/v1/experiments/targets",
-           summary="An experiment's targets, with Prometheus' health and last error")
+           summary="An experiment's targets, with Prometheus' health and last error",
+           responses=schema.answers(400, 404))
     def experiment_targets(project: str, experiment_name: str) -> dict:
         exp = state.experiments.get(project, experiment_name)
         if exp is None:
@@ -72,5 +74,6 @@ def router(state: ServerState) -> APIRouter:
                            ("finish", "finished")):
         r.add_api_route(f"/api/v1/experiments/{action}", _set(status), methods=["POST"],
                         summary=f"{action.capitalize()} an experiment",
-                        openapi_extra=RAW_JSON_BODY)
+                        openapi_extra=schema.json_body(schema.IDENTITY),
+                        responses=schema.answers(*schema.WRITE, 404))
     return r

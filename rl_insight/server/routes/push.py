@@ -5,12 +5,13 @@ rules and answered on its own. The Guard answers PUT and POST on the intake's ow
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server import intake
 from rl_insight.server.pushstore import PushError, check_grouping, parse_grouping_key
-from rl_insight.server.routes.common import RAW_TEXT_BODY, HttpError, json_body, read_body
+from rl_insight.server.routes import schema
+from rl_insight.server.routes.common import HttpError, json_body, read_body
 from rl_insight.server.state import ServerState
 
 MAX_BATCH_GROUPS = 10_000
@@ -19,10 +20,12 @@ BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json": 
         "type": "array", "maxItems": MAX_BATCH_GROUPS, "items": {
             "type": "object", "required": ["job", "text"], "properties": {
                 "job": {"type": "string", "minLength": 1},
-                "grouping": {"type": "object",
+                "grouping": {"type": "object", "propertyNames": {
+                    "pattern": schema.LABEL_NAME, "not": {"const": "job"}},
                              "additionalProperties": {"type": "string"}},
-                "text": {"type": "string",
-                         "description": "the Prometheus text format, as a push body"},
+                # any string: a text that does not parse is answered in its result
+                "text": {"type": "string", "description": "the Prometheus text format, "
+                         "as a push body; its result says 400 when it does not parse"},
                 "replace": {"type": "boolean", "default": False,
                             "description": "PUT semantics (replace the group); "
                                            "else POST (replace the pushed families)"}}}}}}}}}}
@@ -38,17 +41,29 @@ def router(state: ServerState) -> APIRouter:
                                 request.headers.get("content-type", ""), body, replace)
         return Response(status_code=200)
 
-    def _apply_batch(groups: list) -> list[dict]:
+    def _shape(groups: list) -> list[tuple[dict, str, bool]]:
+        """Each group's labels, text and mode; a group of the wrong shape refuses the
+        whole request (400, naming it), as the schema says."""
         out = []
-        for g in groups:
+        for i, g in enumerate(groups):
             try:
                 if not isinstance(g, dict):
                     raise PushError(400, "each group must be an object with job and text")
                 labels = check_grouping(g.get("job"), g.get("grouping", {}))
-                text = g.get("text")
+                text, replace = g.get("text"), g.get("replace", False)
                 if not isinstance(text, str):
                     raise PushError(400, "'text' must be the text format, as a string")
-                replace = g.get("replace", False) is True
+                if not isinstance(replace, bool):
+                    raise PushError(400, "'replace' must be true or false")
+            except PushError as exc:
+                raise HttpError(400, f"groups[{i}]: {exc}") from None
+            out.append((labels, text, replace))
+        return out
+
+    def _apply_batch(groups: list) -> list[dict]:
+        out = []
+        for labels, text, replace in _shape(groups):
+            try:
                 state.pushes.push(labels, text, replace)
                 state.experiments.touch_labels(labels)
                 state.metrics.pushes.labels("put" if replace else "post", "ok").inc()
@@ -61,7 +76,8 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/api/v1/push/batch", openapi_extra=BATCH_BODY,
             summary="Several pushes in one request, each answered on its own",
             responses={200: {"description": "one result per group, in order: "
-                                            "{status, error?}"}})
+                                            "{status, error?}"},
+                       **schema.answers(*schema.WRITE)})
     async def batch(request: Request) -> dict:
         body = await json_body(request, limit, "push.max_body_bytes")
         groups = body.get("groups") if isinstance(body, dict) else None
@@ -73,23 +89,49 @@ def router(state: ServerState) -> APIRouter:
                                  f"{MAX_BATCH_GROUPS}")
         return {"results": await run_in_threadpool(_apply_batch, groups)}
 
-    @r.put("/metrics/{path:path}", summary="Replace a group (Pushgateway PUT)",
-           openapi_extra=RAW_TEXT_BODY)
-    async def put(path: str, request: Request) -> Response:
-        return await _push(request, path, replace=True)
+    def _job_path(job: str, request: Request) -> str:
+        return request.scope["path"][len("/metrics/"):]
 
-    @r.post("/metrics/{path:path}",
-            summary="Replace the pushed families in a group (Pushgateway POST)",
-            openapi_extra=RAW_TEXT_BODY)
-    async def post(path: str, request: Request) -> Response:
-        return await _push(request, path, replace=False)
+    documented = {"openapi_extra": schema.PUSH_BODY, "description": schema.PUSH_PATH,
+                  "response_class": Response, "responses": {
+                      200: {"description": "stored; an empty body"},
+                      **schema.answers(*schema.WRITE, 409, 415, 429)}}
+    job_param = Path(json_schema_extra=schema.JOB_VALUE)
 
-    @r.delete("/metrics/{path:path}", summary="Delete a group (Pushgateway DELETE)",
-              status_code=202)
-    def delete(path: str) -> Response:
+    @r.put("/metrics/job/{job}", summary="Replace a group (Pushgateway PUT)", **documented)
+    async def put(request: Request, job: str = job_param) -> Response:
+        return await _push(request, _job_path(job, request), replace=True)
+
+    @r.post("/metrics/job/{job}",
+            summary="Replace the pushed families in a group (Pushgateway POST)", **documented)
+    async def post(request: Request, job: str = job_param) -> Response:
+        return await _push(request, _job_path(job, request), replace=False)
+
+    @r.delete("/metrics/job/{job}", summary="Delete a group (Pushgateway DELETE)",
+              status_code=202, description=schema.PUSH_PATH, response_class=Response,
+              responses={202: {"description": "deleted (or there was no such group)"},
+                         **schema.answers(400, 401)})
+    def delete(request: Request, job: str = job_param) -> Response:
+        return _delete(_job_path(job, request))
+
+    def _delete(path: str) -> Response:
         grouping = parse_grouping_key(path)
         state.pushes.delete(grouping)
         state.metrics.pushes.labels("delete", "ok").inc()
         return Response(status_code=202)
+
+    # the grouping key's further pairs and the @base64 forms: the same work, described
+    # by the operations above
+    @r.put("/metrics/{path:path}", include_in_schema=False)
+    async def put_any(path: str, request: Request) -> Response:
+        return await _push(request, path, replace=True)
+
+    @r.post("/metrics/{path:path}", include_in_schema=False)
+    async def post_any(path: str, request: Request) -> Response:
+        return await _push(request, path, replace=False)
+
+    @r.delete("/metrics/{path:path}", status_code=202, include_in_schema=False)
+    def delete_any(path: str) -> Response:
+        return _delete(path)
 
     return r

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from rl_insight.server.routes.common import RAW_JSON_BODY, HttpError, json_body
+from rl_insight.server.routes import schema
+from rl_insight.server.routes.common import HttpError, json_body
 from rl_insight.server.state import ServerState
 from rl_insight.server.targets import (
     LocalTargetLog,
@@ -45,8 +46,9 @@ def router(state: ServerState) -> APIRouter:
     r = APIRouter()
     networks = parse_networks(state.settings.server.allowed_networks)
 
-    @r.post("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
-            summary="Register scrape targets (idempotent)")
+    @r.post("/api/v1/prometheus/targets", openapi_extra=schema.json_body(schema.REGISTRATION),
+            summary="Register scrape targets (idempotent)",
+            responses=schema.answers(*schema.WRITE, 403, 409, 422))
     async def register(request: Request) -> dict:
         targets, resolved = await parse(request, state.local_targets, networks)
         t = targets[0]
@@ -69,7 +71,8 @@ def router(state: ServerState) -> APIRouter:
                 for r in resolved]
         return out
 
-    @r.post("/api/v1/runs/bind", openapi_extra=RAW_JSON_BODY,
+    @r.post("/api/v1/runs/bind", openapi_extra=schema.json_body(schema.BINDING),
+            responses=schema.answers(*schema.WRITE, 409),
             summary="Name the run of an owner's targets (registered before the run was "
                     "known)")
     async def bind(request: Request) -> dict:
@@ -84,15 +87,19 @@ def router(state: ServerState) -> APIRouter:
         return {"owner": owner, **ident, "bound": len(moved),
                 "targets": [t.as_dict() for t in moved]}
 
-    @r.delete("/api/v1/prometheus/targets", openapi_extra=RAW_JSON_BODY,
-              summary="Remove scrape targets (same body as registration)")
+    @r.delete("/api/v1/prometheus/targets", openapi_extra=schema.json_body(
+        schema.REGISTRATION), summary="Remove scrape targets (same body as registration)",
+        responses=schema.answers(*schema.WRITE, 422))
     async def remove(request: Request) -> dict:
         targets, _ = await parse(request, state.local_targets)
         return {"removed": await run_in_threadpool(state.targets.remove, targets)}
 
     @r.get("/api/v1/prometheus/query",
-           summary="An instant PromQL query, passed to Prometheus (read-only)")
-    def query(query: str) -> dict:
+           summary="An instant PromQL query, passed to Prometheus (read-only)",
+           responses=schema.answers(400, 404, 422, 502, 503))
+    def query(query: str = Query(..., json_schema_extra={
+            "format": "promql", "description": "a PromQL expression; Prometheus' own 400 "
+                                               "answers one it cannot parse"})) -> dict:
         import requests
 
         from rl_insight.server.state import prometheus_url

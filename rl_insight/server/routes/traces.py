@@ -4,13 +4,15 @@ own path (server/intake.py); this route documents it and does the same work."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server import intake
-from rl_insight.server.routes.common import HttpError, read_body
+from rl_insight.server.routes import schema
+from rl_insight.server.routes.common import read_body
 from rl_insight.server.state import ServerState
 
+TEN_YEARS_S = 10 * 365 * 86400
 OTLP_BODY = {"requestBody": {"content": {
     "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
     "application/json": {"schema": {"type": "object"}}}, "required": True}}
@@ -21,7 +23,7 @@ def router(state: ServerState) -> APIRouter:
     limit = state.settings.traces.max_body_bytes
 
     @r.post("/v1/traces", summary="OTLP/HTTP trace export (protobuf or JSON, gzip)",
-            openapi_extra=OTLP_BODY)
+            openapi_extra=OTLP_BODY, responses=schema.answers(*schema.WRITE, 415))
     async def traces(request: Request) -> Response:
         ctype = request.headers.get("content-type", "")
         body = await read_body(request, limit, "traces.max_body_bytes")
@@ -31,14 +33,14 @@ def router(state: ServerState) -> APIRouter:
         return Response(content, media_type=media)
 
     @r.get("/api/v1/traces/recent",
-           summary="The run's recent state spans (for export where no Tempo runs)")
-    def recent(project: str, experiment_name: str, since_s: float = 0.0) -> dict:
-        import math
+           summary="The run's recent state spans (for export where no Tempo runs)",
+           responses=schema.answers(*schema.READ))
+    def recent(project: str, experiment_name: str,
+               since_s: float = Query(0.0, ge=0, le=TEN_YEARS_S, allow_inf_nan=False,
+                                      description="the last seconds; 0: everything")
+               ) -> dict:
         import time
 
-        if not math.isfinite(since_s) or not 0 <= since_s <= 10 * 365 * 86400:
-            raise HttpError(400, f"since_s={since_s}: give seconds, 0 (everything) up to "
-                                 "ten years")
         since_ns = int((time.time() - since_s) * 1e9) if since_s > 0 else 0
         rows = state.recent.spans(project, experiment_name, since_ns)
         return {"project": project, "experiment_name": experiment_name,
