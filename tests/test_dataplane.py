@@ -358,7 +358,7 @@ def test_bad_input_is_refused_with_reasons_and_stored_data_survives(cli, exporte
         ("PUT", "/metrics/job/x", b"val-aux/gsm8k 1\n", {}, 400, "invalid metric name"),
         ("PUT", "/metrics/job/x/bad-label/v", b"a 1\n", {}, 400, "improper label name"),
         ("PUT", "/metrics/job/x", b"a 1 1700000000\n", {}, 400, "timestamp"),
-        ("PUT", "/metrics/job/x", b"# TYPE kept_metric counter\nkept_metric 1\n", {}, 400,
+        ("PUT", "/metrics/job/x", b"# TYPE kept_metric counter\nkept_metric 1\n", {}, 409,
          "one type"),
         ("PUT", "/metrics/job/x", b"x 1\n" * 2000, {}, 413, "push.max_body_bytes"),
         ("PUT", "/metrics/job/x", "".join(f"s{i} 1\n" for i in range(30)).encode(), {}, 400,

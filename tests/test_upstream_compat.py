@@ -194,3 +194,43 @@ def test_init_honours_upstream_keys(monkeypatch, caplog):
     api.init(config={"server": {"url": "http://127.0.0.1:9"}})
     assert api._client.server_url == "http://127.0.0.1:8"
     monkeypatch.setattr(api, "_client", None)
+
+
+def test_trace_span_attributes_as_upstream_caller_wins_and_sequences_are_arrays(
+        verl_recorded, monkeypatch):
+    """An agent framework's span (Uni-Agent puts its tool list there) through verl's
+    RLInsightLogger.trace_span, encoded as the lane actors send it and read back with
+    OTLP's own classes."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from rl_insight.collector import otlp_encode
+    from rl_insight.events import Identity
+
+    c, got = verl_recorded
+    monkeypatch.setattr(RLInsightLogger, "_rl_insight_module", None)
+    RLInsightLogger.trace_span("tool_call", start_time_ns=1_000, end_time_ns=5_000, attributes={
+        "tools": ["search", "python", "browser"], "turn_rewards": (0.5, 1.0),
+        "state_lane_id": "agent_3", "state_name": "tool_execution",
+        "process_id": "worker-7", "experiment_name": "agent-exp", "project": "",
+        "mixed": [1, "a", None]})
+    c.buffer.flush(5)
+    span = next(s for s in of(got, Span) if s.name == "tool_call")
+    raw = otlp_encode.encode([(Identity("proj", "run-1"), "pid-1", span)])
+    sent = ExportTraceServiceRequest.FromString(raw).resource_spans[0].scope_spans[0].spans[0]
+
+    def value(v):
+        kind = v.WhichOneof("value")
+        if kind == "array_value":
+            return [value(x) for x in v.array_value.values]
+        return getattr(v, kind)
+
+    attrs = {kv.key: value(kv.value) for kv in sent.attributes}
+    assert attrs["tools"] == ["search", "python", "browser"]  # an OTLP array, not str()
+    assert attrs["turn_rewards"] == [0.5, 1.0]
+    assert attrs["mixed"] == [1, "a", "None"]
+    assert attrs["state_name"] == "tool_execution"  # the caller's, not the span name
+    assert attrs["process_id"] == "worker-7" and attrs["experiment_name"] == "agent-exp"
+    assert attrs["project"] == "proj"  # an empty one does not take it out of its run
+    assert attrs["state_lane_id"] == "agent_3" and sent.name == "tool_call"

@@ -245,10 +245,18 @@ def metric_histogram(name: str, value: float = _REQUIRED, documentation: str = _
     _metric(HISTOGRAM, name, value, documentation, labels)
 
 
+_SCALARS = (str, bool, int, float)
+
+
 def _attrs(labels: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Attributes as OpenTelemetry takes them: scalars, and sequences of scalars (kept as
+    a tuple, sent as an OTLP array: agent frameworks put tool lists there); anything else
+    as its text."""
     out = []
     for k, v in labels.items():
-        if not isinstance(v, (str, bool, int, float)):
+        if isinstance(v, (list, tuple)):
+            v = tuple(x if isinstance(x, _SCALARS) else str(x) for x in v)
+        elif not isinstance(v, _SCALARS):
             v = str(v)
         out.append((str(k), v))
     return tuple(out)
@@ -401,14 +409,16 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
 
 def trace_span(*, name: str, start_time_ns: int, end_time_ns: int,
                attributes: Mapping[str, Any] | None = None) -> None:
-    """Record a span that already happened (e.g. measured by another component)."""
+    """Record a span that already happened (e.g. measured by another component). As
+    upstream: the caller's attributes win over the run's and the process's (a
+    ``state_name`` of its own too), sequences go out as OTLP arrays; ``state_lane_id``
+    puts the span on that lane of the timeline."""
     c = _client or _get()
     if c is None:
         return
     try:
         attributes = dict(attributes or {})
         lane = attributes.pop("state_lane_id", None)
-        attributes.pop("state_name", None)
         c.add(Span(str(name), int(start_time_ns), int(end_time_ns),
                    str(lane) if lane is not None else None, _attrs(attributes)))
     except Exception:

@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
 from rl_insight.events import Identity, Span
 
 SERVICE_NAME = "rl_insight_monitor"
+RUN_KEYS = ("project", "experiment_name")
 _rand = random.Random(int.from_bytes(os.urandom(8), "little"))
 
 
@@ -23,6 +24,8 @@ def any_value(v: Any) -> AnyValue:
         return AnyValue(int_value=v)
     if isinstance(v, float):
         return AnyValue(double_value=v)
+    if isinstance(v, (tuple, list)):  # a sequence attribute: an OTLP array
+        return AnyValue(array_value=ArrayValue(values=[any_value(x) for x in v]))
     return AnyValue(string_value=str(v))
 
 
@@ -61,12 +64,15 @@ def encode(spans: Iterable[tuple[Identity, str, Span]]) -> bytes:
         span.start_time_unix_nano = s.start_ns
         span.end_time_unix_nano = max(s.end_ns, s.start_ns)
         span.kind = 1  # SPAN_KIND_INTERNAL
-        attrs = dict(s.attributes)  # the fixed attributes below win over labels
-        attrs.update(project=ident.project, experiment_name=ident.experiment_name,
-                     process_id=process)
+        # the run's and the process's attributes first; the caller's own win (upstream),
+        # but an empty project or experiment name (an agent loop's unnamed project) does
+        # not take the span out of its run
+        attrs = {"project": ident.project, "experiment_name": ident.experiment_name,
+                 "process_id": process}
         if s.lane is not None:
             attrs["state_lane_id"] = s.lane
             attrs["state_name"] = s.name
+        attrs.update((k, v) for k, v in s.attributes if v != "" or k not in RUN_KEYS)
         span.attributes.extend([key_value(k, v) for k, v in attrs.items()])
         if "error" in attrs:  # the block raised: OTLP's error status, with the type
             span.status.code = 2  # STATUS_CODE_ERROR
