@@ -13,7 +13,7 @@ import pytest
 import verl.utils.tracking as verl_tracking  # installed by `make setup`
 
 from rl_insight.client import api
-from rl_insight.events import Metric, Span, StateChange
+from rl_insight.events import Identity, Metric, Span, StateChange
 
 RLInsightLogger = verl_tracking.RLInsightLogger
 
@@ -234,3 +234,62 @@ def test_trace_span_attributes_as_upstream_caller_wins_and_sequences_are_arrays(
     assert attrs["process_id"] == "worker-7" and attrs["experiment_name"] == "agent-exp"
     assert attrs["project"] == "proj"  # an empty one does not take it out of its run
     assert attrs["state_lane_id"] == "agent_3" and sent.name == "tool_call"
+
+
+def test_verl_nested_annotations_hold_one_state_per_lane_in_self_time(verl_recorded):
+    """verl annotates update_actor (role actor_update) and, inside it, the training
+    worker's train_batch (role train_batch) on the same rank_<r> lane. The lane holds one
+    state at a time (the outer again when the inner ends), the inner span is a child of
+    the outer, and the lane's state times add up to its busy time, not more."""
+    import time
+
+    from verl.utils.profiler.profile import DistProfiler
+
+    from rl_insight.collector.lanes import LaneCore
+    from tests.test_collector import RecordingSender, samples
+
+    c, got = verl_recorded
+
+    class TrainingWorker:  # verl.workers.engine_workers: the inner worker
+        def __init__(self):
+            self.profiler = DistProfiler(rank=3)
+
+        @DistProfiler.annotate(color="red", role="train_batch")
+        def train_batch(self):
+            time.sleep(0.03)
+
+    class ActorRolloutRefWorker:
+        def __init__(self):
+            self.profiler = DistProfiler(rank=3)
+            self.actor = TrainingWorker()
+
+        @DistProfiler.annotate(color="red", role="actor_update", scheduled=True)
+        def update_actor(self):
+            time.sleep(0.01)
+            self.actor.train_batch()
+            time.sleep(0.01)
+
+    worker = ActorRolloutRefWorker()
+    t0 = time.time_ns()
+    for _ in range(4):
+        worker.update_actor()
+    wall_s = (time.time_ns() - t0) / 1e9
+    c.buffer.flush(5)
+    lanes = LaneCore(RecordingSender(), "l")
+    ident = Identity("p", "e")
+    seen = []
+    for ev in [e for e in got if type(e) in (StateChange, Span)]:
+        lanes.ingest(ident, "h", [ev])
+        seen.append(lanes.stats()["current"].get("p/e/rank_3"))
+    assert seen == ["actor_update", "train_batch", "actor_update", None] * 4
+    lanes.push_metrics()
+    pushed = samples(next(p[2] for p in lanes.sender.pushes if "project" in p[1]))
+    took = {dict(k[1])["state_name"]: v for k, v in pushed.items()
+            if k[0] == "rl_insight_monitor_state_duration_seconds_sum"}
+    assert sum(took.values()) <= wall_s + 1e-3  # not 1.6x the wall time, as before
+    assert took["train_batch"] >= 4 * 0.03
+    assert 4 * 0.02 <= took["actor_update"] < 4 * 0.03  # its own time only
+    spans = [s for s in of(got, Span) if s.lane == "rank_3"]
+    outer = [s for s in spans if s.name == "actor_update"]
+    inner = [s for s in spans if s.name == "train_batch"]
+    assert [s.parent_id for s in inner] == [s.span_id for s in outer]  # children in Tempo

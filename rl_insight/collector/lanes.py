@@ -37,6 +37,8 @@ STATE_GAUGE = "rl_insight_monitor_lane_state"
 STATE_SINCE = "rl_insight_monitor_lane_state_since_seconds"
 IN_STATE = "rl_insight_monitor_lanes_in_state"
 DURATION = "rl_insight_monitor_state_duration_seconds"
+DURATION_DOC = ("Time spent in each state, per lane: self time, without the time of "
+                "states nested in it on the same lane")
 POOLED_LANE = "other"
 LANE_IDLE_S = 3600.0  # a run never finished: longer than any step a replica sleeps through
 RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
@@ -62,7 +64,9 @@ class LaneCore:
         self.batch_size = batch_size
         self.runs = Runs(max_series=50_000)
         self.pending: deque[tuple[Identity, str, Span]] = deque(maxlen=max_pending)
-        self.current: dict[tuple[Identity, str], list[tuple[int, str]]] = {}
+        # per dedicated lane, its open states, oldest first: [token, state, self time so
+        # far (ns), since when it is the lane's state (ns)]
+        self.current: dict[tuple[Identity, str], list[list]] = {}
         self.in_state: dict[tuple[Identity, str], int] = {}
         # dedicated lanes only: pooled ones (one per request or trajectory, 100,000s in a
         # run) are summarised per state, never kept one by one
@@ -84,11 +88,13 @@ class LaneCore:
         with self._lock:
             for item in items:
                 if type(item) is StateChange:
-                    metrics += self._state(identity, item)
+                    metrics += self._state(identity, item)[0]
                 elif type(item) is Span:
+                    own_ns = None
                     if item.ends_state and item.lane is not None:
-                        metrics += self._state(identity, StateChange(
+                        changes, own_ns = self._state(identity, StateChange(
                             item.lane, item.name, item.end_ns, False, item.span_id))
+                        metrics += changes
                     self.spans_received += 1
                     if len(self.pending) == self.pending.maxlen:
                         self.spans_dropped += 1
@@ -96,19 +102,22 @@ class LaneCore:
                     if item.lane is not None:
                         self._note_lane(identity, item.lane)
                         lane = duration_lane(item.lane)
-                        metrics.append(_metric(HISTOGRAM, DURATION,
-                                               (item.end_ns - item.start_ns) / 1e9,
-                                               lane, item.name,
-                                               "Time spent in each state, per lane"))
+                        took = item.end_ns - item.start_ns if own_ns is None else own_ns
+                        metrics.append(_metric(HISTOGRAM, DURATION, took / 1e9,
+                                               lane, item.name, DURATION_DOC))
             ready = len(self.pending) >= self.batch_size
         if metrics:
             self.runs.apply(identity, metrics)
         return ready
 
-    def _state(self, identity: Identity, ch: StateChange) -> list:
+    def _state(self, identity: Identity, ch: StateChange) -> tuple[list, int | None]:
         """A lane holds one state at a time. Nested or overlapping states on one lane
         stack: the newest open state is the lane's state; when it ends, the lane
-        returns to the newest state still open."""
+        returns to the newest state still open. A state's time is its self time: while
+        a state nested in it holds the lane, that one's clock runs, not its own (so a
+        lane's state times add up to its busy time, as verl's actor_update around
+        train_batch on one rank's lane). Returns the metrics that changed and, for an
+        ending state, its self time (ns; None when its start was not seen)."""
         key = (identity, ch.lane)
         self._note_lane(identity, ch.lane)
         if not is_dedicated(ch.lane):
@@ -116,16 +125,24 @@ class LaneCore:
             n = max(self.in_state.get(sk, 0) + (1 if ch.entering else -1), 0)
             self.in_state[sk] = n
             return [_metric(GAUGE, IN_STATE, float(n), None, ch.state,
-                            "Pooled lanes (per request or trajectory) in each state")]
+                            "Pooled lanes (per request or trajectory) in each state")], None
         stack = self.current.setdefault(key, [])
         top = stack[-1][1] if stack else None
+        own_ns = None
         if ch.entering:
-            stack.append((ch.token, ch.state))
+            if stack:  # the state it interrupts stops its clock
+                stack[-1][2] += max(ch.time_ns - stack[-1][3], 0)
+            stack.append([ch.token, ch.state, 0, ch.time_ns])
         else:
             for i in range(len(stack) - 1, -1, -1):
-                if stack[i] == (ch.token, ch.state) or (not ch.token and
-                                                        stack[i][1] == ch.state):
-                    del stack[i]
+                if (stack[i][0] == ch.token and stack[i][1] == ch.state) or (
+                        not ch.token and stack[i][1] == ch.state):
+                    ended = stack.pop(i)
+                    own_ns = ended[2]
+                    if i == len(stack):  # it held the lane: its clock ran until now
+                        own_ns += max(ch.time_ns - ended[3], 0)
+                        if stack:  # the state it interrupted holds the lane again
+                            stack[-1][3] = ch.time_ns
                     break
             if not stack:
                 del self.current[key]
@@ -141,7 +158,7 @@ class LaneCore:
                 out.append(_metric(GAUGE, STATE_SINCE, ch.time_ns / 1e9, ch.lane, new_top,
                                    "When the lane entered the state it is in (unix "
                                    "seconds); 0 while it is in another"))
-        return out
+        return out, own_ns
 
     def _note_lane(self, identity: Identity, lane: str) -> None:
         if is_dedicated(lane):
