@@ -342,3 +342,46 @@ def test_a_slow_push_never_holds_up_the_hubs_ingestion(cluster):
     line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
     result = json.loads(line[len("RESULT "):])
     assert result == {"quick_done": True, "finish_pending": True}, result
+
+
+INSPECT_SCRIPT = '''
+import json, time, ray, requests, rl_insight
+from ray.util.state import list_actors
+att = rl_insight.ray.attach(project="proj", experiment_name="ray-inspect")
+assert att.ok, att.message
+
+@ray.remote
+def work():
+    with rl_insight.trace_state("rollout", state_lane_id="replica_0"):
+        rl_insight.metric_gauge("inspect_value", 1.0)
+    return rl_insight.flush(10)
+
+assert ray.get(work.remote())
+rows = [a for a in list_actors(filters=[("ray_namespace", "=", "rl_insight"),
+                                        ("state", "=", "ALIVE")], detail=True)]
+port = ray.nodes()[0]["MetricsExportPort"]
+text, deadline = "", time.time() + 90
+while time.time() < deadline:  # Ray exports its metrics every few seconds
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    if "rl_insight_hub_events_received" in text and "rl_insight_lanes_spans_received" in text:
+        break
+    time.sleep(1)
+lines = [x for x in text.splitlines() if "rl_insight_hub_" in x or "rl_insight_lanes_" in x]
+print("RESULT " + json.dumps({"actors": {a.name: a.repr_name for a in rows}, "lines": lines}))
+'''
+
+
+def test_hub_and_lanes_are_inspectable_from_ray(stack, cluster):
+    """How users are told to look at the hub: Ray's actor list shows what it holds, and
+    its counters are Ray metrics (Ray's own metrics endpoint)."""
+    r = cluster.run_driver(INSPECT_SCRIPT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = last_json(r.stdout)
+    hub = res["actors"]["rl_insight_hub"]
+    assert hub.startswith("HubActor(runs ['proj/") and " events, " in hub, hub
+    lanes = [v for k, v in res["actors"].items() if k.startswith("rl_insight_lane_")]
+    assert lanes and all(v.startswith("LaneActor(") and "spans sent" in v for v in lanes)
+    hub_lines = [x for x in res["lines"] if x.startswith("ray_rl_insight_hub_events_received")]
+    assert hub_lines and 'actor="rl_insight_hub"' in hub_lines[0], res["lines"][:20]
+    assert float(hub_lines[0].rsplit(" ", 1)[1]) >= 1
+    assert any(x.startswith("ray_rl_insight_lanes_spans_received") for x in res["lines"])

@@ -111,6 +111,8 @@ class Client:
                 if t is not None:
                     t.close(1.0)
                 cfg = actor_config(self.settings, self.server_url, self.token, self.otlp_url)
+                if self.identity is not None:  # named in the hub's repr, if it starts it
+                    cfg["run"] = f"{self.identity.project}/{self.identity.experiment_name}"
                 if want_ray:  # Ray's side of the boundary, only when Ray is up
                     import importlib
 

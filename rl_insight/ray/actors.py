@@ -24,6 +24,8 @@ from rl_insight.collector.lifetime import JobLifetime
 from rl_insight.collector.loop import Periodic
 from rl_insight.collector.push import Sender
 from rl_insight.events import Batch, Identity
+from rl_insight.ray import raymetrics
+from rl_insight.ray.raymetrics import RayGauges
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,8 @@ class HubActor:
                             {"default": buckets} if buckets else None,
                             forget_after_s=config["forget_after_s"])
         self.core.recover()  # a restarted hub continues its runs' counters
-        self.loop = Periodic(config["push_interval_s"], self.core.tick,
+        self.ray_gauges = RayGauges("rl_insight_hub", raymetrics.HUB, "rl_insight_hub")
+        self.loop = Periodic(config["push_interval_s"], self._tick,
                              "rl-insight-hub-push").start()
         self.metrics_server = None
         if not config["server_url"]:  # external OTLP mode: serve metrics ourselves
@@ -61,6 +64,22 @@ class HubActor:
                                                 config["metrics_port"])
         log.info("rl-insight hub up; pushing to %s every %.1fs", config["server_url"],
                  self.loop.interval)
+
+    def __repr__(self) -> str:
+        """What Ray's dashboard and `ray list actors` show (Ray takes it once, when the
+        actor starts: the run that started it, and the runs a restarted hub recovered)."""
+        s = self.core.stats()
+        runs = sorted({f"{i.project}/{i.experiment_name}" for i in self.core.runs.identities()}
+                      | ({self.config["run"]} if self.config.get("run") else set()))
+        return (f"HubActor(runs {runs[:5]}{' ...' if len(runs) > 5 else ''}: "
+                f"{s['events_received']} events, {s['pushes']} pushes, "
+                f"{s['push_failures']} failed, server {'ok' if s['server_ok'] else 'down'})")
+
+    def _tick(self) -> bool | None:
+        try:
+            return self.core.tick()
+        finally:
+            self.ray_gauges.update(self.core.stats())
 
     def ingest(self, batch: Batch, seq: int = 0) -> None:
         self.core.ingest(batch, seq)
@@ -116,6 +135,7 @@ class LaneActor:
         self.lifetime = JobLifetime(config.get("lane_exit_grace_s", 20.0))
         self._next_check = time.monotonic() + JOB_CHECK_S
         self.exiting = False
+        self.ray_gauges = RayGauges("rl_insight_lanes", raymetrics.LANES, name)
         self.loop = Periodic(config["lane_flush_interval_s"], self._tick,
                              f"rl-insight-{name}").start()
 
@@ -132,6 +152,7 @@ class LaneActor:
 
     def _tick(self) -> bool:
         backlog = self.core.tick()
+        self.ray_gauges.update(self.core.stats())
         if time.monotonic() >= self._next_check and not backlog:
             self._next_check = time.monotonic() + JOB_CHECK_S
             if self.lifetime.over(ended_jobs()) and self.core.idle():

@@ -147,6 +147,8 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
     cfg = actor_config(settings.client, server, os.environ.get(TOKEN_ENV, ""), otlp)
     from rl_insight.ray import actors
 
+    if project and experiment_name:  # named in the hub's repr, if this starts it
+        cfg["run"] = f"{project}/{experiment_name}"
     hub = actors.get_hub(cfg)
     hub.configure.remote(cfg)
     if project and experiment_name:
