@@ -64,6 +64,7 @@ bench-intake: setup system-deps
 pictures: setup system-deps
 	$(BIN)/python -m pip install -q -e '.[test,docs]'
 	./scripts/private-net.sh $(BIN)/python scripts/pictures.py
+	./scripts/private-net.sh $(BIN)/python scripts/ray_dashboard_picture.py
 
 soak: setup system-deps
 	RL_INSIGHT_SOAK_SECONDS=600 ./scripts/private-net.sh $(BIN)/python -m pytest -q -s \

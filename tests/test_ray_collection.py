@@ -385,3 +385,35 @@ def test_hub_and_lanes_are_inspectable_from_ray(stack, cluster):
     assert hub_lines and 'actor="rl_insight_hub"' in hub_lines[0], res["lines"][:20]
     assert float(hub_lines[0].rsplit(" ", 1)[1]) >= 1
     assert any(x.startswith("ray_rl_insight_lanes_spans_received") for x in res["lines"])
+
+
+@pytest.mark.skipif(not __import__("shutil").which("chromium"),
+                    reason="Debian's chromium is installed by `make system-deps`")
+def test_rays_own_dashboard_lists_the_hub_with_what_it_holds(stack, tmp_path):
+    """The README's picture, as a test: Ray's dashboard (its actors page, rendered by
+    headless Chromium) shows the hub's repr. A cluster of its own: the page shows ten
+    actors, and the shared cluster's lane actors would push the hub off it."""
+    from tests.raycluster import RayCluster
+
+    _, url = stack
+    cluster = RayCluster(tmp_path, num_cpus=2, extra_env={
+        "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1"}).start()
+    try:
+        _look_at_the_dashboard(cluster)
+    finally:
+        cluster.stop()
+
+
+def _look_at_the_dashboard(cluster) -> None:
+    r = cluster.run_driver(INSPECT_SCRIPT)  # a run with a hub and lanes
+    assert r.returncode == 0, r.stderr[-3000:]
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000"]
+
+    def dom() -> str:
+        return subprocess.run(["chromium", *flags, "--dump-dom", cluster.dashboard +
+                               "/#/actors"], capture_output=True, text=True,
+                              timeout=120).stdout
+
+    wait_for(lambda: "HubActor(runs [" in dom(), 120, "the hub's repr on Ray's actors page")
+    page = dom()
+    assert "rl_insight_hub" in page and "LaneActor(rl_insight_lane_" in page
