@@ -26,7 +26,7 @@ from prometheus_client import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from rl_insight import netaddr
-from tests.conftest import prom_query, wait_for
+from tests.conftest import prom_query, wait_equal, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 
 pytestmark = pytest.mark.integration
@@ -301,10 +301,15 @@ def test_spans_relay_spool_and_replay_in_order(cli):
     assert set(tempo.attr("service.name")) == {"rl_insight_monitor"}
     # the relay counts a batch once Tempo answered and the spool let it go: a moment
     # after the receiver has it
-    want = ("rl_insight_spans_relayed_total 320.0", "rl_insight_spans_replayed_total 200.0",
-            "rl_insight_spool_spans 0.0")
-    wait_for(lambda: all(w in requests.get(url + "/metrics", timeout=5).text for w in want),
-             10, "the relay's counters: " + ", ".join(want))
+    want = ["rl_insight_spans_relayed_total 320.0", "rl_insight_spans_replayed_total 200.0",
+            "rl_insight_spool_spans 0.0"]
+
+    def counters() -> list[str]:
+        return sorted(ln for ln in requests.get(url + "/metrics", timeout=5).text.splitlines()
+                      if ln.split(" ")[0] in ("rl_insight_spans_relayed_total",
+                                              "rl_insight_spans_replayed_total",
+                                              "rl_insight_spool_spans"))
+    wait_equal(counters, want, 10, "the relay's counters")
 
 
 def test_spool_survives_a_server_restart_and_gzip_and_json_are_accepted(cli):

@@ -284,3 +284,12 @@ def test_a_change_the_database_refuses_changes_nothing(tmp_path, monkeypatch):
         with pytest.raises(sqlite3.OperationalError):
             change()
     assert (targets.list(), targets.binding("o1"), exps.list()) == before
+
+
+def test_a_body_naming_one_target_twice_is_registered_and_removed_once(tmp_path):
+    """Found by schemathesis over the declared body (a 500 before)."""
+    store = TargetStore(Store(tmp_path), tmp_path / "sd")
+    twice = parse_registration({"job_name": "vllm", "targets": ["h:1", "h:1", "h:2"]})
+    store.register(twice)
+    assert len(store.list()) == 2
+    assert store.remove(twice) == 2 and store.list() == []

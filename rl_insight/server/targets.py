@@ -474,7 +474,8 @@ class TargetStore:
 
     def remove(self, targets: Sequence[Target]) -> int:
         with self.store.transaction() as db, self._lock:  # the lock order of store.py
-            gone = [t.key for t in targets if t.key in self._targets]
+            # a body may name one target twice: removed once
+            gone = list(dict.fromkeys(t.key for t in targets if t.key in self._targets))
             if not gone:
                 return 0
             self._store(db, [], gone)

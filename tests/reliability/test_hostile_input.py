@@ -29,6 +29,12 @@ from tests.conftest import Cli, free_port_overrides
 pytestmark = pytest.mark.integration
 FIGURES = {"requests": 0, "5xx": 0, "crashes": 0, "peak_rss_mb": 0.0}
 TOKEN = "fuzz-token"
+LOGS: list[Path] = []  # the server's log: a 5xx's traceback is there
+
+
+def server_tracebacks() -> str:
+    text = LOGS[-1].read_text(errors="replace") if LOGS and LOGS[-1].exists() else ""
+    return "\n".join(text.split("Traceback")[1:])[-4000:]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +45,7 @@ def server(tmp_path_factory):
                     "push.max_series_per_group=5000", "push.max_series_total=20000",
                     "traces.max_body_bytes=1048576",
                     "traces.relay_url=http://127.0.0.1:9/v1/traces")
+    LOGS.append(cli.home / "logs" / "server.log")
     pid = requests.get(url + "/api/v1/services").json()["server"]["pid"]
     proc = psutil.Process(pid)
     stop = threading.Event()
@@ -95,7 +102,7 @@ def test_fuzz_every_route_of_the_schema_no_5xx(server):
         fuzz(op)
     if not proc.is_running():
         FIGURES["crashes"] += 1
-    assert not failures, "\n".join(failures[:20])
+    assert not failures, "\n".join(failures[:20]) + "\nserver log:\n" + server_tracebacks()
     assert FIGURES["requests"] >= 300 and proc.is_running()
 
 
