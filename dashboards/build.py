@@ -129,27 +129,41 @@ def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
     }
     if panel.options.get("transformations"):
         out["transformations"] = panel.options["transformations"]
+    if panel.repeat:
+        out.update(repeat=panel.repeat, repeatDirection="h", maxPerRow=4)
     return out
 
 
 def layout(sections: Sequence[Section]) -> list[dict]:
-    """Rows of panels, left to right, wrapping at Grafana's 24 columns."""
+    """Rows of panels, left to right, wrapping at Grafana's 24 columns; a collapsed row
+    holds its panels (Grafana's model), an open one is followed by them."""
     out, pid, y = [], 1, 0
     for section in sections:
-        out.append({"id": pid, "type": "row", "title": section.title,
-                    "collapsed": section.collapsed, "panels": [],
-                    "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}})
+        row = {"id": pid, "type": "row", "title": section.title,
+               "collapsed": section.collapsed, "panels": [],
+               "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}}
+        out.append(row)
         pid, y = pid + 1, y + 1
         x, row_h = 0, 0
         for panel in section.panels:
             if x + panel.width > 24:
                 x, y, row_h = 0, y + row_h, 0
-            out.append(panel_json(panel, pid, x, y))
+            (row["panels"] if section.collapsed else out).append(panel_json(panel, pid, x, y))
             pid += 1
             x += panel.width
             row_h = max(row_h, panel.height)
         y += row_h
     return out
+
+
+def repeat_variable(group: P.KeyGroup) -> dict:
+    """A hidden variable listing the run's exported names of one key group."""
+    query = f"label_values({group.selector()}, __name__)"
+    return {"name": group.variable, "label": group.title, "type": "query",
+            "datasource": DATASOURCES["prometheus"], "definition": query,
+            "query": {"query": query, "refId": f"{group.variable}-values"},
+            "refresh": 2, "sort": 1, "includeAll": True, "multi": True, "allValue": None,
+            "current": {"text": "All", "value": "$__all"}, "options": [], "hide": 2}
 
 
 def model(d: Dashboard) -> dict:
@@ -158,7 +172,9 @@ def model(d: Dashboard) -> dict:
         "tags": ["rl-insight"], "timezone": "browser", "editable": True,
         "schemaVersion": SCHEMA_VERSION, "version": 1, "graphTooltip": 1,
         "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
-        "templating": {"list": [variable(v, d.replica_metric) for v in d.variables]},
+        "templating": {"list": [variable(v, d.replica_metric) for v in d.variables] + [
+            repeat_variable(g) for g in P.key_groups()
+            if any(p.repeat == g.variable for sec in d.sections for p in sec.panels)]},
         "annotations": {"list": []},
         "links": [{"title": "RL-Insight", "type": "dashboards", "tags": ["rl-insight"],
                    "asDropdown": True, "includeVars": True, "keepTime": True}],
@@ -167,6 +183,10 @@ def model(d: Dashboard) -> dict:
 
 
 TRAINING = Section("Training", P.TRAINING)
+TRAINING_DETAIL = Section("Training details", P.TRAINING_DETAIL)
+# every exported trainer key, one row per verl key head, collapsed until opened
+ALL_KEYS = tuple(Section(f"All trainer metrics · {g.title}", (P.key_panel(g),), collapsed=True)
+                 for g in P.key_groups())
 TIMELINE = Section("State timeline", P.TIMELINE_PROM)
 TEMPO = Section("State spans (Tempo)", P.TIMELINE_TEMPO, collapsed=False)
 TQ = Section("TransferQueue", P.TQ)
@@ -185,8 +205,9 @@ BACKENDS = {  # backend -> (title, rollout panels, the metric that lists its rep
 def dashboards() -> list[Dashboard]:
     out = [
         Dashboard("rl-insight-training", "RL-Insight · Training overview",
-                  "Trainer scalars per step: rewards, losses, KL, timings, throughput.",
-                  [ALERTS, TRAINING]),
+                  "Trainer scalars per step: rewards, losses, KL, timings, throughput; "
+                  "every other logged key under All trainer metrics.",
+                  [ALERTS, TRAINING, TRAINING_DETAIL, *ALL_KEYS]),
         Dashboard("rl-insight-step-anatomy", "RL-Insight · Step anatomy",
                   "Where each RL step's time went: rollout, trainer phases, weight "
                   "update; stragglers, idle replicas and ranks, overlap and staleness.",

@@ -34,6 +34,7 @@ class Panel:
     height: int = 8
     stack: bool = False
     needs: str = ""  # what must run for data: "", "node-exporter", "dcgm-exporter", ...
+    repeat: str = ""  # a variable: Grafana draws the panel once per value of it
     options: dict = field(default_factory=dict, hash=False, compare=False)
 
 
@@ -92,6 +93,130 @@ TRAINING = (
     ts("Global step", Query(f'max({M}training_global_step{{{RUN}}} or {M}step{{{RUN}}})',
                             "step"), kind="stat"),
 )
+
+def key_prefix(head: str) -> str:
+    """The exported prefix of a verl key family: ``rollout_corr`` gives
+    ``rl_insight_monitor_rollout_corr_``."""
+    return gauge_key(head + "/x")[:-1]
+
+
+def _keys(*keys: str) -> Query:
+    """Several keys in one query, one line each (those a run's config leaves out are just
+    absent: verl logs actor/reward_kl_penalty only with a KL penalty in the reward)."""
+    names = "|".join(gauge_key(k) for k in keys)
+    return Query(f'label_replace({{__name__=~"{names}",{RUN}}}, "key", "$1", "__name__", '
+                 f'"{M}(.+)")', "{{key}}")
+
+
+def _family(head: str) -> Query:
+    """Every exported key of a verl family (``rollout_corr/*``), one line each."""
+    name = key_prefix(head)
+    return Query(f'label_replace({{__name__=~"{name}.+",{RUN}}}, "key", "$1", '
+                 f'"__name__", "{name}(.+)")', "{{key}}")
+
+
+# verl 0.9.1's families beyond the headline scalars (keys read from its metric code:
+# verl/trainer/ppo/metric_utils.py, ray_trainer.py, rollout_corr_helper.py,
+# workers/utils/losses.py; tests/verl_keys.py reads them, tests/test_dashboards.py checks
+# each reaches a panel)
+TRAINING_DETAIL = (
+    ts("Actor losses", _keys("actor/pg_loss", "actor/entropy_loss",
+                             "actor/reward_kl_penalty"),
+       description="actor/pg_loss, actor/entropy_loss and actor/reward_kl_penalty."),
+    ts("Actor ratios", _keys("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
+                             "actor/reward_kl_penalty_coeff"),
+       description="Clipped fractions (upper and lower), PPO KL, the KL penalty's "
+                   "coefficient."),
+    ts("Score and reward range", *(_g(f"critic/{k}/{s}") for k in ("score", "rewards")
+                                   for s in ("min", "mean", "max")),
+       description="critic/score/* and critic/rewards/*: min, mean and max per step."),
+    ts("Advantages and returns", *(_g(f"critic/{k}/{s}") for k in ("advantages", "returns")
+                                   for s in ("min", "mean", "max"))),
+    ts("Critic", _keys("critic/vf_loss", "critic/vf_clipfrac", "critic/vf_explained_var",
+                       "critic/vpred_mean", "critic/values/min", "critic/values/mean",
+                       "critic/values/max"),
+       description="The value function: loss, clip fraction, explained variance, mean "
+                   "prediction, values (PPO with a critic; GRPO has none).",
+       needs="critic"),
+    ts("Rollout correction", _family("rollout_corr"),
+       description="rollout_corr/*: importance-sampling weights, rejection fractions and "
+                   "the rollout/training mismatch (perplexity, KL); with verl's rollout "
+                   "correction on.", needs="rollout-correction"),
+    ts("Sequence-length balance", _family("global_seqlen"),
+       description="global_seqlen/*: tokens per data-parallel rank after balancing "
+                   "(min, max, their difference)."),
+    ts("MFU", _keys("perf/mfu/actor", "perf/mfu/critic", "perf/mfu/actor_infer"),
+       unit="percentunit", description="Model FLOPs utilisation per role (perf/mfu/*)."),
+    ts("Memory", _keys("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb",
+                       "perf/cpu_memory_used_gb"), unit="decgbytes",
+       description="The trainer's peak GPU memory (allocated, reserved) and CPU memory."),
+    ts("Lengths: min, mean, max", *(_g(f"{k}/{s}") for k in ("response_length",
+                                                            "prompt_length")
+                                    for s in ("min", "mean", "max"))),
+    ts("Non-aborted responses", _family("response_length_non_aborted"),
+       _g("response/aborted_ratio"),
+       description="response_length_non_aborted/* (lengths of the responses that were "
+                   "not aborted) and response/aborted_ratio."),
+    ts("Time per token by phase", _family("timing_per_token_ms"), unit="ms",
+       description="timing_per_token_ms/*: each phase's time per token."),
+    ts("Turns per sample", Query(
+        f'label_replace({{__name__=~"{M}(training_)?num_turns_.+",{RUN}}}, "key", "$1", '
+        f'"__name__", "{M}(.+)")', "{{key}}"),
+       description="Multi-turn rollouts: turns per sample (min, mean, max), as "
+                   "num_turns/* (ray_trainer) or training/num_turns/* (the V1 trainer)."),
+    ts("Validation (auxiliary)", _family("val-aux"),
+       description="val-aux/*: the validation metrics beyond the core ones."),
+)
+
+# -- every trainer key, one click away ---------------------------------------------------------
+# One collapsed row per verl key head (the part before the first "/"), holding a panel
+# repeated over the run's exported names of that head; the last row holds the names no
+# head claims (a key nobody curated, a framework other than verl). The heads are verl
+# 0.9.1's (tests/verl_keys.py reads them from its metric code).
+TRAINER_HEADS = ("actor", "critic", "perf", "timing_s", "timing_per_token_ms",
+                 "response_length", "response_length_non_aborted", "response",
+                 "prompt_length", "global_seqlen", "training", "num_turns",
+                 "tool_call_counts", "rollout_corr", "rollout", "val-core", "val-aux",
+                 "validation", "variance_proxy", "separate_async", "gdpo")
+# RL-Insight's own families under the same prefix: on their own dashboards
+OWN_FAMILIES = ("lane_state", "lanes_in_state", "state_duration_seconds", "agent_loop_",
+                "step")
+
+
+@dataclass(frozen=True)
+class KeyGroup:
+    title: str
+    variable: str
+    include: str  # a regex over __name__
+    exclude: str = ""
+
+    def selector(self) -> str:
+        drop = f',__name__!~"{self.exclude}"' if self.exclude else ""
+        return f'{{__name__=~"{self.include}"{drop},{RUN}}}'
+
+
+def key_groups() -> tuple[KeyGroup, ...]:
+    """The groups of the "All trainer metrics" rows: each exported name in exactly one."""
+    out = []
+    for head in TRAINER_HEADS:
+        own = key_prefix(head)
+        # a longer head that starts with this one's name has its own row
+        longer = [key_prefix(h) for h in TRAINER_HEADS if h != head
+                  and key_prefix(h).startswith(own)]
+        out.append(KeyGroup(f"{head}/*", "k_" + own[len(M):-1], own + ".+",
+                            "|".join(f"{x}.+" for x in longer)))
+    claimed = "|".join(key_prefix(h) + ".+" for h in TRAINER_HEADS)
+    own = "|".join(M + f + (".*" if f.endswith("_") else "(_.+)?") for f in OWN_FAMILIES)
+    out.append(KeyGroup("Other keys", "k_other", M + ".+", f"{claimed}|{own}"))
+    return tuple(out)
+
+
+def key_panel(group: KeyGroup) -> Panel:
+    var = "${" + group.variable + "}"
+    return Panel(var, (Query(f'{{__name__=~"{var}",{RUN}}}', "{{__name__}}"),),
+                 width=6, height=6, repeat=group.variable,
+                 description=f"Every key of {group.title} the run logged, one panel each.")
+
 
 # -- rollout: vLLM (and vLLM-Omni, which serves vLLM's engine metrics) -----------------------
 VLLM = (
@@ -225,8 +350,11 @@ OMNI = (
     ts("Diffusion time (p90)",
        *(Query(f"histogram_quantile(0.9, sum by (le) (rate({VO}{name}_bucket{{{REPLICA}}}"
                "[$__rate_interval])))", legend)
-         for name, legend in (("diffusion_exec_s", "denoising"), ("vae_decode_s", "VAE decode"),
+         for name, legend in (("diffusion_exec_s", "denoising"),
+                              ("diffusion_exec_per_step_s", "per denoising step"),
+                              ("vae_decode_s", "VAE decode"),
                               ("diffusion_preprocess_s", "preprocess"),
+                              ("diffusion_postprocess_s", "postprocess"),
                               ("stage_in_queue_s", "scheduler queue"))), unit="s"),
     ts("Denoise step latency", *quantiles(f"{VO}denoise_step_latency_s", "stage", REPLICA,
                                           (0.5, 0.9)), unit="s"),
@@ -335,6 +463,22 @@ TQ = (
                    "endpoint."),
     ts("Storage request latency (p99)",
        *quantiles("tq_storage_request_duration_seconds", "op_type", RUN, (0.99,)), unit="s"),
+    # transferqueue 0.1.11, transfer_queue/metrics.py: gauges the storage units compute
+    # themselves and send to the controller (labels storage_unit_id, op_type)
+    ts("Storage requests processed (per unit)",
+       Query(f"sum by (storage_unit_id, op_type) (tq_storage_request_ops{{{RUN}}})",
+             "{{storage_unit_id}} {{op_type}}"),
+       description="tq_storage_request_ops: requests each storage unit has completed, by "
+                   "type, as the units report them to the controller."),
+    ts("Storage request latency (units' own p50, p99)",
+       Query(f"max by (storage_unit_id, op_type) (tq_storage_request_latency_p50{{{RUN}}})",
+             "p50 {{storage_unit_id}} {{op_type}}"),
+       Query(f"max by (storage_unit_id, op_type) (tq_storage_request_latency_p99{{{RUN}}})",
+             "p99 {{storage_unit_id}} {{op_type}}"), unit="s"),
+    ts("Controller uptime", Query(f"max(tq_controller_uptime_seconds{{{RUN}}})", "uptime"),
+       unit="s", kind="stat", width=6, height=5,
+       description="tq_controller_uptime_seconds (transferqueue 0.1.11): a drop is a "
+                   "restarted controller."),
     ts("Storage keys and capacity",
        Query(f"sum by (storage_unit_id) (tq_storage_active_keys_total{{{RUN}}})",
              "keys {{storage_unit_id}}"),
@@ -539,6 +683,20 @@ NPU = (
                           "{{node}} npu {{id}}"), unit="watt", needs="npu-exporter"),
     ts("NPU temperature", Query(f"max by (node, id) (npu_chip_info_temperature{{{NODE}}})",
                                 "{{node}} npu {{id}}"), unit="celsius", needs="npu-exporter"),
+    # Ascend npu-exporter: npu_chip_info_hbm_utilization, npu_chip_info_bandwidth_{rx,tx}
+    # (MB/s, the chip's network ports) in plugins/inputs/npu/npu.go @19470bcb;
+    # npu_chip_info_health_status (1 healthy, 0 not) in collector/npu_collector.go @0516e8af
+    ts("NPU HBM utilisation", Query(f"avg by (node, id) (npu_chip_info_hbm_utilization"
+                                    f"{{{NODE}}})", "{{node}} npu {{id}}"), unit="percent",
+       needs="npu-exporter"),
+    ts("NPU network bandwidth",
+       Query(f"sum by (node, id) (npu_chip_info_bandwidth_rx{{{NODE}}})", "rx {{node}} {{id}}"),
+       Query(f"sum by (node, id) (npu_chip_info_bandwidth_tx{{{NODE}}})", "tx {{node}} {{id}}"),
+       unit="MBs", needs="npu-exporter"),
+    ts("NPU health", Query(f"min by (node, id) (npu_chip_info_health_status{{{NODE}}})",
+                           "{{node}} npu {{id}}"), kind="state-timeline", width=24, height=5,
+       needs="npu-exporter",
+       options={"mappings": {"0": ("unhealthy", "red"), "1": ("healthy", "green")}}),
 )
 
 # -- RL-Insight itself --------------------------------------------------------------------------

@@ -321,9 +321,52 @@ class Simulation:
             "training/global_step": step, "training/epoch": step // 10,
         }
         data.update({f"timing_s/{k}": v for k, v in timing.items()})
+        data.update(self.detail_metrics(step, score, response, tokens, timing))
         if self.args.nan_loss_at and step >= self.args.nan_loss_at:  # a diverged update
             data["actor/pg_loss"] = float("nan")
         return data
+
+    def detail_metrics(self, step: int, score: float, response: float, tokens: float,
+                       timing: dict) -> dict:
+        """The rest of what verl 0.9.1 logs for a PPO run with a critic, rollout
+        correction and multi-turn rollouts (keys as verl/trainer/ppo/metric_utils.py,
+        rollout_corr_helper.py and the workers' losses write them)."""
+        u = self.rng.uniform
+        out = {"actor/entropy_loss": -0.01 * math.exp(-step / 40),
+               "actor/pg_clipfrac_lower": u(0, 0.001),
+               "actor/reward_kl_penalty": 0.001 + u(0, 0.001),
+               "actor/reward_kl_penalty_coeff": 0.001,
+               "critic/vf_loss": 0.05 * math.exp(-step / 10) + u(0, 0.01),
+               "critic/vf_clipfrac": u(0, 0.01), "critic/vf_explained_var": 0.2 + u(0, 0.3),
+               "critic/vpred_mean": score - 0.05,
+               "perf/mfu/actor": 0.3 + u(0, 0.1), "perf/mfu/critic": 0.25 + u(0, 0.1),
+               "perf/max_memory_allocated_gb": 52.0 + u(0, 4),
+               "perf/max_memory_reserved_gb": 60.0 + u(0, 4),
+               "perf/cpu_memory_used_gb": 120.0 + u(0, 8),
+               "response/aborted_ratio": u(0, 0.01),
+               "global_seqlen/min": tokens * 0.9 / 8, "global_seqlen/max": tokens * 1.1 / 8,
+               "global_seqlen/minmax_diff": tokens * 0.2 / 8,
+               "training/num_turns/min": 1, "training/num_turns/mean": 2.5 + u(0, 1),
+               "training/num_turns/max": 6,
+               "rollout_corr/rollout_is_mean": 1.0 + u(-0.05, 0.05),
+               "rollout_corr/rollout_is_max": 2.0 + u(0, 1),
+               "rollout_corr/rollout_rs_masked_fraction": u(0, 0.02),
+               "rollout_corr/training_ppl": 1.3 + u(0, 0.1),
+               "rollout_corr/rollout_ppl": 1.3 + u(0, 0.1)}
+        for key, mean in (("critic/score", score), ("critic/rewards", score - 0.01),
+                          ("critic/advantages", 0.0), ("critic/returns", score - 0.01),
+                          ("critic/values", score - 0.05),
+                          ("response_length", response),
+                          ("response_length_non_aborted", response - 2),
+                          ("prompt_length", 280.0)):
+            spread = max(abs(mean), 1.0) * 0.5
+            out[f"{key}/min"], out[f"{key}/max"] = mean - spread, mean + spread
+            out.setdefault(f"{key}/mean", mean)
+        out["response_length_non_aborted/clip_ratio"] = u(0, 0.02)
+        for phase in ("gen", "update_actor", "update_weights"):  # ms per token
+            if phase in timing:
+                out[f"timing_per_token_ms/{phase}"] = timing[phase] * 1000 / max(tokens, 1)
+        return out
 
     def run(self) -> None:
         pending = self.generate(1) if self.args.mode == "async" else []

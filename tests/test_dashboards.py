@@ -4,10 +4,12 @@ datasources by uid, variables, and TraceQL of Tempo's documented form."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from dashboards import build
+from dashboards import panels as P
 from tests.traceql import TraceQLError, check
 
 HERE = build.HERE  # the shipped dashboards
@@ -89,3 +91,54 @@ def test_the_traceql_checker_accepts_documented_forms():
                  '{ name = "vllm_generate" } | avg(duration) > 100ms',
                  '({ kind = server } && { span:status = ok })']:
         check(good)
+
+
+def _training_queries(curated: bool) -> list[str]:
+    d = next(d for d in build.dashboards() if d.uid == "rl-insight-training")
+    return [q.expr for sec in d.sections for p in sec.panels if bool(p.repeat) != curated
+            for q in p.queries]
+
+
+def _exported(key: str) -> str:
+    """The exported name of a key, or of one member of a ``head/*`` family."""
+    return P.gauge_key(key[:-1] + "x") if key.endswith("/*") else P.gauge_key(key)
+
+
+def test_every_key_verl_logs_reaches_exactly_one_all_metrics_row():
+    """verl 0.9.1's trainer keys (read from its metric code) each land in one row of
+    "All trainer metrics": a key nobody curated is still on screen, and none twice."""
+    from tests.verl_keys import verl_trainer_keys
+
+    keys = verl_trainer_keys()
+    assert len(keys) > 100, sorted(keys)
+    groups = P.key_groups()
+    repeated = _training_queries(curated=False)
+    assert {g.variable for g in groups} == {
+        re.search(r"\$\{(\w+)\}", q).group(1) for q in repeated}  # a row per group
+    for key, where in sorted(keys.items()):
+        name = _exported(key)
+        rows = [g.title for g in groups if re.fullmatch(g.include, name)
+                and not (g.exclude and re.fullmatch(g.exclude, name))]
+        assert len(rows) == 1, f"{key} ({where}) -> {name}: rows {rows}"
+    for own in ("rl_insight_monitor_lane_state", "rl_insight_monitor_step",
+                "rl_insight_monitor_agent_loop_sessions_total"):  # not trainer keys
+        assert not [g for g in groups if re.fullmatch(g.include, own)
+                    and not re.fullmatch(g.exclude, own)], own
+    assert [g.title for g in groups if re.fullmatch(g.include, "rl_insight_monitor_my_key")
+            and not re.fullmatch(g.exclude, "rl_insight_monitor_my_key")] == ["Other keys"]
+
+
+@pytest.mark.parametrize("key", [
+    "actor/pg_clipfrac_lower", "actor/entropy_loss", "actor/reward_kl_penalty",
+    "actor/reward_kl_penalty_coeff", "critic/score/min", "critic/rewards/max",
+    "critic/advantages/min", "critic/returns/max", "critic/values/min", "critic/vf_loss",
+    "global_seqlen/*", "perf/mfu/actor", "response_length_non_aborted/*",
+    "rollout_corr/*", "timing_per_token_ms/*", "training/num_turns/*", "val-aux/*",
+    "perf/max_memory_allocated_gb", "response/aborted_ratio"])
+def test_the_families_upstream_shows_have_curated_panels(key):
+    name = _exported(key)  # for a family, the name of one member
+
+    def shows(q: str) -> bool:  # the name itself, or a name regex of the query matching it
+        return bool(re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", q)) or any(
+            re.fullmatch(rx, name) for rx in re.findall(r'__name__=~"([^"]+)"', q))
+    assert any(shows(q) for q in _training_queries(curated=True)), key

@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from dashboards import build
+from dashboards import build, panels
 from rl_insight import netaddr
 from tests.conftest import REPO, wait_for
 
@@ -92,6 +92,9 @@ def world(ray_world):
                 "labels": {"node": "node-a"}}, timeout=5)
 
 
+SIMULATED = ("critic", "rollout-correction")  # what simulate_rl.py logs as verl would
+
+
 def substitute(expr: str, run: dict | None) -> str:
     values = {"$project": run["project"] if run else ".*",
               "$experiment_name": run["experiment_name"] if run else ".*",
@@ -143,7 +146,9 @@ def test_every_panel_query_returns_data_for_the_run(world):
                 srun = runs[TQ_RUN]
                 sstart, send = srun["t_start"] - 5, srun["t_done"] + 2
             for panel in section.panels:
-                if panel.needs and panel.needs != "node-exporter":
+                if panel.repeat:  # one per listed name: test_every_logged_key_has_a_row
+                    continue
+                if panel.needs and panel.needs not in SIMULATED:
                     skipped.append(f"{d.uid}/{panel.title} (needs {panel.needs})")
                     continue
                 if panel.needs == "node-exporter" and not shutil.which(
@@ -171,6 +176,8 @@ def test_dashboard_variables_list_the_run(world):
         model = build.model(d)
         run = run_for(d.uid, runs)
         for var in model["templating"]["list"]:
+            if var["name"].startswith("k_"):  # a key group's names; may be empty
+                continue
             m = re.fullmatch(r"label_values\((.*), (\w+)\)", var["definition"])
             assert m, var["definition"]
             selector, label = m.groups()
@@ -180,6 +187,35 @@ def test_dashboard_variables_list_the_run(world):
             assert r["status"] == "success" and r["data"], (d.uid, var["name"], selector)
             if run and label in ("project", "experiment_name"):
                 assert run[label] in r["data"]
+
+
+def label_values(prom: str, label: str, selector: str) -> set[str]:
+    r = requests.get(prom + f"/api/v1/label/{label}/values", params={"match[]": selector},
+                     timeout=10).json()
+    assert r["status"] == "success", (selector, r)
+    return set(r["data"])
+
+
+def test_every_logged_key_has_a_row_of_all_trainer_metrics(world):
+    """Every name the trainer logged is listed by exactly one key group's variable (the
+    rows repeated over it in the training dashboard), and nothing of RL-Insight's own."""
+    cli, _, runs = world
+    run = runs[next(iter(runs))]
+    ident = {"project": run["project"], "experiment_name": run["experiment_name"]}
+    logged = label_values(cli.prometheus, "__name__", '{__name__=~"rl_insight_monitor_.+",'
+                          f'project="{ident["project"]}",experiment_name="'
+                          f'{ident["experiment_name"]}"}}')
+    listed: dict[str, list[str]] = {}
+    for group in panels.key_groups():
+        for name in label_values(cli.prometheus, "__name__", substitute(group.selector(), run)):
+            listed.setdefault(name, []).append(group.title)
+    twice = {n: g for n, g in listed.items() if len(g) > 1}
+    assert not twice, twice
+    own = {n for n in logged if re.match(r"rl_insight_monitor_(lane_state|lanes_in_state|"
+                                         r"state_duration_seconds|agent_loop_|step$)", n)}
+    assert set(listed) == logged - own, sorted(logged - own ^ set(listed))
+    rows = {g[0] for g in listed.values()}
+    assert {"actor/*", "critic/*", "timing_s/*", "rollout_corr/*", "val-core/*"} <= rows
 
 
 def test_transfer_queue_storage_units_found_and_scraped(world):
