@@ -12,6 +12,22 @@ from pathlib import Path
 from rl_insight import config as config_mod
 from rl_insight import secret
 
+USAGE = """\
+RL-Insight: monitoring for reinforcement-learning training of LLMs on Ray.
+
+One server on a monitoring host collects the trainer's scalars, every rollout
+replica's engine metrics, TransferQueue, a timeline of replica and rank states and
+the nodes' hardware, and shows them in Grafana over Prometheus and Tempo.
+
+  rl-insight server install      fetch Prometheus, Tempo, Grafana (once)
+  rl-insight server start        start the server and its services; prints the
+                                 lines to export on the training cluster
+  rl-insight doctor              what is wrong between a node and the dashboards"""
+EPILOG = """\
+In training: set RL_INSIGHT_SERVER_URL (and RL_INSIGHT_TOKEN when the server prints
+one) on every node, then `import rl_insight; rl_insight.init(project, experiment)`,
+or run verl with VERL_RL_INSIGHT_ENABLE=1. `rl-insight COMMAND --help` for more."""
+
 
 def _settings(args: argparse.Namespace) -> config_mod.Settings:
     overrides = list(args.set or [])
@@ -442,7 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
     remote.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL, else the "
                                              "server running from $RL_INSIGHT_HOME")
 
-    parser = argparse.ArgumentParser(prog="rl-insight", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="rl-insight", description=USAGE, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version",
+                        version=f"rl-insight {__import__('rl_insight').__version__}")
     top = parser.add_subparsers(dest="command", required=True)
     server = top.add_parser("server", help="the monitoring server and its services")
     sub = server.add_subparsers(dest="action", required=True)

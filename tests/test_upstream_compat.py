@@ -293,3 +293,39 @@ def test_verl_nested_annotations_hold_one_state_per_lane_in_self_time(verl_recor
     outer = [s for s in spans if s.name == "actor_update"]
     inner = [s for s in spans if s.name == "train_batch"]
     assert [s.parent_id for s in inner] == [s.span_id for s in outer]  # children in Tempo
+
+
+def test_keyword_calls_as_upstream_documents_them(recorded):
+    c, got = recorded
+    api.metric_gauge(name="kw_gauge", value=2.5, documentation="a doc", stage="x")
+    api.metric_count(name="kw_count", amount=3)
+    api.metric_histogram(name="kw_hist", value=0.2)
+    api.metric_gauge("positional", 1.0, name="a label")  # positional wins: name is a label
+    api.metric_gauge(value=1.0)  # no name: logged, never raised
+    c.buffer.flush(5)
+    by = {m.name: m for m in of(got, Metric)}
+    assert by["rl_insight_monitor_kw_gauge"].value == 2.5
+    assert dict(by["rl_insight_monitor_kw_gauge"].labels) == {"stage": "x"}
+    assert by["rl_insight_monitor_kw_gauge"].doc == "a doc"
+    assert by["rl_insight_monitor_kw_count_total"].value == 3
+    assert "rl_insight_monitor_kw_hist" in by
+    assert dict(by["rl_insight_monitor_positional"].labels) == {"name": "a label"}
+    assert len(of(got, Metric)) == 4
+
+
+def test_upstream_module_paths_version_and_help(capsys):
+    import importlib.util
+
+    from rl_insight import cli, utils
+
+    assert utils.update_prometheus_config is api.update_prometheus_config
+    assert utils.MonitorDefaults.NAMESPACE + "_" == "rl_insight_monitor_"
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == "rl-insight 0.3.0"
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = capsys.readouterr().out
+    assert text.startswith("usage: rl-insight") and "monitoring for reinforcement-learning" \
+        in text and "parse the command line" not in text
+    assert importlib.util.find_spec("rl_insight.__main__") is not None  # python -m rl_insight

@@ -174,6 +174,8 @@ def _metric(kind: str, name: str, value: Any, documentation: str,
         if c is None:
             return
     try:
+        if name is _REQUIRED:
+            raise TypeError("a metric needs a name (first argument, or name=)")
         exported, changed = naming.metric_name(name, kind)
         lab = _labels(labels)
         if changed:
@@ -204,44 +206,47 @@ class _Required:
 _ONE, _NO_DOC, _REQUIRED = _Default(1.0), _NoDoc(""), _Required()
 
 
-def _params(value: Any, documentation: Any, labels: dict, value_key: str
-            ) -> tuple[Any, str]:
-    """Positional arguments win; a keyword equal to a parameter name (``value=``,
-    ``amount=``, ``documentation=``) fills that parameter when it was not given
-    positionally and is a label otherwise, so no label name makes a call raise."""
+def _params(name: Any, value: Any, documentation: Any, labels: dict, value_key: str
+            ) -> tuple[Any, Any, str]:
+    """Positional arguments win; a keyword equal to a parameter name (``name=``,
+    ``value=``, ``amount=``, ``documentation=``: upstream's keyword calls) fills that
+    parameter when it was not given positionally and is a label otherwise, so no label
+    name makes a call raise."""
+    if name is _REQUIRED:
+        name = labels.pop("name", _REQUIRED)
     if value is _ONE or value is _REQUIRED:
         value = labels.pop(value_key, 1.0 if value is _ONE else value)
     if documentation is _NO_DOC:
         documentation = labels.pop("documentation", "")
         if not isinstance(documentation, str):
             labels["documentation"], documentation = documentation, ""
-    return value, documentation
+    return name, value, documentation
 
 
-def metric_count(name: str, amount: float = _ONE, documentation: str = _NO_DOC, /,
+def metric_count(name: str = _REQUIRED, amount: float = _ONE, documentation: str = _NO_DOC, /,
                  **labels: Any) -> None:
     """Add ``amount`` (default 1) to a counter (``rl_insight_monitor_<name>_total``)."""
     if _client is None and _env_checked:  # monitoring is off: nothing to do
         return
-    amount, documentation = _params(amount, documentation, labels, "amount")
+    name, amount, documentation = _params(name, amount, documentation, labels, "amount")
     _metric(COUNTER, name, amount, documentation, labels)
 
 
-def metric_gauge(name: str, value: float = _REQUIRED, documentation: str = _NO_DOC, /,
+def metric_gauge(name: str = _REQUIRED, value: float = _REQUIRED, documentation: str = _NO_DOC, /,
                  **labels: Any) -> None:
     """Set a gauge (exported as ``rl_insight_monitor_<name>``)."""
     if _client is None and _env_checked:  # monitoring is off: nothing to do
         return
-    value, documentation = _params(value, documentation, labels, "value")
+    name, value, documentation = _params(name, value, documentation, labels, "value")
     _metric(GAUGE, name, value, documentation, labels)
 
 
-def metric_histogram(name: str, value: float = _REQUIRED, documentation: str = _NO_DOC, /,
-                     **labels: Any) -> None:
+def metric_histogram(name: str = _REQUIRED, value: float = _REQUIRED,
+                     documentation: str = _NO_DOC, /, **labels: Any) -> None:
     """Observe one value into a histogram (``_bucket``, ``_sum``, ``_count``)."""
     if _client is None and _env_checked:  # monitoring is off: nothing to do
         return
-    value, documentation = _params(value, documentation, labels, "value")
+    name, value, documentation = _params(name, value, documentation, labels, "value")
     _metric(HISTOGRAM, name, value, documentation, labels)
 
 

@@ -1,0 +1,7 @@
+"""``python -m rl_insight``: the `rl-insight` command (as upstream 0.3.0 has it)."""
+
+import sys
+
+from rl_insight.cli import main
+
+sys.exit(main())

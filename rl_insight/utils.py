@@ -1,0 +1,36 @@
+"""``rl_insight.utils``: the module path upstream rl-insight 0.3.0 code imports its
+helpers from (``update_prometheus_config`` and friends). The names and values are
+upstream's (rl-insight 0.3.0 wheel, rl_insight/utils/constants.py and
+prometheus_utils.py); the work is done by this package's own client."""
+
+from __future__ import annotations
+
+from rl_insight.client.api import update_prometheus_config
+
+
+class MonitorEnv:
+    SERVER_URL = "RL_INSIGHT_SERVER_URL"
+
+
+class MonitorDefaults:
+    NAMESPACE = "rl_insight_monitor"  # the exported metric prefix, as here
+    METRICS_REPORT_PORT = 9092
+
+
+class MonitorServer:
+    API_PREFIX = "/api/v1"
+
+
+class PrometheusScrape:
+    TRAINER_METRICS_JOB = "trainer_metrics"  # upstream hub's job (ours registers as "rollout")
+
+
+def start_metrics_http_server(port: int, addr: str = "") -> None:
+    """Serve this process's prometheus_client registry on ``addr:port`` (a thread)."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=addr.strip("[]") if addr else "")
+
+
+__all__ = ["MonitorDefaults", "MonitorEnv", "MonitorServer", "PrometheusScrape",
+           "start_metrics_http_server", "update_prometheus_config"]
