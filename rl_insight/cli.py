@@ -178,7 +178,8 @@ def _api(call) -> int:
 
 
 def cmd_targets_add(args: argparse.Namespace) -> int:
-    """Register the targets of a YAML file: one registration body, or a list of them."""
+    """Register the targets of a YAML file: one registration body, a list of them, or
+    upstream rl-insight's form (``jobs:`` holding the list)."""
     import yaml
 
     from rl_insight.server.targets import TargetError, parse_many
@@ -188,6 +189,8 @@ def cmd_targets_add(args: argparse.Namespace) -> int:
     except (OSError, yaml.YAMLError) as exc:
         print(f"rl-insight: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
+    if isinstance(data, dict) and isinstance(data.get("jobs"), list):
+        data = data["jobs"]  # upstream rl-insight's targets file: jobs: [{job_name, ...}]
     bodies = data if isinstance(data, list) else [data]
     try:
         parse_many(bodies)  # validate all before sending any

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -434,6 +435,60 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# Upstream rl-insight 0.3.0's server config (its rl_insight/config/config.yaml): each
+# key is read as the setting here that means the same, or ignored with a warning saying
+# why; a value this server cannot honour is refused with what to write instead.
+_UPSTREAM_SAME = {
+    "server.enable": None, "server.backend": None, "service_root": None,
+    "otel.otel_port": None,
+    "prometheus.binary_path": "prometheus.binary", "prometheus.enable": "prometheus.enabled",
+    "prometheus.install_version": "prometheus.version",
+    "prometheus.prometheus_port": "prometheus.port",
+    "prometheus.retention_time": "prometheus.retention",
+    "tempo.binary_path": "tempo.binary", "tempo.enable": "tempo.enabled",
+    "tempo.install_version": "tempo.version", "tempo.query_port": "tempo.port",
+    "tempo.retention_time": "tempo.block_retention",
+    "grafana.binary_path": "grafana.binary", "grafana.enable": "grafana.enabled",
+    "grafana.install_version": "grafana.version",
+    "prometheus.config_file": None, "tempo.config_file": None, "grafana.config_file": None,
+    "grafana.provisioning_dir": None,
+}
+_UPSTREAM_WHY = {
+    "server.enable": "this server is enabled by starting it",
+    "server.backend": "this server runs its services itself, as upstream's `local`",
+    "otel.otel_port": "spans come in on the server's own port (server.port) here",
+    "service_root": "services live under $RL_INSIGHT_HOME here",
+    "config_file": "this server writes its services' configs itself (under "
+                   "$RL_INSIGHT_HOME/generated)",
+    "provisioning_dir": "this server provisions Grafana itself",
+}
+
+
+def upstream_setting(key: str, value: Any) -> tuple[str | None, Any, str]:
+    """(this project's key or None, the value, a note) for a key of upstream's server
+    config; ConfigError for a value that cannot be honoured here."""
+    target = _UPSTREAM_SAME.get(key, key)
+    if key == "server.backend" and str(value) != "local":
+        raise ConfigError(f"server.backend={value!r} (upstream rl-insight): this server "
+                          "runs Prometheus, Tempo and Grafana itself, as upstream's `local` "
+                          "backend; remove the key")
+    if key == "server.enable" and str(value).lower() in ("false", "0", "no", "off"):
+        raise ConfigError("server.enable=false (upstream rl-insight): there is nothing to "
+                          "start then; remove the key and do not run `rl-insight server "
+                          "start`")
+    if key == "tempo.retention_time":  # upstream writes days (30d); Tempo takes hours
+        m = re.fullmatch(r"\s*(\d+)\s*d\s*", str(value))
+        value = f"{int(m.group(1)) * 24}h" if m else value
+    if isinstance(value, str) and "${" in value:  # upstream's own interpolated defaults
+        return None, value, "an upstream default path; this server chooses its own"
+    if target is None:
+        return None, value, _UPSTREAM_WHY.get(key, _UPSTREAM_WHY.get(key.rsplit(".", 1)[-1],
+                                                                     "not needed here"))
+    if key.endswith("binary_path") and not value:
+        return None, value, "empty, so found as usual"
+    return target, value, ""
+
+
 def apply_file(settings: Settings, path: str | os.PathLike) -> None:
     """Overlay a YAML file; unknown keys are an error so typos do not pass silently."""
     p = Path(path).expanduser()
@@ -445,11 +500,20 @@ def apply_file(settings: Settings, path: str | os.PathLike) -> None:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {p} must hold a mapping of sections")
+    notes = []
     for key, value in _flatten(data).items():
         try:
+            if key in _UPSTREAM_SAME or (isinstance(value, str) and "${service_root}" in value):
+                theirs = key
+                key, value, note = upstream_setting(key, value)
+                notes.append(f"{theirs} {'read as ' + key if key else 'ignored: ' + note}")
+                if key is None:
+                    continue
             set_key(settings, key, value)
         except ConfigError as exc:
             raise ConfigError(f"{p}: {exc}") from None
+    if notes:
+        log.warning("%s is upstream rl-insight's server config; %s", p, "; ".join(notes))
 
 
 def apply_env(settings: Settings, environ: Mapping[str, str]) -> None:

@@ -93,3 +93,48 @@ def test_remote_write_settings_from_the_environment_and_flags_with_secrets_maske
     assert passed == ["--set", "prometheus.remote_write_urls=http://a:1/w"]
     assert environ == {"RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_PASSWORD": "PW-1",
                        "RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_BEARER_TOKEN": "TOK-2"}
+
+
+# upstream rl-insight 0.3.0's server config (the wheel's rl_insight/config/config.yaml):
+# its keys and default values, as a user's file holds them
+UPSTREAM = """
+server: {backend: local, enable: true, port: 18081}
+prometheus: {binary_path: "", enable: true, min_version: 2.30.0, install_version: 2.54.1,
+             prometheus_port: 9095, retention_time: 30d,
+             config_file: "${service_root}/services/prometheus/prometheus.yml"}
+otel: {otel_port: 4318}
+tempo: {binary_path: /opt/tempo/tempo, enable: false, min_version: 2.0.0,
+        install_version: 2.6.1, query_port: 3201, retention_time: 30d,
+        config_file: "${service_root}/services/tempo/tempo.yaml"}
+grafana: {binary_path: "", enable: true, min_version: 13.0.0, install_version: 13.0.0,
+          port: 3001, config_file: "${service_root}/services/grafana/grafana.ini",
+          provisioning_dir: "${service_root}/services/grafana/provisioning",
+          dashboards_dir: "${service_root}/services/grafana/dashboards"}
+"""
+
+
+def test_an_upstream_server_config_is_read_as_the_same_settings(home, tmp_path, caplog):
+    f = tmp_path / "server.yaml"
+    f.write_text(UPSTREAM)
+    s = config.load(f)
+    assert (s.server.port, s.prometheus.port, s.prometheus.retention) == (18081, 9095, "30d")
+    assert (s.tempo.enabled, s.tempo.binary, s.tempo.port) == (False, "/opt/tempo/tempo", 3201)
+    assert s.tempo.block_retention == "720h"  # Tempo takes hours
+    assert (s.grafana.port, s.grafana.min_version, s.grafana.dashboards_dir) == (
+        3001, "13.0.0", "")  # upstream's interpolated default path: ours instead
+    said = caplog.text
+    assert said.count("upstream rl-insight's server config") == 1  # one line
+    assert "prometheus.prometheus_port read as prometheus.port" in said
+    assert "otel.otel_port ignored: spans come in on the server's own port" in said
+
+
+@pytest.mark.parametrize("text, message", [
+    ("server: {backend: kubernetes}", "remove the key"),
+    ("server: {enable: false}", "nothing to start"),
+])
+def test_upstream_values_that_cannot_be_honoured_say_what_to_write(home, tmp_path, text,
+                                                                   message):
+    f = tmp_path / "server.yaml"
+    f.write_text(text)
+    with pytest.raises(config.ConfigError, match=message):
+        config.load(f)

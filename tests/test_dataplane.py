@@ -118,6 +118,14 @@ def test_targets_add_from_yaml(route_server, exporter, tmp_path):
     f.write_text("job_name: x\ntargets: ['http://bad:1']\n")
     r = cli.run("server", "targets", "add", str(f))
     assert r.returncode != 0 and "only host:port" in r.stderr
+    # upstream rl-insight's targets file: the registrations under jobs:
+    f.write_text(f"jobs:\n  - job_name: upstream-form\n    targets:\n      - target: "
+                 f"'{exporter}'\n        labels: {{role: engine}}\n")
+    r = cli.run("server", "targets", "add", str(f))
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: prom_query(cli.prometheus, f'up{{job="upstream-form",role="engine",'
+                                                f'instance="{exporter}"}}'),
+             15, "the target of an upstream targets file scraped")
 
 
 def test_the_query_proxy_passes_prometheus_answers_on_with_their_status(route_server):
