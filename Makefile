@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on -e '.[test,verl,transferqueue]'
 	@echo "== installing verl 0.9.1 and transferqueue 0.1.11 (without GPU or hydra dependencies): the real trainer classes and data queue"
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps 'verl==0.9.1' 'transferqueue==0.1.11'
+	@echo "== downloading upstream rl-insight 0.3.0's wheel (not installed: the mixed-version tests unpack it in an environment of their own)"
+	$(BIN)/python -m pip download --disable-pip-version-check -q --progress-bar on --no-deps -d $(VENV)/upstream 'rl-insight==0.3.0'
 	@touch $(STAMP)
 
 setup: $(STAMP)

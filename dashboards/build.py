@@ -29,7 +29,11 @@ HERE = Path(__file__).resolve().parents[1] / "rl_insight" / "dashboards"
 SCHEMA_VERSION = 39
 DATASOURCES = {"prometheus": {"type": "prometheus", "uid": "prometheus"},
                "tempo": {"type": "tempo", "uid": "tempo"}}
-RUN_SOURCE = 'push_time_seconds{job="rl_insight"}'
+# runs named by pushes to this server, or by trainer series scraped from elsewhere (an
+# upstream rl-insight 0.3.0 client serves its hub's metrics for scraping: job
+# trainer_metrics)
+RUN_SERIES = '__name__=~"push_time_seconds|rl_insight_monitor_.+"'
+RUN_SOURCE = f'{{{RUN_SERIES},project!=""}}'
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,7 @@ def variable(name: str, replica_metric: str = "") -> dict:
     run = 'project=~"$project"'
     queries = {
         "project": f"label_values({RUN_SOURCE}, project)",
-        "experiment_name": f'label_values(push_time_seconds{{job="rl_insight",{run}}}, '
-                           "experiment_name)",
+        "experiment_name": f"label_values({{{RUN_SERIES},{run}}}, experiment_name)",
         "replica": f"label_values({replica_metric}{{{P.RUN}}}, replica)",
         "node": 'label_values(up{job=~"node-exporter|dcgm-exporter|npu-exporter"}, node)',
     }

@@ -458,10 +458,11 @@ def test_api_signatures_match_the_contract():
         "= None, config: 'Mapping[str, Any] | None' = None) -> 'None'"
     # the contract's calls, positional or keyword, work; the parameters are positional-only
     # so that a label may share their names (name=, value=, amount=, documentation=)
-    assert sig["metric_count"].startswith("(name: 'str', amount: 'float' = 1.0, "
+    # (name= too: upstream documents keyword calls; a missing name is logged, not raised)
+    assert sig["metric_count"].startswith("(name: 'str' = <required>, amount: 'float' = 1.0, "
                                           "documentation: 'str' = '', /, **labels")
-    assert sig["metric_gauge"].startswith("(name: 'str', value: 'float' = <required>, "
-                                          "documentation: 'str' = '', /, **labels")
+    assert sig["metric_gauge"].startswith("(name: 'str' = <required>, value: 'float' = "
+                                          "<required>, documentation: 'str' = '', /, **labels")
     assert sig["trace_span"].startswith("(*, name: 'str', start_time_ns: 'int', "
                                         "end_time_ns: 'int', attributes")
     assert sig["trace_op"].startswith("(name: 'str | Callable | None' = None, *, "

@@ -365,7 +365,7 @@ while time.time() < deadline:  # Ray exports its metrics every few seconds
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     if "rl_insight_hub_events_received" in text and "rl_insight_lanes_spans_received" in text:
         break
-    time.sleep(1)
+    time.sleep(0.5)
 lines = [x for x in text.splitlines() if "rl_insight_hub_" in x or "rl_insight_lanes_" in x]
 print("RESULT " + json.dumps({"actors": {a.name: a.repr_name for a in rows}, "lines": lines}))
 '''

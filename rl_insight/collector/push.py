@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
@@ -35,6 +36,12 @@ def group_path(job: str, labels: dict[str, str]) -> str:
     for k, v in labels.items():
         parts.append(f"{k}@base64/{b64(v)}")
     return "/".join(parts)
+
+
+# servers this process found not to be of this project (said once), and the lock of the
+# one probe per server
+_FOREIGN: dict[str, bool] = {}
+_FOREIGN_LOCK = threading.Lock()
 
 
 class Sender:
@@ -68,6 +75,7 @@ class Sender:
         self.retry_at = 0.0  # monotonic time before which an overloaded server is spared
         self.backoffs = 0  # 429/503 answers with Retry-After, counted
         self.batch_route = True  # False once the server answered 404 to BATCH_PATH
+        self.foreign: bool | None = None  # the server is not of this project (None: unknown)
 
     def _seen(self, response) -> None:
         started = response.headers.get("X-RL-Insight-Started")
@@ -92,6 +100,39 @@ class Sender:
                         what, self.last_error)
         self.ok = False
         return False
+
+    def _is_foreign(self, r, url: str) -> bool:
+        """On a 404 or 405 from the server: is it another kind of server (upstream
+        rl-insight 0.3, or no RL-Insight at all)? Asked once per server and process (the
+        senders of a process share the answer), and said once."""
+        if self.foreign is not None:
+            return self.foreign
+        if r.headers.get("X-RL-Insight-Started"):  # ours (an older version, maybe)
+            return False
+        with _FOREIGN_LOCK:  # one probe; the other threads wait for its answer
+            known = _FOREIGN.get(self.server_url)
+            if known is None:
+                known = _FOREIGN[self.server_url] = self._probe(r.status_code, url)
+        self.foreign = known
+        return known
+
+    def _probe(self, status: int, url: str) -> bool:
+        """Say what the server is (it has no route of ours, nor our header)."""
+        try:
+            body = self.session.get(self.server_url + "/api/v1/services",
+                                    timeout=self.timeout).json()
+        except (requests.RequestException, ValueError):
+            body = None
+        upstream = isinstance(body, dict) and "otlp_port" in body and "server" not in body
+        log.error(
+            "rl-insight: %s is %s: it has no route for this client's pushes and spans (%s "
+            "%s), so nothing this process measures reaches it. Start this package's server "
+            "(`rl-insight server start`) and point RL_INSIGHT_SERVER_URL at it%s. This is "
+            "said once; later refusals are not logged.", self.server_url,
+            "an upstream rl-insight 0.3 server (it takes scrape targets only)" if upstream
+            else "not an RL-Insight server", status, urlsplit(url).path,
+            ", or run upstream's client with that server" if upstream else "")
+        return True
 
     def _backing_off(self) -> bool:
         return time.monotonic() < self.retry_at
@@ -132,6 +173,10 @@ class Sender:
             except ValueError:
                 msg = r.text
             self.last_error = f"{r.status_code}: {msg[:300]}"
+            if r.status_code in (404, 405) and self.server_url and \
+                    url.startswith(self.server_url) and self._is_foreign(r, url):
+                self.ok = False
+                return True, r  # it will never take this: dropped, said once above
             if r.status_code == 404 and url.endswith(BATCH_PATH):
                 return False, r  # an older server: the caller pushes group by group
             if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
@@ -175,6 +220,8 @@ class Sender:
             ok, r = self._call("POST", self.server_url + BATCH_PATH, "metrics push",
                                data=body.encode(),
                                headers={"Content-Type": "application/json"})
+            if r is not None and r.status_code == 404 and self.foreign:
+                return [True] * len(groups)  # refused for good: said once
             if r is not None and r.status_code == 404:
                 log.info("rl-insight: the server has no %s; pushing group by group",
                          BATCH_PATH)

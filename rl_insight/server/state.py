@@ -210,4 +210,14 @@ class ServerState:
                        "last_error": self.relay.last_error},
             "all_ready": all(e["ready"] for e in needed),
             "local_targets": self.local_targets.report(),
+            **self.upstream_keys(),
         }
+
+    def upstream_keys(self) -> dict:
+        """What upstream rl-insight 0.3.0's client reads from this answer (its
+        server/http_api.py ``services``): ``otlp_port`` is where its hub exports spans,
+        this server's own port here (it relays them to Tempo)."""
+        s = self.settings
+        return {"status": "ok", "otlp_port": s.server.port,
+                "prometheus_port": s.prometheus.port if s.prometheus.enabled else None,
+                "grafana_port": s.grafana.port if s.grafana.enabled else None}
