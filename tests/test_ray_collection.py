@@ -378,8 +378,11 @@ def test_hub_and_lanes_are_inspectable_from_ray(stack, cluster):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = last_json(r.stdout)
     hub = res["actors"]["rl_insight_hub"]
-    # the run that started it, or (a hub restarted by another test) the runs it recovered
-    assert hub.startswith("HubActor(runs ['") and "'proj/" in hub and " events, " in hub, hub
+    # the run that started it, or (a hub restarted by another test) the runs it recovered:
+    # Ray takes the text once, when the actor starts, and another test's job may have
+    import re
+
+    assert re.match(r"HubActor\(runs \['[^'/]+/[^']+'.*\]: \d+ events, \d+ pushes", hub), hub
     lanes = [v for k, v in res["actors"].items() if k.startswith("rl_insight_lane_")]
     assert lanes and all(v.startswith("LaneActor(") and "spans sent" in v for v in lanes)
     hub_lines = [x for x in res["lines"] if x.startswith("ray_rl_insight_hub_events_received")]
