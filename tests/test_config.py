@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from rl_insight import config
+from rl_insight import cli, config
 
 
 def test_defaults_are_the_documented_ports(home):
@@ -67,10 +68,6 @@ def test_bad_file_is_reported(home, tmp_path):
 
 def test_remote_write_settings_from_the_environment_and_flags_with_secrets_masked(
         home, capsys):
-    import yaml
-
-    from rl_insight import cli
-
     env = {"RL_INSIGHT_HOME": str(home),
            "RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_URLS": "http://a:1/w,http://b:2/w",
            "RL_INSIGHT_PROMETHEUS_REMOTE_WRITE_PASSWORD": "PW-1"}
@@ -138,3 +135,19 @@ def test_upstream_values_that_cannot_be_honoured_say_what_to_write(home, tmp_pat
     f.write_text(text)
     with pytest.raises(config.ConfigError, match=message):
         config.load(f)
+
+
+def test_client_settings_set_for_the_job_travel_in_its_runtime_env(home, capsys,
+                                                                   monkeypatch):
+    # a worker reads its own environment, not the driver's: `ray-env` and attach's
+    # runtime_env carry the client settings the operator set, and nothing else of ours
+    monkeypatch.setenv("RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S", "1")
+    monkeypatch.setenv("RL_INSIGHT_PROMETHEUS_SCRAPE_INTERVAL", "1s")
+    assert cli.main(["ray-env", "--server-url", "http://10.0.0.1:18080"]) == 0
+    env_vars = yaml.safe_load(capsys.readouterr().out)["env_vars"]
+    assert env_vars["RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S"] == "1"
+    assert "RL_INSIGHT_PROMETHEUS_SCRAPE_INTERVAL" not in env_vars
+    from rl_insight.ray import runtime_env
+    merged = runtime_env({"env_vars": {"RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "2"}})
+    assert merged["env_vars"]["RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S"] == "2"  # the job's
+    assert config.load(environ=env_vars).client.lane_flush_interval_s == 1.0

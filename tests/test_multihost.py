@@ -101,10 +101,14 @@ def world(tmp_path_factory):
         assert r.returncode == 0, r.stdout + r.stderr
         # Step 3, from the operator's machine: the runtime env, then the job
         env_file = tmp / "env.yaml"
+        # this server scrapes every second: the README says to set the lanes' tick as
+        # short, or states shorter than the 5 s tick never reach the sampled timeline
         r = subprocess.run([PY, "-m", "rl_insight.cli", "ray-env", "--server-url", url],
-                           env=client_env(), capture_output=True, text=True, timeout=60)
-        assert yaml.safe_load(r.stdout)["env_vars"]["RL_INSIGHT_TOKEN"] == \
-            EXPORTED["RL_INSIGHT_TOKEN"], r.stdout
+                           env=client_env(RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="1"),
+                           capture_output=True, text=True, timeout=60)
+        written = yaml.safe_load(r.stdout)["env_vars"]
+        assert written["RL_INSIGHT_TOKEN"] == EXPORTED["RL_INSIGHT_TOKEN"], r.stdout
+        assert written["RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S"] == "1", r.stdout
         assert r.returncode == 0, r.stderr
         env_file.write_text(r.stdout)
         t_start = time.time()

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_insight import config as config_mod
 from rl_insight import secret
 from rl_insight.client import api
 from rl_insight.client.core import (
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 TOKEN_ENV = "RL_INSIGHT_TOKEN"
 WORKER_SETUP_HOOK = "rl_insight.ray.hooks.worker_setup"
+# RL_INSIGHT_CLIENT_*: the client's settings, as config.py names them
+CLIENT_SETTING_ENVS = tuple(config_mod.env_name(k) for k in config_mod.all_keys()
+                            if k.startswith("client."))
 
 
 @dataclass
@@ -47,9 +51,12 @@ class Attachment:
 
 
 def env_vars(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The variables every worker needs, taken from this process's environment."""
+    """The variables every worker needs, taken from this process's environment, and
+    the client settings set there (a worker reads its own environment, not the
+    driver's: a tick set as short as the scrape interval must reach every process)."""
     out = {}
-    for name in (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV, PROJECT_ENV, EXPERIMENT_ENV):
+    for name in (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV, PROJECT_ENV, EXPERIMENT_ENV,
+                 *CLIENT_SETTING_ENVS):
         if environ.get(name):
             out[name] = environ[name]
     if out.get(SERVER_URL_ENV) or out.get(OTLP_ENV):
