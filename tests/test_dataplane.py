@@ -299,6 +299,11 @@ def test_spans_relay_spool_and_replay_in_order(cli):
         lanes = requests.get(url + "/api/v1/lanes", params={"project": "proj"}).json()
         assert {ln["lane"] for ln in lanes["lanes"]} == {"replica_0", "replica_1", "replica_2"}
         assert sum(ln["spans"] for ln in lanes["lanes"]) == 320
+        # the relay must have met the outage for its sends to count as replay (on a
+        # loaded machine it may not have tried yet, and then nothing was replayed)
+        wait_for(lambda: "rl_insight_trace_relay_up 0.0" in
+                 requests.get(url + "/metrics", timeout=5).text.splitlines(), 15,
+                 "the relay to find Tempo down")
         tempo.start()
         wait_for(lambda: len(tempo.spans) >= 320, 20, "the spooled spans replayed")
     finally:
