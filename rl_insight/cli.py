@@ -247,8 +247,9 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
         print(resources.runtime_env_file())
         return 0
     environ = dict(os.environ)
-    if not environ.get(secret.TOKEN_ENV):  # the server on this machine made one
-        environ[secret.TOKEN_ENV] = secret.local_token(config_mod.load())
+    token = secret.client_token(config_mod.load())  # exported, configured, or made here
+    if token:
+        environ[secret.TOKEN_ENV] = token
     if args.server_url:
         environ["RL_INSIGHT_SERVER_URL"] = args.server_url
     if args.project and args.experiment:

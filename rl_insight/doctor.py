@@ -17,10 +17,10 @@ import requests
 
 from rl_insight import netaddr
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
+from rl_insight.secret import TOKEN_ENV
 from rl_insight.server.targets import describe_local_targets
 
 OK, WARN, PROBLEM, SKIPPED = "ok", "warn", "problem", "skipped"
-TOKEN_ENV = "RL_INSIGHT_TOKEN"
 
 
 @dataclass

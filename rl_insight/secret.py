@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import secrets
 from pathlib import Path
 
-from rl_insight.config import Settings
+from rl_insight.config import Settings, env_name
 
 log = logging.getLogger(__name__)
 
 TOKEN_FILE = "token"
-TOKEN_ENV = "RL_INSIGHT_TOKEN"
+TOKEN_ENV = env_name("server.token")  # RL_INSIGHT_TOKEN
 
 
 def token_path(settings: Settings) -> Path:
@@ -67,3 +68,12 @@ def client_token(settings: Settings) -> str:
     """The token a client sends: ``RL_INSIGHT_TOKEN`` (or ``server.token``), else the one
     a server of this user on this machine made."""
     return settings.server.token or local_token(settings)
+
+
+def export_client_token(settings: Settings) -> str:
+    """:func:`client_token`, also put in this process's environment when it was not there
+    (read from a file): Ray workers started from this process then send it too."""
+    token = client_token(settings)
+    if token and not os.environ.get(TOKEN_ENV):
+        os.environ[TOKEN_ENV] = token
+    return token

@@ -5,6 +5,7 @@ exits hard, lanes and the pool, and two jobs side by side."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -382,8 +383,7 @@ def test_hub_and_lanes_are_inspectable_from_ray(stack, cluster):
     hub = res["actors"]["rl_insight_hub"]
     # the run that started it, or (a hub restarted by another test) the runs it recovered:
     # Ray takes the text once, when the actor starts, and another test's job may have
-    import re
-
+    # started it
     assert re.match(r"HubActor\(runs \['[^'/]+/[^']+'.*\]: \d+ events, \d+ pushes", hub), hub
     lanes = [v for k, v in res["actors"].items() if k.startswith("rl_insight_lane_")]
     assert lanes and all(v.startswith("LaneActor(") and "spans sent" in v for v in lanes)

@@ -87,9 +87,7 @@ def _enable() -> Client | None:
     if not server and not otlp:
         return None
     settings = load_settings()
-    token = os.environ.get(secret.TOKEN_ENV, "") or secret.client_token(settings)
-    if token and not os.environ.get(secret.TOKEN_ENV):  # Ray workers started later get it
-        os.environ[secret.TOKEN_ENV] = token
+    token = secret.export_client_token(settings)
     _client = Client(server, otlp, token, settings.client)
     return _client
 

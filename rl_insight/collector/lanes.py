@@ -55,6 +55,20 @@ def duration_lane(lane: str) -> str:
     return RANK_LANES if DEDICATED.match(lane) else POOLED_LANE
 
 
+class _Open:
+    """An open state of a dedicated lane: its self time so far, and since when its clock
+    runs (it holds the lane)."""
+
+    __slots__ = ("token", "state", "self_ns", "since_ns")
+
+    def __init__(self, token: int, state: str, since_ns: int) -> None:
+        self.token, self.state, self.self_ns, self.since_ns = token, state, 0, since_ns
+
+    def stop(self, now_ns: int) -> None:
+        """Another state takes the lane (or this one ends): add the time it held it."""
+        self.self_ns += max(now_ns - self.since_ns, 0)
+
+
 class LaneCore:
     def __init__(self, sender: Sender, name: str, max_pending: int = 100_000,
                  batch_size: int = 512,
@@ -64,9 +78,8 @@ class LaneCore:
         self.batch_size = batch_size
         self.runs = Runs(max_series=50_000)
         self.pending: deque[tuple[Identity, str, Span]] = deque(maxlen=max_pending)
-        # per dedicated lane, its open states, oldest first: [token, state, self time so
-        # far (ns), since when it is the lane's state (ns)]
-        self.current: dict[tuple[Identity, str], list[list]] = {}
+        # per dedicated lane, its open states, oldest first (the last holds the lane)
+        self.current: dict[tuple[Identity, str], list[_Open]] = {}
         self.in_state: dict[tuple[Identity, str], int] = {}
         # dedicated lanes only: pooled ones (one per request or trajectory, 100,000s in a
         # run) are summarised per state, never kept one by one
@@ -127,26 +140,25 @@ class LaneCore:
             return [_metric(GAUGE, IN_STATE, float(n), None, ch.state,
                             "Pooled lanes (per request or trajectory) in each state")], None
         stack = self.current.setdefault(key, [])
-        top = stack[-1][1] if stack else None
+        top = stack[-1].state if stack else None
         own_ns = None
         if ch.entering:
             if stack:  # the state it interrupts stops its clock
-                stack[-1][2] += max(ch.time_ns - stack[-1][3], 0)
-            stack.append([ch.token, ch.state, 0, ch.time_ns])
+                stack[-1].stop(ch.time_ns)
+            stack.append(_Open(ch.token, ch.state, ch.time_ns))
         else:
             for i in range(len(stack) - 1, -1, -1):
-                if (stack[i][0] == ch.token and stack[i][1] == ch.state) or (
-                        not ch.token and stack[i][1] == ch.state):
+                if stack[i].state == ch.state and (not ch.token or stack[i].token == ch.token):
                     ended = stack.pop(i)
-                    own_ns = ended[2]
                     if i == len(stack):  # it held the lane: its clock ran until now
-                        own_ns += max(ch.time_ns - ended[3], 0)
+                        ended.stop(ch.time_ns)
                         if stack:  # the state it interrupted holds the lane again
-                            stack[-1][3] = ch.time_ns
+                            stack[-1].since_ns = ch.time_ns
+                    own_ns = ended.self_ns
                     break
             if not stack:
                 del self.current[key]
-        new_top = stack[-1][1] if stack else None
+        new_top = stack[-1].state if stack else None
         out = []
         if top != new_top:
             if top is not None:
@@ -255,7 +267,7 @@ class LaneCore:
             return {"name": self.name, "lanes": len(self.lanes),
                     "spans_received": self.spans_received, "spans_sent": self.spans_sent,
                     "spans_dropped": self.spans_dropped, "spans_pending": len(self.pending),
-                    "current": {f"{i.project}/{i.experiment_name}/{lane}": s[-1][1]
+                    "current": {f"{i.project}/{i.experiment_name}/{lane}": s[-1].state
                                 for (i, lane), s in self.current.items() if s}}
 
 

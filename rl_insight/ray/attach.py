@@ -22,10 +22,10 @@ from rl_insight.client.core import (
     load_settings,
 )
 from rl_insight.client.transports import actor_config
+from rl_insight.secret import TOKEN_ENV
 
 log = logging.getLogger(__name__)
 
-TOKEN_ENV = "RL_INSIGHT_TOKEN"
 WORKER_SETUP_HOOK = "rl_insight.ray.hooks.worker_setup"
 # RL_INSIGHT_CLIENT_*: the client's settings, as config.py names them
 CLIENT_SETTING_ENVS = tuple(config_mod.env_name(k) for k in config_mod.all_keys()
@@ -115,8 +115,8 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
         os.environ[SERVER_URL_ENV] = server_url
     if token:
         os.environ[TOKEN_ENV] = token
-    elif not os.environ.get(TOKEN_ENV):  # the server on this machine made one
-        os.environ[TOKEN_ENV] = secret.local_token(load_settings())
+    else:  # RL_INSIGHT_TOKEN, a config file's, or the one a server on this machine made
+        secret.export_client_token(load_settings())
     if project and experiment_name:
         os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = project, experiment_name
     server, otlp = endpoints()

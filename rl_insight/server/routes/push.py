@@ -89,7 +89,8 @@ def router(state: ServerState) -> APIRouter:
                                  f"{MAX_BATCH_GROUPS}")
         return {"results": await run_in_threadpool(_apply_batch, groups)}
 
-    def _job_path(job: str, request: Request) -> str:
+    def _group_path(request: Request) -> str:
+        """The whole grouping key (the documented ``{job}`` is its first pair)."""
         return request.scope["path"][len("/metrics/"):]
 
     documented = {"openapi_extra": schema.PUSH_BODY, "description": schema.PUSH_PATH,
@@ -100,19 +101,19 @@ def router(state: ServerState) -> APIRouter:
 
     @r.put("/metrics/job/{job}", summary="Replace a group (Pushgateway PUT)", **documented)
     async def put(request: Request, job: str = job_param) -> Response:
-        return await _push(request, _job_path(job, request), replace=True)
+        return await _push(request, _group_path(request), replace=True)
 
     @r.post("/metrics/job/{job}",
             summary="Replace the pushed families in a group (Pushgateway POST)", **documented)
     async def post(request: Request, job: str = job_param) -> Response:
-        return await _push(request, _job_path(job, request), replace=False)
+        return await _push(request, _group_path(request), replace=False)
 
     @r.delete("/metrics/job/{job}", summary="Delete a group (Pushgateway DELETE)",
               status_code=202, description=schema.PUSH_PATH, response_class=Response,
               responses={202: {"description": "deleted (or there was no such group)"},
                          **schema.answers(400, 401)})
     def delete(request: Request, job: str = job_param) -> Response:
-        return _delete(_job_path(job, request))
+        return _delete(_group_path(request))
 
     def _delete(path: str) -> Response:
         grouping = parse_grouping_key(path)
