@@ -1,8 +1,9 @@
 """The anatomy of an RL step: where its wall time went, computed from state intervals.
 
 Plain data in (the step's window, the replica and rank lanes' state intervals), plain
-data out (one :class:`StepRow`). No clock, no I/O: the server feeds it what arrived, the
-tests feed it what they made, and both get the same answer.
+data out (one :class:`StepRow`). Lanes are read by :mod:`rl_insight.laneid`: replica
+lanes of every role, each role with its own straggler. No clock, no I/O: the server feeds
+it what arrived, the tests feed it what they made, and both get the same answer.
 
 Definitions (docs/anatomy.md has them with the measured error):
 - a step's window runs from the previous step mark to its own (contiguous windows, so
@@ -22,15 +23,14 @@ Definitions (docs/anatomy.md has them with the measured error):
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rl_insight import laneid
+
 Interval = tuple[int, int]  # (start_ns, end_ns), start <= end
 
-REPLICA = re.compile(r"^replica_(\d+)$")
-RANK = re.compile(r"^rank_(\d+)$")
 WEIGHT_UPDATE = "update_weights"
 NS = 1e9
 
@@ -81,6 +81,20 @@ class ReplicaRow:
     generate_s: float
     idle_s: float
     wait_s: float
+    role: str = laneid.ROLLOUT
+
+
+@dataclass
+class RoleRow:
+    """The replicas of one role (the policy's rollout, a reward model, a teacher) in a
+    step: each role has its own straggler (a teacher's slow replica is not the
+    student's straggler)."""
+
+    generate_s: float  # any replica of the role generating
+    replicas: int
+    straggler_ratio: float | None = None
+    slowest_replica: str | None = None
+    median_generate_s: float | None = None
 
 
 @dataclass
@@ -89,9 +103,10 @@ class StepRow:
     start_ns: int
     end_ns: int
     duration_s: float
-    generate_s: float  # any replica generating
-    replicas: dict[str, ReplicaRow] = field(default_factory=dict)  # by replica id
-    straggler_ratio: float | None = None
+    generate_s: float  # any replica of the policy's rollout (family rollout) generating
+    # by replica key (laneid.replica_key: "0" for the rollout role, "<role>_<n>" else)
+    replicas: dict[str, ReplicaRow] = field(default_factory=dict)
+    straggler_ratio: float | None = None  # of the policy's rollout
     slowest_replica: str | None = None
     median_generate_s: float | None = None
     weight_update_s: float = 0.0
@@ -100,31 +115,56 @@ class StepRow:
     trainer_idle_s: float = 0.0
     overlap_s: float = 0.0
     staleness: int | None = None
+    roles: dict[str, RoleRow] = field(default_factory=dict)
+    other_s: float = 0.0  # no replica of any role generating and no rank busy
 
     def as_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "replicas"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("replicas", "roles")}
         d["replicas"] = {r: v.__dict__ for r, v in sorted(self.replicas.items(),
                                                           key=lambda kv: _num(kv[0]))}
+        d["roles"] = {r: v.__dict__ for r, v in sorted(self.roles.items())}
         return d
 
 
-def _num(replica: str) -> tuple[int, str]:
-    return (int(replica), "") if replica.isdigit() else (1 << 30, replica)
+def _num(replica: str) -> tuple[int, str, int]:
+    """The rollout role's replicas ("0", "1") first, by number; other roles' after."""
+    if replica.isdigit():
+        return (0, "", int(replica))
+    role, _, n = replica.rpartition("_")
+    return (1, role, int(n)) if n.isdigit() else (1, replica, 0)
+
+
+def _straggler(busy: Mapping[str, float]) -> tuple[float | None, str | None, float | None]:
+    """(straggler ratio, slowest replica, median) of the replicas that generated."""
+    if not busy:
+        return None, None, None
+    median = statistics.median(busy.values())
+    # ties: the first replica in order (the rollout role's, lowest number)
+    order = {r: i for i, r in enumerate(sorted(busy, key=_num))}
+    slowest = max(busy, key=lambda r: (busy[r], -order[r]))
+    return (busy[slowest] / median if median > 0 else None), slowest, median
 
 
 def step_row(step: int, start_ns: int, end_ns: int,
              lanes: Mapping[str, Iterable[tuple[str, int, int]]]) -> StepRow:
     """The anatomy of one step. ``lanes``: lane id -> (state, start, end) intervals; they
     may reach outside the window (sums are clipped to it) and should include the
-    previous step's, which staleness looks back into."""
+    previous step's, which staleness looks back into. Replica lanes of every role count
+    (``replica_<n>``, ``<role>_replica_<n>``); the step's own rollout, straggler,
+    overlap and staleness are the policy's rollout's (role family ``rollout``), and each
+    role has its own row."""
     window = end_ns - start_ns
     gen_by_replica: dict[str, list[Interval]] = {}
+    role_of: dict[str, str] = {}
     rank_states: dict[str, list[Interval]] = {}
     rank_all: list[Interval] = []
     for lane, intervals in lanes.items():
-        rep, rank = REPLICA.match(lane), RANK.match(lane)
+        c = laneid.classify(lane)
+        rep, rank = c.kind == laneid.REPLICA, c.kind == laneid.RANK
         if rep:
-            gen = gen_by_replica.setdefault(rep.group(1), [])
+            key = laneid.replica_key(lane)
+            role_of[key] = c.role
+            gen = gen_by_replica.setdefault(key, [])
         for state, s, e in intervals:
             if rep and is_generation(state):
                 gen.append((s, e))
@@ -132,30 +172,38 @@ def step_row(step: int, start_ns: int, end_ns: int,
                 rank_all.append((s, e))
                 rank_states.setdefault(state, []).append((s, e))
     gen_by_replica = {r: union(iv) for r, iv in gen_by_replica.items()}
-    gen_union = clip(union(iv for ivs in gen_by_replica.values() for iv in ivs),
-                     start_ns, end_ns)
+    policy = {r: iv for r, iv in gen_by_replica.items()
+              if laneid.family_of(role_of[r]) == laneid.ROLLOUT}
+    gen_union = clip(union(iv for ivs in policy.values() for iv in ivs), start_ns, end_ns)
     busy_union = clip(union(rank_all), start_ns, end_ns)
     row = StepRow(step, start_ns, end_ns, window / NS, length(gen_union) / NS)
     inside = {r: clip(iv, start_ns, end_ns) for r, iv in gen_by_replica.items()}
-    latest = max((iv[-1][1] for iv in inside.values() if iv), default=None)
-    for r, iv in inside.items():
-        g = length(iv)
-        wait = latest - iv[-1][1] if iv else 0
-        row.replicas[r] = ReplicaRow(g / NS, (window - g) / NS, wait / NS)
-    busy = {r: v.generate_s for r, v in row.replicas.items() if v.generate_s > 0}
-    if busy:
-        median = statistics.median(busy.values())
-        slowest = max(busy, key=lambda r: (busy[r], -_num(r)[0]))
-        row.median_generate_s = median
-        row.slowest_replica = slowest
-        row.straggler_ratio = busy[slowest] / median if median > 0 else None
+    by_role: dict[str, list[str]] = {}
+    for r in inside:
+        by_role.setdefault(role_of[r], []).append(r)
+    for role, members in by_role.items():
+        latest = max((inside[r][-1][1] for r in members if inside[r]), default=None)
+        for r in members:
+            iv = inside[r]
+            g = length(iv)
+            wait = latest - iv[-1][1] if iv else 0
+            row.replicas[r] = ReplicaRow(g / NS, (window - g) / NS, wait / NS, role)
+        busy = {r: row.replicas[r].generate_s for r in members
+                if row.replicas[r].generate_s > 0}
+        ratio, slowest, median = _straggler(busy)
+        row.roles[role] = RoleRow(length(union(iv for r in members for iv in inside[r])) / NS,
+                                  len(members), ratio, slowest, median)
+    row.straggler_ratio, row.slowest_replica, row.median_generate_s = _straggler(
+        {r: row.replicas[r].generate_s for r in policy if row.replicas[r].generate_s > 0})
     for state, iv in rank_states.items():
         row.phases[state] = length(clip(union(iv), start_ns, end_ns)) / NS
     row.weight_update_s = row.phases.get(WEIGHT_UPDATE, 0.0)
     row.trainer_busy_s = length(busy_union) / NS
     row.trainer_idle_s = (window - length(busy_union)) / NS
     row.overlap_s = length(intersect(gen_union, busy_union)) / NS
-    row.staleness = _staleness(start_ns, end_ns, rank_states, gen_by_replica)
+    anything = union([*busy_union, *(iv for ivs in inside.values() for iv in ivs)])
+    row.other_s = (window - length(anything)) / NS
+    row.staleness = _staleness(start_ns, end_ns, rank_states, policy)
     return row
 
 

@@ -126,8 +126,9 @@ def test_lanes_keep_one_state_and_summarise_pooled_lanes():
     own = samples(next(p[2] for p in sender.pushes if "project" not in p[1]))
     assert own[("rl_insight_lane_spans_received_total", ())] == 1
     st = "rl_insight_monitor_lane_state"
-    assert got[(st, (("state_lane_id", "replica_0"), ("state_name", "vllm_generate")))] == 0
-    assert got[(st, (("state_lane_id", "replica_0"), ("state_name", "vllm_sleep")))] == 1
+    lane = (("role", "rollout"), ("state_lane_id", "replica_0"))
+    assert got[(st, (*lane, ("state_name", "vllm_generate")))] == 0
+    assert got[(st, (*lane, ("state_name", "vllm_sleep")))] == 1
     assert got[("rl_insight_monitor_lanes_in_state", (("state_name", "tool_call"),))] == 2
     dur = "rl_insight_monitor_state_duration_seconds_sum"
     assert got[(dur, (("state_lane_id", "other"), ("state_name", "tool_call")))] == 2.0

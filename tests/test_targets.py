@@ -197,7 +197,7 @@ def test_http_sd_and_file_sd_are_the_same_groups(tmp_path):
     groups = same()
     assert [g["targets"] for g in groups] == [["a:1"], ["b:2"], ["c:3"]]
     assert groups[0]["labels"] == {"job": "vllm", "project": "p", "experiment_name": "e",
-                                   "replica": "0"}
+                                   "replica": "0", "role": "rollout"}
     hidden.add(("p", "e"))
     store.write_sd()  # what archiving calls
     assert [g["targets"] for g in same()] == [["c:3"]]
@@ -206,6 +206,22 @@ def test_http_sd_and_file_sd_are_the_same_groups(tmp_path):
     store.sd_groups()
     store.publish_due()
     assert [g["targets"] for g in same()] == [["c:3"], ["d:4"]]
+
+
+def test_an_engines_replica_label_names_its_role(tmp_path):
+    """verl registers the policy's engines as {"replica": <rank>} (llm_server.py) and a
+    teacher's as {"replica": f"{state_lane_prefix}_{rank}"} (verl main, teacher_model.py
+    at 081479a8): Prometheus gets a `role` to show them apart; a role given is kept, and
+    a replica label of neither form gets none."""
+    store = TargetStore(Store(tmp_path), tmp_path / "sd")
+    store.register(parse_registration({
+        "job_name": "vllm", "targets": ["a:1", "b:2", "c:3", "d:4"],
+        "labels": [{"replica": 0}, {"replica": "teacher_deepseek_r1_2"},
+                   {"replica": "r", "role": "mine"}, {"replica": "x"}],
+        "project": "p", "experiment_name": "e"}))
+    roles = {g["targets"][0]: g["labels"].get("role") for g in store.sd_groups()}
+    assert roles == {"a:1": "rollout", "b:2": "teacher_deepseek_r1", "c:3": "mine",
+                     "d:4": None}
 
 
 @pytest.mark.parametrize("damage", ["", '[{"job_name": "vllm", "tar', "\xff\xfe"])

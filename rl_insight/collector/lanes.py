@@ -2,9 +2,11 @@
 spans for Tempo, and into metrics (the current state as a gauge, durations as
 histograms) so a state timeline can be drawn from Prometheus alone.
 
-Dedicated lanes (``replica_<r>``, ``rank_<r>``) get per-lane state gauges (the timeline,
-the stuck-state alert). State durations are histograms per replica lane; trainer ranks'
-are summed per state into one histogram labelled ``state_lane_id="ranks"``: at 4,000
+Dedicated lanes (replica lanes of any role, ``replica_<r>`` or ``<role>_replica_<r>``, and
+``rank_<r>``: :mod:`rl_insight.laneid`) get per-lane state gauges (the timeline, the
+stuck-state alert), each labelled with the lane's ``role`` (``rollout``, ``teacher_x``,
+``ranks``: the timeline groups by it). State durations are histograms per replica lane;
+trainer ranks' are summed per state into one histogram labelled ``state_lane_id="ranks"``: at 4,000
 ranks, per-rank histograms were 300,000 of a run's 340,000 series (bench/scale_tier.py),
 while the dashboards sum rank durations per state anyway (a rank's own time per state is
 in its spans). Pooled lanes (per-request, per-trajectory: thousands of ids) are
@@ -14,11 +16,11 @@ summarised per state, so their number never multiplies series either.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import deque
 
+from rl_insight import laneid
 from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.collector.push import Sender
@@ -28,8 +30,6 @@ from rl_insight.events import GAUGE, HISTOGRAM, Identity, Metric, Span, StateCha
 
 log = logging.getLogger(__name__)
 
-DEDICATED = re.compile(r"^(replica|rank)_\d+$")
-REPLICA_LANE = re.compile(r"^replica_\d+$")  # the lanes with an actor of their own
 LANE_JOB = "rl_insight_lanes"
 STATE_GAUGE = "rl_insight_monitor_lane_state"
 # when the lane entered its current state (unix seconds; 0 when not in it): how long a
@@ -44,15 +44,12 @@ LANE_IDLE_S = 3600.0  # a run never finished: longer than any step a replica sle
 RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
 
 
-def is_dedicated(lane: str) -> bool:
-    return bool(DEDICATED.match(lane))
-
-
 def duration_lane(lane: str) -> str:
     """The ``state_lane_id`` a lane's state durations are counted under."""
-    if REPLICA_LANE.match(lane):
+    kind = laneid.classify(lane).kind
+    if kind == laneid.REPLICA:
         return lane
-    return RANK_LANES if DEDICATED.match(lane) else POOLED_LANE
+    return RANK_LANES if kind == laneid.RANK else POOLED_LANE
 
 
 class _Open:
@@ -133,7 +130,7 @@ class LaneCore:
         ending state, its self time (ns; None when its start was not seen)."""
         key = (identity, ch.lane)
         self._note_lane(identity, ch.lane)
-        if not is_dedicated(ch.lane):
+        if not laneid.is_dedicated(ch.lane):
             sk = (identity, ch.state)
             n = max(self.in_state.get(sk, 0) + (1 if ch.entering else -1), 0)
             self.in_state[sk] = n
@@ -173,7 +170,7 @@ class LaneCore:
         return out, own_ns
 
     def _note_lane(self, identity: Identity, lane: str) -> None:
-        if is_dedicated(lane):
+        if laneid.is_dedicated(lane):
             self.lanes.add((identity, lane))
 
     def finish(self, identity: Identity) -> None:
@@ -273,6 +270,11 @@ class LaneCore:
 
 def _metric(kind: str, name: str, value: float, lane: str | None, state: str,
             doc: str) -> Metric:
-    labels = (("state_lane_id", lane), ("state_name", state)) if lane is not None \
-        else (("state_name", state),)
+    """A lane series: its lane and state, and the lane's role (a replica's role, ``ranks``
+    for the rank lanes' pooled durations; none for the pooled ``other`` lanes)."""
+    if lane is None:
+        return Metric(kind, name, value, (("state_name", state),), doc)
+    role = laneid.RANKS if lane == RANK_LANES else laneid.role_of(lane)
+    labels = (("role", role), ("state_lane_id", lane), ("state_name", state)) if role \
+        else (("state_lane_id", lane), ("state_name", state))
     return Metric(kind, name, value, labels, doc)

@@ -1,7 +1,8 @@
 """The hub and lane actors: thin Ray wrappers around the collector cores.
 
 The hub is one detached actor per cluster, ``rl_insight_hub`` in namespace
-``rl_insight``. Lane actors are ``rl_insight_lane_replica_<r>``, one per rollout replica,
+``rl_insight``. Lane actors are ``rl_insight_lane_<replica lane>``, one per rollout replica
+of any role (``rl_insight_lane_replica_0``, ``rl_insight_lane_teacher_x_replica_2``),
 and ``rl_insight_lane_node_<node>``, one per Ray node for every other lane of the
 processes on it (trainer ranks, per-request and per-trajectory lanes): requests to the
 server grow with replicas and nodes, never with ranks. All are detached (they outlive a
@@ -18,8 +19,9 @@ from typing import Any
 
 import ray
 
+from rl_insight import laneid
 from rl_insight.collector.hub import HubCore
-from rl_insight.collector.lanes import REPLICA_LANE, LaneCore
+from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.lifetime import JobLifetime
 from rl_insight.collector.loop import Periodic
 from rl_insight.collector.push import Sender
@@ -206,9 +208,9 @@ def process_info() -> dict:
 
 
 def lane_actor_name(lane: str, node_id: str) -> str:
-    """A replica's own actor for ``replica_<r>``; for every other lane, the actor of the
-    node the sending process runs on."""
-    if REPLICA_LANE.match(lane):
+    """A replica's own actor for a replica lane of any role; for every other lane, the
+    actor of the node the sending process runs on."""
+    if laneid.is_replica(lane):
         return LANE_PREFIX + lane
     return NODE_LANES + (node_id[:12] or "local")
 

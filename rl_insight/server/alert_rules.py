@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from rl_insight import laneid
 from rl_insight.config import ConfigError, Settings
 
 GROUP = "rl_insight"
@@ -103,8 +104,9 @@ def nonfinite_metric(settings: Settings, for_: str) -> dict:
 def replica_stuck(settings: Settings, for_: str) -> dict:
     a = settings.alerts
     window = duration("alerts.state_stuck_window", a.state_stuck_window, nonzero=True)
-    lane = '{state_lane_id=~"replica_[0-9]+"}'
-    key = "project, experiment_name, state_lane_id, state_name"
+    # replica lanes of every role (verl main's <role>_replica_<n> too): rl_insight.laneid
+    lane = f'{{state_lane_id=~"{laneid.REPLICA_LANES}"}}'
+    key = "project, experiment_name, role, state_lane_id, state_name"
     # per (run, lane, state): a restarted lane actor pushes under another lane_actor, so
     # both sides are aggregated to one series per key before they are compared (the
     # histogram's _sum and _count carry no `le`)

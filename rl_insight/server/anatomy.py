@@ -1,7 +1,7 @@
 """Step anatomy at the server: the one place that sees every lane of a run. It keeps the
-replica and rank lanes' state spans and the trainer's step marks, turns each step into
-a row (:func:`rl_insight.anatomy.step_row`) once its spans are in, and exports the rows
-as ``rl_insight_step_*`` series.
+replica (of every role: :mod:`rl_insight.laneid`) and rank lanes' state spans and the
+trainer's step marks, turns each step into a row (:func:`rl_insight.anatomy.step_row`)
+once its spans are in, and exports the rows as ``rl_insight_step_*`` series.
 
 A row's series carry the step's end as their sample timestamp, so Prometheus stores one
 sample per step (bounded series: per run, replica and phase, never per step). The
@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 
-from rl_insight.anatomy import RANK, REPLICA, StepRow, step_row
+from rl_insight import laneid
+from rl_insight.anatomy import StepRow, step_row
 from rl_insight.config import AnatomySettings
 
 TRAINER_LANE = "trainer"  # the client's step marks (rl_insight.client.steps)
@@ -60,7 +61,7 @@ class RunAnatomy:
                 self.durations.append((end - start) / 1e9)
                 self.last_mark_end = max(self.last_mark_end, end)
             return
-        if not (REPLICA.match(lane) or RANK.match(lane)):
+        if not laneid.is_dedicated(lane):
             return
         if end <= self.final_end or start < self.final_end:
             self.late_spans += end <= self.final_end
@@ -139,7 +140,7 @@ class AnatomyStore:
             return
         with self._lock:
             for project, experiment, lane, state, start, end, _process, step in rows:
-                if lane != TRAINER_LANE and not (REPLICA.match(lane) or RANK.match(lane)):
+                if lane != TRAINER_LANE and not laneid.is_dedicated(lane):
                     continue
                 key = (project, experiment)
                 run = self._runs.get(key)
@@ -205,16 +206,23 @@ class _Families:
     DOCS = {
         "number": "The step these step-anatomy samples describe",
         "duration_seconds": "Wall time from the previous step mark to this one",
-        "generate_seconds": "Time any rollout replica was generating",
-        "other_seconds": "Time neither a replica generated nor a trainer rank was busy "
-                         "(driver-side work: reward, advantages, logging)",
+        "generate_seconds": "Time any replica of the policy's rollout was generating",
+        "other_seconds": "Time no replica of any role generated and no trainer rank was "
+                         "busy (driver-side work: reward, advantages, logging)",
         "replica_generate_seconds": "Time this replica was generating",
         "replica_idle_seconds": "Time this replica was not generating",
         "replica_idle_ratio": "Share of the step this replica was not generating",
-        "replica_wait_seconds": "Time from this replica's last generation to the slowest's",
-        "straggler_ratio": "Slowest replica's generating time over the median replica's",
-        "slowest_replica": "The replica that generated longest",
-        "median_generate_seconds": "The median replica's generating time",
+        "replica_wait_seconds": "Time from this replica's last generation to the slowest "
+                                "of its role's",
+        "straggler_ratio": "The policy's rollout: slowest replica's generating time over "
+                           "the median replica's",
+        "slowest_replica": "The policy's rollout replica that generated longest",
+        "median_generate_seconds": "The median rollout replica's generating time",
+        "role_generate_seconds": "Time any replica of this role was generating",
+        "role_straggler_ratio": "This role's slowest replica's generating time over its "
+                                "median replica's",
+        "role_slowest_replica": "The number of this role's replica that generated longest",
+        "role_replicas": "Replica lanes of this role in the step",
         "weight_update_seconds": "Time any trainer rank was in update_weights",
         "trainer_phase_seconds": "Time any trainer rank was in this phase",
         "trainer_busy_seconds": "Time any trainer rank was in some phase",
@@ -239,8 +247,7 @@ class _Families:
         ts = r.end_ns / 1e9
         one = {"number": r.step, "duration_seconds": r.duration_s,
                "generate_seconds": r.generate_s,
-               "other_seconds": max(0.0, r.duration_s - r.generate_s - r.trainer_busy_s
-                                    + r.overlap_s),
+               "other_seconds": max(0.0, r.other_s),
                "weight_update_seconds": r.weight_update_s,
                "trainer_busy_seconds": r.trainer_busy_s,
                "trainer_idle_seconds": r.trainer_idle_s,
@@ -249,8 +256,9 @@ class _Families:
         if r.straggler_ratio is not None:
             one["straggler_ratio"] = r.straggler_ratio
             one["median_generate_seconds"] = r.median_generate_s
-            if r.slowest_replica is not None and r.slowest_replica.isdigit():
-                one["slowest_replica"] = int(r.slowest_replica)
+            number = r.slowest_replica.rpartition("_")[2] if r.slowest_replica else ""
+            if number.isdigit():
+                one["slowest_replica"] = int(number)
         if r.staleness is not None:
             one["staleness"] = r.staleness
         for name, value in one.items():
@@ -261,7 +269,17 @@ class _Families:
                                 ("replica_idle_ratio",
                                  v.idle_s / r.duration_s if r.duration_s else 0.0),
                                 ("replica_wait_seconds", v.wait_s)):
-                self.add(name, self.DOCS[name], [*run, rep], value, ("replica",), ts)
+                self.add(name, self.DOCS[name], [*run, rep, v.role], value,
+                         ("replica", "role"), ts)
+        for role, v in r.roles.items():
+            per_role = {"role_generate_seconds": v.generate_s, "role_replicas": v.replicas}
+            if v.straggler_ratio is not None:
+                per_role["role_straggler_ratio"] = v.straggler_ratio
+            slowest = v.slowest_replica.rpartition("_")[2] if v.slowest_replica else ""
+            if slowest.isdigit():
+                per_role["role_slowest_replica"] = int(slowest)
+            for name, value in per_role.items():
+                self.add(name, self.DOCS[name], [*run, role], float(value), ("role",), ts)
         for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
             self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
                      [*run, phase], seconds, ("phase",), ts)

@@ -4,14 +4,18 @@ timeline); per-request lanes, which can arrive thousands a second, keep a short 
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 from collections import deque
 from collections.abc import Iterable
 
-# the trainer's step marks (lane `trainer`) are kept with the replica and rank states
-DEDICATED = re.compile(r"^((replica|rank)_\d+|trainer)$")
+from rl_insight import laneid
+
+
+def _kept_long(lane: str) -> bool:
+    """Replica lanes of any role, rank lanes, and the trainer's step marks (lane
+    ``trainer``)."""
+    return laneid.classify(lane).kind != laneid.OTHER
 
 
 class RecentSpans:
@@ -27,7 +31,7 @@ class RecentSpans:
             for project, experiment, lane, state, start, end, process, step in rows:
                 row = (intern(project), intern(experiment), intern(lane), intern(state),
                        start, end, intern(process), step)
-                (self._dedicated if DEDICATED.match(lane) else self._pooled).append(row)
+                (self._dedicated if _kept_long(lane) else self._pooled).append(row)
 
     def forget(self, runs: set[tuple[str, str]]) -> int:
         """Drop the spans of these (project, experiment_name) runs (finished long ago)."""

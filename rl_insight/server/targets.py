@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rl_insight import netaddr
+from rl_insight import laneid, netaddr
 from rl_insight.server.pushstore import valid_label_name
 from rl_insight.server.services.base import migrated, read_state_json, write_atomic
 from rl_insight.server.store import Store
@@ -63,13 +63,21 @@ class Target:
         return (self.job_name, self.target, self.project, self.experiment_name)
 
     def sd_labels(self) -> dict[str, str]:
-        """The labels Prometheus attaches: job, identity, then the target's own."""
+        """The labels Prometheus attaches: job, identity, then the target's own; an
+        engine's ``replica`` also names its ``role`` (verl registers the policy's replicas
+        as ``{"replica": 0}``, a teacher's as ``{"replica": "teacher_x_0"}``), so the
+        dashboards show a teacher's engines apart from the policy's."""
         out = {"job": self.job_name}
         if self.project:
             out["project"] = self.project
         if self.experiment_name:
             out["experiment_name"] = self.experiment_name
-        out.update(dict(self.labels))
+        own = dict(self.labels)
+        if "replica" in own and "role" not in own:
+            role = laneid.engine_role(own["replica"])
+            if role:
+                out["role"] = role
+        out.update(own)
         return out
 
     def as_dict(self) -> dict[str, Any]:
