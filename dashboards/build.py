@@ -41,6 +41,7 @@ class Section:
     title: str
     panels: Sequence[P.Panel]
     collapsed: bool = False
+    repeat: str = ""  # a variable: Grafana repeats the row (and its panels) per value
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,12 @@ def variable(name: str, replica_metric: str = "") -> dict:
     queries = {
         "project": f"label_values({RUN_SOURCE}, project)",
         "experiment_name": f"label_values({{{RUN_SERIES},{run}}}, experiment_name)",
-        "replica": f"label_values({replica_metric}{{{P.RUN}}}, replica)",
+        "role": f"label_values({replica_metric}{{{P.RUN}}}, role)",
+        "replica": f"label_values({replica_metric}{{{P.ROLE}}}, replica)",
+        "lane_role": f"label_values({P.M}lane_state{{{P.RUN}}}, role)",
         "node": 'label_values(up{job=~"node-exporter|dcgm-exporter|npu-exporter"}, node)',
     }
-    many = name in ("replica", "node")
+    many = name in ("role", "replica", "lane_role", "node")
     return {
         "name": name, "label": name.replace("_", " "), "type": "query",
         "datasource": DATASOURCES["prometheus"],
@@ -133,7 +136,10 @@ def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
     if panel.options.get("transformations"):
         out["transformations"] = panel.options["transformations"]
     if panel.repeat:
-        out.update(repeat=panel.repeat, repeatDirection="h", maxPerRow=4)
+        direction = panel.options.get("repeat_direction", "h")
+        out.update(repeat=panel.repeat, repeatDirection=direction)
+        if direction == "h":
+            out["maxPerRow"] = 4
     return out
 
 
@@ -145,6 +151,8 @@ def layout(sections: Sequence[Section]) -> list[dict]:
         row = {"id": pid, "type": "row", "title": section.title,
                "collapsed": section.collapsed, "panels": [],
                "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}}
+        if section.repeat:
+            row.update(repeat=section.repeat, title=f"{section.title} · ${section.repeat}")
         out.append(row)
         pid, y = pid + 1, y + 1
         x, row_h = 0, 0
@@ -190,7 +198,7 @@ TRAINING_DETAIL = Section("Training details", P.TRAINING_DETAIL)
 # every exported trainer key, one row per verl key head, collapsed until opened
 ALL_KEYS = tuple(Section(f"All trainer metrics · {g.title}", (P.key_panel(g),), collapsed=True)
                  for g in P.key_groups())
-TIMELINE = Section("State timeline", P.TIMELINE_PROM)
+TIMELINE = Section("State timeline", P.TIMELINE_PROM)  # a panel per lane role
 TEMPO = Section("State spans (Tempo)", P.TIMELINE_TEMPO, collapsed=False)
 TQ = Section("TransferQueue", P.TQ)
 ANATOMY = Section("Step anatomy", P.ANATOMY)
@@ -198,6 +206,8 @@ ALERTS = Section("Alerts", P.ALERT_PANELS)
 HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
             Section("GPUs (DCGM)", P.DCGM), Section("Ascend NPUs (npu-exporter)", P.NPU))
 RUN_VARS = ("project", "experiment_name")
+# engines and step-anatomy replicas by role (the policy's rollout, teachers, reward models)
+ENGINE_VARS = RUN_VARS + ("role", "replica")
 BACKENDS = {  # backend -> (title, rollout panels, the metric that lists its replicas)
     "vllm": ("vLLM", P.VLLM, "vllm:num_requests_running"),
     "vllm-omni": ("vLLM-Omni", P.VLLM_OMNI, "vllm:num_requests_running"),
@@ -214,20 +224,20 @@ def dashboards() -> list[Dashboard]:
         Dashboard("rl-insight-step-anatomy", "RL-Insight · Step anatomy",
                   "Where each RL step's time went: rollout, trainer phases, weight "
                   "update; stragglers, idle replicas and ranks, overlap and staleness.",
-                  [ALERTS, ANATOMY], RUN_VARS + ("replica",), "rl_insight_step_replica_"
+                  [ALERTS, ANATOMY], ENGINE_VARS, "rl_insight_step_replica_"
                   "generate_seconds"),
         Dashboard("rl-insight-rollout-vllm", "RL-Insight · Rollout · vLLM",
                   "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",
-                  [Section("Rollout (vLLM)", P.VLLM)], RUN_VARS + ("replica",),
+                  [Section("Rollout (vLLM)", P.VLLM, repeat="role")], ENGINE_VARS,
                   BACKENDS["vllm"][2]),
         Dashboard("rl-insight-rollout-vllm-omni", "RL-Insight · Rollout · vLLM-Omni",
                   "Every vLLM-Omni replica, per pipeline stage: the LLM stage's engine "
                   "metrics, diffusion, cross-stage transfer, images.",
-                  [Section("Rollout (vLLM-Omni)", P.VLLM_OMNI)], RUN_VARS + ("replica",),
+                  [Section("Rollout (vLLM-Omni)", P.VLLM_OMNI, repeat="role")], ENGINE_VARS,
                   BACKENDS["vllm-omni"][2]),
         Dashboard("rl-insight-rollout-sglang", "RL-Insight · Rollout · SGLang",
                   "Every SGLang replica: requests, token usage, throughput, latency.",
-                  [Section("Rollout (SGLang)", P.SGLANG)], RUN_VARS + ("replica",),
+                  [Section("Rollout (SGLang)", P.SGLANG, repeat="role")], ENGINE_VARS,
                   BACKENDS["sglang"][2]),
         Dashboard("rl-insight-transfer-queue", "RL-Insight · TransferQueue",
                   "The data queue between rollout and training: partitions, progress, "
@@ -235,7 +245,7 @@ def dashboards() -> list[Dashboard]:
         Dashboard("rl-insight-timeline", "RL-Insight · State timeline",
                   "Which replica was generating, sleeping or waking, and which trainer "
                   "rank was updating, when: from Prometheus and from Tempo.",
-                  [TIMELINE, TEMPO]),
+                  [TIMELINE, TEMPO], RUN_VARS + ("lane_role",)),
         Dashboard("rl-insight-agent-loop", "RL-Insight · Agent-loop trajectories",
                   "Agent-loop sessions and trajectories: throughput, rewards, turns, "
                   "durations; each session in Tempo.",
@@ -257,9 +267,9 @@ def dashboards() -> list[Dashboard]:
                 f"A {mode_title} RL run with {name} rollout: training, rollout, "
                 "timeline" + (", TransferQueue" if extra else "") + ".",
                 [ALERTS, TRAINING, ANATOMY, Section(f"Rollout ({name})", tuple(rollout) + (
-                    P.VLLM_SYNC if (key, mode) == ("vllm", "sync") else ())),
+                    P.VLLM_SYNC if (key, mode) == ("vllm", "sync") else ()), repeat="role"),
                  *extra, TIMELINE],
-                RUN_VARS + ("replica",), replica_metric))
+                ENGINE_VARS + ("lane_role",), replica_metric))
     return out
 
 

@@ -2,15 +2,20 @@
 
 A panel is plain data (title, kind, queries, unit); `build.py` lays panels out and
 writes Grafana's JSON. Queries use the template variables $project, $experiment_name,
-$replica and $node, and Grafana's $__rate_interval and $__range.
+$role (an engine's or a replica lane's role: the policy's rollout, a teacher, a reward
+model), $replica, $lane_role and $node, and Grafana's $__rate_interval and $__range.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from rl_insight import laneid
+
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
-REPLICA = RUN + ',replica=~"$replica"'
+# an engine's or a step-anatomy replica's role (rl_insight.laneid): rows repeat per role
+ROLE = RUN + ',role=~"$role"'
+REPLICA = ROLE + ',replica=~"$replica"'
 NODE = 'node=~"$node"'
 M = "rl_insight_monitor_"
 
@@ -497,20 +502,24 @@ TQ = (
              "{{storage_unit_id}}"), unit="bytes"),
 )
 
-# -- state timeline -----------------------------------------------------------------------------
-LANE = f'{M}lane_state{{{RUN},state_lane_id=~"replica_.*|rank_.*"}}'
+# -- state timeline: a row of lanes per role (rl_insight.laneid: the policy's rollout,
+# reward models, teachers, the trainer ranks), each lane's series labelled with its role
+LANE = (f'{M}lane_state{{{RUN},role=~"$lane_role",'
+        f'state_lane_id=~"{laneid.DEDICATED_LANES}"}}')
 TIMELINE_PROM = (
-    ts("Lane states (from Prometheus)",
+    ts("Lane states · $lane_role",
        Query(f"max by (state_lane_id, state_name) ({LANE}) > 0",
              "{{state_lane_id}} {{state_name}}"),
-       kind="state-timeline", width=24, height=12,
-       description="Which state each replica and trainer rank lane is in, sampled at the "
-                   "scrape interval (works without Tempo; states shorter than the interval "
-                   "show in the panels below and in the Tempo timeline).",
-       options={"mappings": {"1": ("in state", "green")}}),
+       kind="state-timeline", width=24, height=10, repeat="lane_role",
+       description="Which state each lane of this role is in (replicas of the policy's "
+                   "rollout, of a reward model or a teacher; the trainer ranks), sampled "
+                   "at the scrape interval (works without Tempo; states shorter than the "
+                   "interval show in the panels below and in the Tempo timeline).",
+       options={"mappings": {"1": ("in state", "green")}, "repeat_direction": "v"}),
     ts("Time in each state, per lane",
-       Query(f"sum by (state_lane_id, state_name) (increase({M}state_duration_seconds_sum"
-             f"{{{RUN}}}[$__range]))", "{{state_lane_id}} {{state_name}}"),
+       Query(f"sum by (role, state_lane_id, state_name) (increase("
+             f"{M}state_duration_seconds_sum{{{RUN}}}[$__range]))",
+             "{{role}} · {{state_lane_id}} {{state_name}}"),
        kind="bargauge", unit="s", width=12, height=12),
     ts("State time share",
        Query(f"sum by (state_name) (rate({M}state_duration_seconds_sum{{{RUN}}}"
@@ -569,21 +578,25 @@ ALL_ALERTS = ts("Firing alerts, every run",
                             "own (dropped events) carry no run.")
 ANATOMY = (
     ts("Where each step's time went",
-       Query(per_step("generate_seconds"), "rollout (generating)"),
+       Query(per_step("role_generate_seconds", ROLE, "role"), "{{role}} generating"),
        Query(per_step("trainer_phase_seconds", by="phase"), "{{phase}}"),
        Query(per_step("other_seconds"), "other (driver: reward, advantages, logging)"),
        unit="s", stack=True, width=24, height=10, options={"bars": True},
-       description="One stacked bar per step: rollout time, each trainer phase (union "
-                   "over ranks) and the rest. In separate-asynchronous runs rollout and "
-                   "training overlap, so the bar can exceed the step."),
+       description="One stacked bar per step: each role's generating time (the policy's "
+                   "rollout, a teacher, a reward model), each trainer phase (union over "
+                   "ranks) and the rest. Where roles or rollout and training overlap "
+                   "(separate-asynchronous), the bar can exceed the step."),
     ts("Step duration", Query(per_step("duration_seconds"), "step"),
        Query(per_step("weight_update_seconds"), "weight update"), unit="s",
        options={"bars": True},
        description="Wall time from one step mark to the next, and the weight update in it."),
-    ts("Straggler ratio", Query(per_step("straggler_ratio"), "slowest / median replica"),
+    ts("Straggler ratio", Query(per_step("role_straggler_ratio", ROLE, "role"),
+                                "{{role}}: slowest / median replica"),
        options={"bars": True},
-       description="The slowest replica's generating time over the median replica's: 1 "
-                   "is balanced; 2 means one replica made the others wait as long again."),
+       description="Per role, the slowest replica's generating time over the median "
+                   "replica's: 1 is balanced; 2 means one replica made the others of its "
+                   "role wait as long again. A teacher's straggler is its own, not the "
+                   "policy rollout's."),
     ts("Stragglers, step by step",
        Query(per_step("number"), "step", table=True),
        Query(per_step("slowest_replica"), "slowest replica", table=True),
@@ -593,16 +606,20 @@ ANATOMY = (
        kind="table", width=24, height=8,
        options={"transformations": [{"id": "joinByField",
                                      "options": {"byField": "Time", "mode": "outer"}}]},
-       description="Per step: which replica generated longest and by how much."),
+       description="Per step: which replica of the policy's rollout generated longest "
+                   "and by how much (each role's own: Straggler ratio)."),
     ts("Replica generating time", Query(per_step("replica_generate_seconds", REPLICA,
-                                                 "replica"), "replica {{replica}}"),
+                                                 "role, replica"), "{{role}} {{replica}}"),
        unit="s", options={"bars": True}),
     ts("Replica waiting for the straggler",
-       Query(per_step("replica_wait_seconds", REPLICA, "replica"), "replica {{replica}}"),
+       Query(per_step("replica_wait_seconds", REPLICA, "role, replica"),
+             "{{role}} {{replica}}"),
        unit="s", options={"bars": True},
-       description="From a replica's last generation in the step to the slowest one's."),
+       description="From a replica's last generation in the step to the slowest one's "
+                   "of its role."),
     ts("Idle fraction",
-       Query(per_step("replica_idle_ratio", REPLICA, "replica"), "replica {{replica}}"),
+       Query(per_step("replica_idle_ratio", REPLICA, "role, replica"),
+             "{{role}} {{replica}}"),
        Query(per_step("trainer_idle_ratio"), "trainer ranks"), unit="percentunit",
        description="Share of each step a replica was not generating, and no trainer rank "
                    "was in a phase."),

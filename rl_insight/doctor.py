@@ -15,10 +15,13 @@ from urllib.parse import urlparse
 
 import requests
 
-from rl_insight import netaddr
+from rl_insight import laneid, netaddr
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
 from rl_insight.secret import TOKEN_ENV
 from rl_insight.server.targets import describe_local_targets
+
+# the jobs verl registers rollout engines under (rollout_config.name)
+ENGINE_JOBS = ("vllm", "sglang", "vllm_omni")
 
 OK, WARN, PROBLEM, SKIPPED = "ok", "warn", "problem", "skipped"
 
@@ -232,18 +235,23 @@ class Doctor:
         self.check_replicas(targets)
 
     def check_replicas(self, targets: list[dict]) -> None:
+        """Every replica lane (of any role: the policy's rollout, a teacher, a reward
+        model) has its engine registered under the ``replica`` label verl gives it."""
         lanes = self.get("/api/v1/lanes", project=self.project,
                          experiment_name=self.experiment)["lanes"]
-        replicas = {ln["lane"].split("_", 1)[1] for ln in lanes
-                    if ln["lane"].startswith("replica_")}
-        rollout = [t for t in targets if t["job_name"] in ("vllm", "sglang")]
-        registered = {t["labels"].get("replica") for t in rollout}
-        missing = sorted(replicas - registered, key=lambda x: (len(x), x))
+        replicas = {laneid.replica_key(ln["lane"]): ln["lane"] for ln in lanes
+                    if laneid.is_replica(ln["lane"])}
+        rollout = [t for t in targets if t["job_name"] in ENGINE_JOBS]
+        registered = {str(t["labels"].get("replica")) for t in rollout}
+        missing = sorted(set(replicas) - registered, key=lambda k: laneid.sort_key(
+            replicas[k]))
         if missing:
             self.add("replicas", PROBLEM, "replica lanes without a registered engine "
-                     f"endpoint: {', '.join('replica_' + m for m in missing)}",
-                     "call rl_insight.register_rollout_replicas(addresses, backend) for "
-                     "every replica")
+                     f"endpoint: {', '.join(replicas[m] for m in missing)}",
+                     "register every replica's engine (rl_insight.register_rollout_replicas"
+                     "(addresses, backend), or verl's RLInsightLogger.register_rollout_"
+                     "metrics with labels [{'replica': <rank>}], a teacher's "
+                     "[{'replica': '<role>_<rank>'}])")
         else:
             self.add("replicas", OK if rollout else SKIPPED,
                      f"{len(rollout)} engine endpoints registered" if rollout else

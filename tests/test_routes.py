@@ -83,7 +83,8 @@ def test_http_sd_answers_prometheus_format_with_filters_and_without_archived_run
     groups = r.json()
     assert groups == state.targets.sd_groups()
     assert {"targets": ["10.0.0.5:8000"], "labels": {
-        "job": "vllm", "project": "p", "experiment_name": "e", "replica": "0", "role": "rollout"}} in groups
+        "job": "vllm", "project": "p", "experiment_name": "e", "replica": "0",
+        "role": "rollout"}} in groups
     assert all(set(g) == {"targets", "labels"} and isinstance(g["targets"], list)
                and all(isinstance(v, str) for v in g["labels"].values()) for g in groups)
 

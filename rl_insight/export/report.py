@@ -28,7 +28,7 @@ COLUMNS = (  # (header, key, format) of the terminal table; a missing value prin
 
 def flat(row: dict) -> dict:
     """One row as flat columns: phases and replicas spread out, shares in percent."""
-    out = {k: v for k, v in row.items() if k not in ("phases", "replicas")}
+    out = {k: v for k, v in row.items() if k not in ("phases", "replicas", "roles")}
     d = row["duration_s"] or 0.0
     out["trainer_idle_pct"] = 100 * row["trainer_idle_s"] / d if d else 0.0
     reps = row.get("replicas", {})
@@ -39,6 +39,9 @@ def flat(row: dict) -> dict:
     for rep, v in reps.items():
         for k, value in v.items():
             out[f"replica_{rep}_{k}"] = value
+    for role, v in row.get("roles", {}).items():
+        for k, value in v.items():
+            out[f"role_{role}_{k}"] = value
     return out
 
 
@@ -50,6 +53,20 @@ def table(rows: Sequence[dict]) -> str:
         ["-" if r.get(k) is None else fmt(r[k]) for _, k, fmt in COLUMNS] for r in flats]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    roles = sorted({role for r in rows for role in r.get("roles", {})})
+    if len(roles) > 1 or (roles and roles != ["rollout"]):
+        # each role's own straggler: a teacher's slow replica is not the policy's
+        lines += ["", "per role: generating s / slowest replica / straggler ratio: "
+                  + ", ".join(roles)]
+        for r in rows:
+            cells = []
+            for role in roles:
+                v = r.get("roles", {}).get(role)
+                cells.append("-" if v is None else
+                             f"{v['generate_s']:.2f} / {v['slowest_replica'] or '-'} / "
+                             + ("-" if v["straggler_ratio"] is None
+                                else f"{v['straggler_ratio']:.2f}"))
+            lines.append(f"{r['step']:>5}  " + "  ".join(cells))
     phases = sorted({p for r in rows for p in r.get("phases", {})})
     if phases:
         lines += ["", "trainer time per phase (s): " + ", ".join(phases)]

@@ -1,51 +1,55 @@
 """The state timeline as a Chrome trace-event file (JSON), which Perfetto and
-chrome://tracing open: one track (thread) per lane, grouped in processes by kind
-(rollout replicas, trainer ranks, other lanes), one complete event ("X") per state."""
+chrome://tracing open: one track (thread) per lane, grouped in processes by role (the
+policy's rollout replicas, each reward model's and teacher's replicas, trainer ranks,
+other lanes: :mod:`rl_insight.laneid`), one complete event ("X") per state."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-GROUPS = (("replica", 1, "rollout replicas"), ("rank", 2, "trainer ranks"))
-OTHER = (3, "other lanes")
+from rl_insight import laneid
+
+OTHER = "other lanes"
 
 
-def _lane_order(lane: str) -> tuple:
-    m = re.match(r"^(replica|rank)_(\d+)$", lane)
-    if m:
-        return (0 if m.group(1) == "replica" else 1, int(m.group(2)), lane)
-    return (2, 0, lane)
+def group_name(lane: str) -> str:
+    """The process a lane's track sits in."""
+    c = laneid.classify(lane)
+    if c.kind == laneid.REPLICA:
+        return f"{c.role} replicas"
+    return "trainer ranks" if c.kind == laneid.RANK else OTHER
 
 
-def group_of(lane: str) -> tuple[int, str]:
-    for prefix, pid, name in GROUPS:
-        if re.match(rf"^{prefix}_\d+$", lane):
-            return pid, name
-    return OTHER
+def _groups(lanes: list[str]) -> dict[str, int]:
+    """Process ids in the timeline's order (lanes come sorted by laneid.sort_key)."""
+    out: dict[str, int] = {}
+    for lane in lanes:
+        out.setdefault(group_name(lane), len(out) + 1)
+    return out
 
 
 def chrome_trace(spans: Iterable[Mapping[str, Any]], title: str = "") -> dict:
     """Spans with lane, state, start_ns, end_ns (and process_id, step) to a trace."""
     spans = list(spans)
-    lanes = sorted({s["lane"] for s in spans}, key=_lane_order)
+    lanes = sorted({s["lane"] for s in spans}, key=laneid.sort_key)
     tids = {lane: i + 1 for i, lane in enumerate(lanes)}
+    pids = _groups(lanes)
     events: list[dict] = []
-    for pid, name in {group_of(lane) for lane in lanes}:
+    for name, pid in pids.items():
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                        "args": {"name": name}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
                        "args": {"sort_index": pid}})
     for lane in lanes:
-        pid, _ = group_of(lane)
+        pid = pids[group_name(lane)]
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tids[lane],
                        "args": {"name": lane}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": pid,
                        "tid": tids[lane], "args": {"sort_index": tids[lane]}})
     for s in sorted(spans, key=lambda s: s["start_ns"]):
-        pid, _ = group_of(s["lane"])
+        pid = pids[group_name(s["lane"])]
         args = {k: s[k] for k in ("process_id", "step") if s.get(k) not in (None, "")}
         events.append({"name": s["state"], "cat": "state", "ph": "X", "pid": pid,
                        "tid": tids[s["lane"]], "ts": s["start_ns"] / 1000,

@@ -7,6 +7,7 @@ import html
 import time
 from collections.abc import Sequence
 
+from rl_insight import laneid
 from rl_insight.server.alerts import run_of
 from rl_insight.server.targets import describe_local_targets
 
@@ -104,9 +105,13 @@ def render(report: dict, experiments: list[dict], targets: list[dict], lanes: li
             _e(", ".join(f"{k}={v}" for k, v in sorted(t["labels"].items()))),
             _state(health == "up" or (False if health == "down" else None), health),
             f'<span class="err">{_e(t.get("last_error") or "")}</span>'])
-    lane_rows = [[_e(f'{ln["project"]}/{ln["experiment_name"]}'), _e(ln["lane"]),
+    # each run's lanes by role: its rollout replicas, reward models', teachers', ranks
+    ordered = sorted(lanes[:300], key=lambda ln: (ln["project"], ln["experiment_name"],
+                                                  laneid.sort_key(ln["lane"])))
+    lane_rows = [[_e(f'{ln["project"]}/{ln["experiment_name"]}'),
+                  _e(laneid.role_of(ln["lane"]) or "-"), _e(ln["lane"]),
                   _e(ln["spans"]), _e(", ".join(sorted(ln["states"]))),
-                  _e(ago(ln["last_span_end"], now))] for ln in lanes[:300]]
+                  _e(ago(ln["last_span_end"], now))] for ln in ordered]
     if grafana_url:
         links = " · ".join(f'<a href="{_e(grafana_url)}/d/{uid}">{_e(title)}</a>'
                            for uid, title in DASHBOARDS)
@@ -133,7 +138,7 @@ refreshes every {refresh_s}s · {_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>
 {_table(["run", "job", "target", "labels", "health", "last error"], target_rows,
         "No targets registered.")}
 <h2>Lanes</h2>
-{_table(["run", "lane", "spans", "states", "last span"], lane_rows,
+{_table(["run", "role", "lane", "spans", "states", "last span"], lane_rows,
         "No state spans yet.")}
 <p class="muted">Traces: {_e(report["traces"]["relay_url"])} ·
 {"relay up" if report["traces"]["relay_up"] else "relay down"} ·
