@@ -41,10 +41,13 @@ class RolloutReplica:
 
     def __init__(self, index: int, backend: str, project: str = "",
                  experiment: str = "", slowdown: float = 1.0,
-                 kv_capacity_tokens: int = 0, hang: tuple[int, float] = (0, 0.0)) -> None:
+                 kv_capacity_tokens: int = 0, hang: tuple[int, float] = (0, 0.0),
+                 lane: str = "") -> None:
         self.index = index
         self.project, self.experiment = project, experiment
-        self.lane = f"replica_{index}"
+        # verl 0.9.1 and VeRL-Omni: replica_<r>; verl main: <role>_replica_<r>
+        # (RLInsightLogger.rollout_state_lane_id(replica_rank, state_lane_prefix))
+        self.lane = lane or f"replica_{index}"
         self.generate_state = "sglang_generate" if backend == "sglang" else "vllm_generate"
         self.engine = fake_engines.FakeEngine(backend, seed=index,
                                               kv_capacity_tokens=kv_capacity_tokens)
@@ -65,7 +68,7 @@ class RolloutReplica:
             wall0 = time.time_ns()  # in the block: the first one also enables monitoring
             self.engine.submit(n)
             agents = [threading.Thread(target=self.agent_loop, args=(step, i), daemon=True)
-                      for i in range(4)]
+                      for i in range(4 if phase != "teacher" else 0)]
             for a in agents:
                 a.start()
             end = time.monotonic() + timeout
@@ -167,10 +170,21 @@ class Simulation:
             if args.rollout_resource else {}
         slow = dict(args.straggler or [])
         hangs = {r: (step, seconds) for r, step, seconds in args.hang or []}
+        prefix = "rollout_" if args.lanes == "verl-main" else ""
         self.replicas = [RolloutReplica.options(**placement).remote(
             i, args.backend, args.project, args.experiment_name, slow.get(i, 1.0),
-            2_000 if i in (args.kv_pressure or []) else 0, hangs.get(i, (0, 0.0)))
+            2_000 if i in (args.kv_pressure or []) else 0, hangs.get(i, (0, 0.0)),
+            f"{prefix}replica_{i}")
             for i in range(args.replicas)]
+        # verl main's teacher (on-policy distillation): its own replicas and engines,
+        # lanes teacher_<key>_replica_<r> (teacher_model.py: name_suffix = the teacher's
+        # key), engines registered as replica "teacher_<key>_<r>"
+        self.teacher_prefix = f"teacher_{args.teacher}" if args.teacher else ""
+        self.teachers = [RolloutReplica.options(**placement).remote(
+            100 + i, args.backend, args.project, args.experiment_name,
+            args.teacher_slowdown if i == 1 else 1.0, 0, (0, 0.0),
+            f"{self.teacher_prefix}_replica_{i}")
+            for i in range(args.teacher_replicas if args.teacher else 0)]
         self.ranks = [TrainerRank.remote(r) for r in range(args.ranks)]
         self.tq = data_queue.config() if args.transfer_queue else None
         self.tq_endpoint: str | None = None
@@ -182,9 +196,20 @@ class Simulation:
     def register(self) -> dict:
         """Register the engines' and the controller's endpoints, as verl does."""
         addresses = ray.get([r.address.remote() for r in self.replicas])
-        rl_insight.register_rollout_replicas(addresses, self.args.backend,
-                                             disable_log_stats=False)
+        if self.args.lanes == "verl-main":  # verl's LLMServerManager, rollout name as job
+            rl_insight.update_prometheus_config(addresses, self.args.backend,
+                                                [{"replica": i} for i in
+                                                 range(len(addresses))])
+        else:
+            rl_insight.register_rollout_replicas(addresses, self.args.backend,
+                                                 disable_log_stats=False)
         out = {"replicas": addresses}
+        if self.teachers:  # verl main's TeacherModelManager._initialize_llm_servers
+            teachers = ray.get([r.address.remote() for r in self.teachers])
+            rl_insight.update_prometheus_config(
+                teachers, self.args.backend,
+                [{"replica": f"{self.teacher_prefix}_{i}"} for i in range(len(teachers))])
+            out["teachers"] = teachers
         if self.tq is not None:  # verl: tq.init in the TaskRunner, then Tracking registers
             self.tq_endpoint = data_queue.start(self.tq)
             out["transfer_queue"] = self.tq_endpoint
@@ -231,11 +256,21 @@ class Simulation:
         return self.t[key]
 
     # -- one step -----------------------------------------------------------------------------
+    def teacher_phase(self, step: int) -> float:
+        """The teacher scores the batch (on-policy distillation): its replicas generate
+        on lanes of their own; with --teacher-slowdown its replica 1 is the straggler."""
+        if not self.teachers:
+            return 0.0
+        return max(ray.get([t.generate.remote(max(2, self.requests // 4), self.gen_timeout,
+                                              step, "teacher") for t in self.teachers]))
+
     def sync_step(self, step: int) -> dict:
         timing = {}
         t_step = time.perf_counter()
         timing["gen"] = max(ray.get(self.generate(step)))
         self.read_batch(step)
+        if self.teachers:
+            timing["teacher"] = self.teacher_phase(step)
         t0 = time.perf_counter()
         self.replicas_state("vllm_release_kv_cache", self.t["sleep"] / 2, step)
         self.replicas_state("vllm_sleep", self.t["sleep"] / 2, step, sleep_level=1)
@@ -409,6 +444,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "the nodes started with it)")
     ap.add_argument("--hardware", action="store_true",
                     help="also collect each node's hardware (attach(hardware=True))")
+    ap.add_argument("--lanes", choices=["verl-0.9", "verl-main"], default="verl-0.9",
+                    help="replica lane names as verl 0.9.1 and VeRL-Omni make them "
+                         "(replica_<r>) or as verl main does (rollout_replica_<r>)")
+    ap.add_argument("--teacher", default="", metavar="KEY",
+                    help="a teacher model (verl main's on-policy distillation) with "
+                         "replicas of its own: lanes teacher_<KEY>_replica_<r>")
+    ap.add_argument("--teacher-replicas", type=int, default=2)
+    ap.add_argument("--teacher-slowdown", type=float, default=1.0,
+                    help="the teacher's replica 1 generates this many times as long")
     ap.add_argument("--project", default="rl-insight-demo")
     ap.add_argument("--experiment-name", default=None,
                     help="default: sim-<mode>-<backend>-<time>")

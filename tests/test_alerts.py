@@ -17,7 +17,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from rl_insight import cli, config
+from rl_insight import cli, config, laneid
 from rl_insight.server import alert_rules, alerts, statuspage
 from rl_insight.server.app import create_app
 from rl_insight.server.services import SERVICES
@@ -228,7 +228,8 @@ def test_replica_stuck_compares_its_time_in_the_state_with_the_usual(settings, t
     base = f'{RUN},job="rl_insight_lanes",lane_actor="lanes-0"'
 
     def lane(lane_id: str, state: str, since: str, mean_s: float) -> list[dict]:
-        labels = f'{base},state_lane_id="{lane_id}",state_name="{state}"'
+        role = laneid.role_of(lane_id)  # as the lane actors label the series
+        labels = f'{base},role="{role}",state_lane_id="{lane_id}",state_name="{state}"'
         return [
             {"series": f"rl_insight_monitor_lane_state_since_seconds{{{labels}}}",
              "values": since},
@@ -241,6 +242,9 @@ def test_replica_stuck_compares_its_time_in_the_state_with_the_usual(settings, t
               + lane("replica_1", "vllm_generate", "0x80", 10)  # not in it now
               + lane("replica_2", "vllm_sleep", "30x80", 60)  # usual 60 s: 5 x 60 = 300 s
               + lane("rank_0", "actor_update", "30x80", 10)  # not a replica lane
+              # verl main's lanes by role (RLInsightLogger.rollout_state_lane_id): a
+              # teacher's replica is a replica lane too
+              + lane("teacher_deepseek_r1_replica_2", "vllm_generate", "30x80", 10)
               # the same lane, an earlier lane actor's series: aggregated, not an error
               + [{"series": f'rl_insight_monitor_lane_state_since_seconds{{{RUN},'
                             'job="rl_insight_lanes",lane_actor="lanes-old",'
@@ -253,11 +257,15 @@ def test_replica_stuck_compares_its_time_in_the_state_with_the_usual(settings, t
         {"expr": counted(expr, by), "eval_time": "1m", "exp_samples": []},
         {"expr": counted(expr, by), "eval_time": "2m30s", "exp_samples": [
             {"labels": '{state_lane_id="replica_0",state_name="vllm_generate"}',
-             "value": 1}]},
+             "value": 1},
+            {"labels": '{state_lane_id="teacher_deepseek_r1_replica_2",'
+                       'state_name="vllm_generate"}', "value": 1}]},
         # over 300 s in its state, the sleeping replica too
         {"expr": counted(expr, by), "eval_time": "6m", "exp_samples": [
             {"labels": '{state_lane_id="replica_0",state_name="vllm_generate"}', "value": 1},
-            {"labels": '{state_lane_id="replica_2",state_name="vllm_sleep"}', "value": 1}]},
+            {"labels": '{state_lane_id="replica_2",state_name="vllm_sleep"}', "value": 1},
+            {"labels": '{state_lane_id="teacher_deepseek_r1_replica_2",'
+                       'state_name="vllm_generate"}', "value": 1}]},
     ])
 
 

@@ -25,6 +25,11 @@ pytestmark = pytest.mark.integration
 # section), vLLM synchronous without it, its engines sleeping and waking between phases
 RUNS = {"vllm": ("sync", "e2e-vllm-sync"), "sglang": ("async", "e2e-sglang-async"),
         "vllm_omni": ("async", "e2e-vllm-omni-async")}
+# the vLLM run names its lanes as verl main does (rollout_replica_<r>, and a teacher's
+# teacher_deepseek_r1_replica_<r> whose replica 1 is slow); the others as verl 0.9.1 and
+# VeRL-Omni do (replica_<r>)
+VERL_MAIN = ("--lanes", "verl-main", "--teacher", "deepseek_r1", "--teacher-slowdown", "3")
+TEACHER = "teacher_deepseek_r1"
 # TransferQueue's controller is one named actor per cluster ("TransferQueueController" in
 # namespace "transfer_queue"): two runs with it cannot overlap, a run without it can
 BATCHES = (("vllm", "sglang"), ("vllm_omni",))
@@ -40,7 +45,8 @@ def simulate(cluster, backend: str) -> subprocess.Popen:
          "--step-seconds", "3", "--val-every", "2", "--project", "e2e",
          "--linger", "8",  # Prometheus picks new file_sd targets up within ~5-10 s
          "--experiment-name", exp,
-         "--transfer-queue" if mode == "async" else "--no-transfer-queue"],
+         "--transfer-queue" if mode == "async" else "--no-transfer-queue",
+         *(VERL_MAIN if backend == "vllm" else ())],
         env=cluster.env(), cwd=cluster.workdir, stdout=log, stderr=subprocess.STDOUT,
         text=True)
     proc.log = log
@@ -271,7 +277,8 @@ def test_step_anatomy_in_both_modes(world):
     for backend, (mode, _) in RUNS.items():
         steps = wait_for(lambda b=backend: rows(runs[b]), 20, f"3 steps of {backend}")
         assert [s["step"] for s in steps] == [1, 2, 3]
-        assert all(set(s["replicas"]) == {"0", "1"} for s in steps)
+        assert all({r for r, v in s["replicas"].items() if v["role"] == "rollout"}
+                   == {"0", "1"} for s in steps)
         if mode == "async":  # the last step generates nothing: no next batch
             for s in steps[:2]:
                 assert all(r["generate_s"] > 0 for r in s["replicas"].values()), s
@@ -284,3 +291,47 @@ def test_step_anatomy_in_both_modes(world):
             for s in steps:
                 assert all(r["generate_s"] > 0 for r in s["replicas"].values()), s
                 assert s["staleness"] == 0 and s["overlap_s"] < 0.05, s
+
+
+def test_verl_mains_lanes_by_role_fill_timeline_engines_and_anatomy(world):
+    """The vLLM run names its lanes as verl main does: the timeline has a panel per role
+    (the policy's rollout, the teacher, the ranks) holding exactly that role's lanes, the
+    teacher's engines are a row of their own, and the step anatomy gives the teacher its
+    own straggler (its replica 1, 3x slower), never the policy's."""
+    cli, url, runs = world
+    run = runs["vllm"]
+    prom, sel = cli.prometheus, (f'project="{run["project"]}",'
+                                 f'experiment_name="{run["experiment_name"]}"')
+    lane_roles = label_values(prom, "role", f"rl_insight_monitor_lane_state{{{sel}}}")
+    assert lane_roles == {"rollout", TEACHER, "ranks"}, lane_roles
+    panel = next(p for p in panels.TIMELINE_PROM if p.repeat == "lane_role")
+    expect = {"rollout": {"rollout_replica_0", "rollout_replica_1"},
+              TEACHER: {f"{TEACHER}_replica_0", f"{TEACHER}_replica_1"},
+              "ranks": {"rank_0", "rank_1"}}
+    for role, lanes in expect.items():
+        expr = substitute(panel.queries[0].expr.replace("$lane_role", role), run)
+        got = {x["metric"]["state_lane_id"]
+               for x in query_range(prom, expr, run["t_start"] - 5, run["t_done"] + 2)}
+        assert got == lanes, (role, got)
+    # the teacher's engines apart from the policy's: the rows repeat per role
+    for role, replicas in (("rollout", {"0", "1"}), (TEACHER, {f"{TEACHER}_0",
+                                                               f"{TEACHER}_1"})):
+        got = label_values(prom, "replica", f'vllm:num_requests_running{{{sel},'
+                                            f'role="{role}"}}')
+        assert got == replicas, (role, got)
+    steps = requests.get(url + "/api/v1/anatomy", params={
+        "project": run["project"], "experiment_name": run["experiment_name"]},
+        timeout=5).json()["steps"]
+    for s in steps:
+        teacher, rollout = s["roles"][TEACHER], s["roles"]["rollout"]
+        assert teacher["slowest_replica"] == f"{TEACHER}_1", s
+        # two replicas, one 3x slower: 3 / median(1, 3) = 1.5 (engines vary around it)
+        assert teacher["straggler_ratio"] > 1.35, s
+        assert rollout["straggler_ratio"] < teacher["straggler_ratio"], s
+        assert s["straggler_ratio"] == rollout["straggler_ratio"], s
+        assert s["slowest_replica"] in ("0", "1"), s
+    # the anatomy dashboard's per-role straggler series carry the teacher's own
+    got = requests.get(prom + "/api/v1/query_range", params={
+        "query": f'rl_insight_step_role_straggler_ratio{{{sel},role="{TEACHER}"}}',
+        "start": run["t_start"], "end": run["t_done"] + 30, "step": "1s"}, timeout=10).json()
+    assert got["data"]["result"], got
