@@ -150,8 +150,9 @@ class OmniPipeline:
         self.success.labels(**m, finished_reason=reason).inc()
 
 
-def serve(registry: CollectorRegistry, negotiate: bool = False) -> tuple[object, int]:
-    """Start a /metrics endpoint on a free port of every interface.
+def serve(registry: CollectorRegistry, negotiate: bool = False,
+          port: int = 0) -> tuple[object, int]:
+    """Start a /metrics endpoint on ``port`` (0: a free one) of every interface.
 
     ``negotiate=False``: always the text format 0.0.4, as vLLM 0.33's own /metrics route
     answers. ``negotiate=True``: prometheus_client's own negotiating WSGI app, the library
@@ -171,7 +172,7 @@ def serve(registry: CollectorRegistry, negotiate: bool = False) -> tuple[object,
         class Threading(socketserver.ThreadingMixIn, WSGIServer):
             daemon_threads = True
 
-        server = make_server("0.0.0.0", 0, pc.make_wsgi_app(registry), Threading, Quiet)
+        server = make_server("0.0.0.0", port, pc.make_wsgi_app(registry), Threading, Quiet)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         return server, server.server_address[1]
 
@@ -187,7 +188,7 @@ def serve(registry: CollectorRegistry, negotiate: bool = False) -> tuple[object,
         def log_message(self, *a):
             pass
 
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, server.server_address[1]
@@ -370,7 +371,8 @@ class FakeEngine:
 
     TICK = 0.05
 
-    def __init__(self, backend: str, seed: int = 0, kv_capacity_tokens: int = 0) -> None:
+    def __init__(self, backend: str, seed: int = 0, kv_capacity_tokens: int = 0,
+                 port: int = 0) -> None:
         self.backend = backend
         self.registry = CollectorRegistry()
         self.m = _Metrics(backend, registry=self.registry)
@@ -382,7 +384,8 @@ class FakeEngine:
         self.finished = 0
         self._recent_tokens: list[tuple[float, int]] = []
         # SGLang answers through prometheus_client's negotiating app; vLLM in text
-        self.server, self.port = serve(self.registry, negotiate=backend == "sglang")
+        self.server, self.port = serve(self.registry, negotiate=backend == "sglang",
+                                       port=port)
         threading.Thread(target=self._loop, daemon=True, name="fake-engine").start()
 
     # -- driven by the RL step ----------------------------------------------------------

@@ -42,7 +42,7 @@ class RolloutReplica:
     def __init__(self, index: int, backend: str, project: str = "",
                  experiment: str = "", slowdown: float = 1.0,
                  kv_capacity_tokens: int = 0, hang: tuple[int, float] = (0, 0.0),
-                 lane: str = "") -> None:
+                 lane: str = "", port: int = 0) -> None:
         self.index = index
         self.project, self.experiment = project, experiment
         # verl 0.9.1 and VeRL-Omni: replica_<r>; verl main: <role>_replica_<r>
@@ -50,7 +50,8 @@ class RolloutReplica:
         self.lane = lane or f"replica_{index}"
         self.generate_state = "sglang_generate" if backend == "sglang" else "vllm_generate"
         self.engine = fake_engines.FakeEngine(backend, seed=index,
-                                              kv_capacity_tokens=kv_capacity_tokens)
+                                              kv_capacity_tokens=kv_capacity_tokens,
+                                              port=port)
         self.slowdown = slowdown  # a straggler generates this many times as long
         self.hang = hang  # (step, seconds): a request that hangs in that step
         self.generated: list[tuple[int, int, int]] = []  # ground truth: (step, start, end)
@@ -174,7 +175,7 @@ class Simulation:
         self.replicas = [RolloutReplica.options(**placement).remote(
             i, args.backend, args.project, args.experiment_name, slow.get(i, 1.0),
             2_000 if i in (args.kv_pressure or []) else 0, hangs.get(i, (0, 0.0)),
-            f"{prefix}replica_{i}")
+            f"{prefix}replica_{i}", args.engine_base_port + i if args.engine_base_port else 0)
             for i in range(args.replicas)]
         # verl main's teacher (on-policy distillation): its own replicas and engines,
         # lanes teacher_<key>_replica_<r> (teacher_model.py: name_suffix = the teacher's
@@ -453,6 +454,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--teacher-replicas", type=int, default=2)
     ap.add_argument("--teacher-slowdown", type=float, default=1.0,
                     help="the teacher's replica 1 generates this many times as long")
+    ap.add_argument("--engine-base-port", type=int, default=0, metavar="PORT",
+                    help="replica R's engine serves /metrics on PORT+R (a platform's "
+                         "pre-agreed scrape rule); default: free ports")
     ap.add_argument("--project", default="rl-insight-demo")
     ap.add_argument("--experiment-name", default=None,
                     help="default: sim-<mode>-<backend>-<time>")

@@ -14,11 +14,13 @@ from rl_insight.version import __version__ as __version__
 
 _EXPORTS = {
     "agent_loop_session": "rl_insight.client.agent_loop",
+    "agent_loop_lane_id": "rl_insight.client.agent_loop",
     "RolloutStatsDisabled": "rl_insight.client.registration",
     "check_rollout_stats": "rl_insight.client.registration",
     "Tracking": "rl_insight.client.tracking",
     **{name: "rl_insight.client.api" for name in (
-        "enabled", "finish", "flush", "init", "metric_count", "metric_gauge",
+        "enabled", "finish", "flush", "init", "is_platform_mode", "metric_count",
+        "metric_gauge",
         "metric_histogram", "register_rollout_replicas", "register_transfer_queue",
         "trace_op", "trace_span", "trace_state", "update_prometheus_config")},
 }
@@ -26,12 +28,16 @@ _EXPORTS = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the names as they resolve
-    from rl_insight.client.agent_loop import agent_loop_session  # noqa: F401
+    from rl_insight.client.agent_loop import (  # noqa: F401
+        agent_loop_lane_id,
+        agent_loop_session,
+    )
     from rl_insight.client.api import (  # noqa: F401
         enabled,
         finish,
         flush,
         init,
+        is_platform_mode,
         metric_count,
         metric_gauge,
         metric_histogram,

@@ -168,9 +168,12 @@ class ClientSettings:
     forget_after_s: float = 600.0
     lane_pool_size: int = 4  # ignored since pooled lanes go to their node's lane actor
     ray_namespace: str = "rl_insight"
-    # external OTLP mode (no server): metrics are served here for a Prometheus to scrape
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = 0  # 0: a free port, logged
+    # platform mode (RL_INSIGHT_OTLP_ENDPOINT, no server): the hub (outside Ray, the
+    # process) serves /metrics here for the platform's own Prometheus, as upstream
+    # rl-insight does (prometheus.metrics_report_port, default 9092, on the node's
+    # address: `metrics_host` empty); a taken port moves to a free one, said loudly
+    metrics_host: str = ""
+    metrics_port: int = 9092
     registration_retry_max_s: float = 30.0
     # events handed to the hub or a lane and not yet confirmed as sent on, kept to be
     # sent again if that actor restarts; beyond this, counted as dropped

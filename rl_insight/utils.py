@@ -6,10 +6,14 @@ prometheus_utils.py); the work is done by this package's own client."""
 from __future__ import annotations
 
 from rl_insight.client.api import update_prometheus_config
+from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV
 
 
 class MonitorEnv:
-    SERVER_URL = "RL_INSIGHT_SERVER_URL"
+    SERVER_URL = SERVER_URL_ENV
+    # platform mode (upstream's "Platform Integration Without the RL-Insight Server",
+    # tardis-key/rl-insight rl_insight/utils/constants.py at d6c4a843)
+    OTLP_ENDPOINT = OTLP_ENV
 
 
 class MonitorDefaults:

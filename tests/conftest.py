@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import requests
 
 from rl_insight import netaddr
 
@@ -219,3 +221,54 @@ def recorded(monkeypatch):
     monkeypatch.setattr(api, "_client", c)
     monkeypatch.setattr(api, "_env_checked", True)
     return c, got
+
+
+class OwnPrometheus:
+    """Prometheus of one's own (Debian's package) from a config text, as a team or a
+    platform runs it; :meth:`stop` ends every one started."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        if not shutil.which("prometheus"):
+            pytest.skip("Debian's prometheus package (scripts/system-deps.sh) is needed")
+        self.tmp_path = tmp_path
+        self.procs: list = []
+
+    def start(self, config_text: str) -> str:
+        tmp_path = self.tmp_path
+        cfg = tmp_path / "own-prometheus.yml"
+        cfg.write_text(config_text)
+        port = netaddr.free_port()
+        log = (tmp_path / "own-prometheus.log").open("wb")
+        self.procs.append((subprocess.Popen(
+            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log,
+            stderr=subprocess.STDOUT), log))
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            assert self.procs[-1][0].poll() is None, \
+                (tmp_path / "own-prometheus.log").read_text()
+            try:
+                return requests.get(url + "/-/ready", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+        wait_for(ready, 20, "the second Prometheus to be ready")
+        return url
+
+    def stop(self) -> None:
+        for proc, log in self.procs:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            log.close()
+
+
+@pytest.fixture
+def own_prometheus(tmp_path):
+    """Start a Prometheus of one's own from a config text; stopped at the end."""
+    own = OwnPrometheus(tmp_path)
+    yield own.start
+    own.stop()

@@ -7,9 +7,6 @@ once the run is archived."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, start_http_server
@@ -38,44 +35,6 @@ def engines():
     yield addresses
     for server in servers:
         server.shutdown()
-
-
-@pytest.fixture
-def own_prometheus(tmp_path):
-    """Start a Prometheus of one's own from a config text; stopped at the end."""
-    if not shutil.which("prometheus"):
-        pytest.skip("Debian's prometheus package (scripts/system-deps.sh) is needed")
-    procs = []
-
-    def start(config_text: str) -> str:
-        cfg = tmp_path / "own-prometheus.yml"
-        cfg.write_text(config_text)
-        port = netaddr.free_port()
-        log = (tmp_path / "own-prometheus.log").open("wb")
-        procs.append((subprocess.Popen(
-            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log,
-            stderr=subprocess.STDOUT), log))
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            assert procs[-1][0].poll() is None, (tmp_path / "own-prometheus.log").read_text()
-            try:
-                return requests.get(url + "/-/ready", timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-        wait_for(ready, 20, "the second Prometheus to be ready")
-        return url
-
-    yield start
-    for proc, log in procs:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
 
 
 def vllm_targets(prom: str) -> list[dict]:

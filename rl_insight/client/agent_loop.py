@@ -31,8 +31,11 @@ BUCKETS = {"agent_loop_trajectory_reward": REWARD_BUCKETS,
            "agent_loop_session_duration_seconds": DURATION_BUCKETS}
 
 
-def lane_id(experiment_name: Any, sample: Any, session: Any, traj: Any) -> str:
-    """The lane of one trajectory, as upstream names it (dashboards search by it)."""
+def agent_loop_lane_id(experiment_name: Any, sample: Any, session: Any, traj: Any) -> str:
+    """The lane of one trajectory, as upstream names it (dashboards search by it):
+    ``experiment=<e>/sample=<s>/session=<n>/traj=<t>``. Uni-Agent derives the lanes of a
+    session's later trajectories with it (``traj = chain_id - 1``). A pure function: it
+    needs no ``init``."""
     return f"experiment={experiment_name}/sample={sample}/session={session}/traj={traj}"
 
 
@@ -119,7 +122,8 @@ class AgentLoopSession:
         api.trace_span(name=SESSION_SPAN, start_time_ns=self.start_ns, end_time_ns=end,
                        attributes=attrs)
         for tid, reward, turns in trajs:
-            lane = lane_id(ident["experiment_name"], ident["sample"], ident["session"], tid)
+            lane = agent_loop_lane_id(ident["experiment_name"], ident["sample"],
+                                      ident["session"], tid)
             api.trace_span(name=TRAJECTORY_SPAN, start_time_ns=self.start_ns, end_time_ns=end,
                            attributes={**ident, "traj": tid, "state_lane_id": lane,
                                        "reward": "" if reward is None else reward,
@@ -135,7 +139,8 @@ def agent_loop_session(*, project: Any = None, experiment_name: Any, sample: Any
     return AgentLoopSession(
         identity={"project": "" if project is None else str(project),
                   "experiment_name": experiment_name, "sample": sample, "session": session,
-                  "traj": traj, "state_lane_id": lane_id(experiment_name, sample, session, traj),
+                  "traj": traj, "state_lane_id": agent_loop_lane_id(experiment_name, sample,
+                                                                     session, traj),
                   "uid": "" if uid is None else str(uid),
                   "global_steps": "" if global_steps is None else global_steps,
                   "session_id": "" if session_id is None else str(session_id)},

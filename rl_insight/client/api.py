@@ -21,7 +21,7 @@ from typing import Any
 
 from rl_insight import naming, secret
 from rl_insight.client import transfer_queue as tq_units
-from rl_insight.client.core import Client, endpoints, load_settings
+from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV, Client, endpoints, load_settings
 from rl_insight.client.registration import (
     ROLLOUT_JOBS,
     TQ_JOB,
@@ -77,12 +77,20 @@ def _failed(what: str) -> None:
                     what, _errors, exc_info=_errors == 1)
 
 
+def _env_endpoints() -> tuple[str | None, str | None]:
+    return os.environ.get(SERVER_URL_ENV), os.environ.get(OTLP_ENV)
+
+
+_seen_env: tuple[str | None, str | None] | None = None  # the endpoints _enable() read
+
+
 def _enable() -> Client | None:
     """Create the client if the environment configures an endpoint."""
-    global _client, _env_checked
+    global _client, _env_checked, _seen_env
     _env_checked = True
     if _client is not None:
         return _client
+    _seen_env = _env_endpoints()
     server, otlp = endpoints()
     if not server and not otlp:
         return None
@@ -107,17 +115,38 @@ def enabled() -> bool:
     return _get() is not None
 
 
+def is_platform_mode() -> bool:
+    """True when this process reports in platform mode: spans straight to
+    ``RL_INSIGHT_OTLP_ENDPOINT`` (or ``otel.exporter.endpoint``), metrics served for the
+    platform's own Prometheus, no RL-Insight server (a server URL wins). verl skips its
+    scrape-target registrations then (the platform scrapes by its own rule); calling
+    ``update_prometheus_config`` anyway is a no-op that says so. Never raises."""
+    try:
+        c = _client
+        if c is not None:
+            return not c.server_url and bool(c.otlp_url)
+        server, otlp = endpoints(warn=False)
+        return bool(otlp) and not server
+    except Exception:
+        return False
+
+
 def init(project: str | None = None, experiment_name: str | None = None,
          config: Mapping[str, Any] | None = None) -> None:
-    """Start monitoring in this process. Idempotent. Give both identity names or
-    neither: without them, a worker inherits its run from the environment or the hub."""
+    """Start monitoring in this process. Idempotent, and cheap to repeat (Uni-Agent calls
+    ``init()`` before every metric it emits). Give both identity names or neither:
+    without them, a worker inherits its run from the environment or the hub."""
+    global _env_checked
+    if project is None and experiment_name is None and not config and (
+            _client is not None or (_env_checked and _seen_env == _env_endpoints())):
+        return  # nothing new to start: monitoring is on, or off with the same environment
     try:
-        global _env_checked
-        from rl_insight.client.options import apply_init_config, apply_server_url
+        from rl_insight.client.options import apply_endpoints
 
-        if config and apply_server_url(config) and _client is None:
-            log.info("rl-insight: server from init(config): %s",
-                     os.environ.get("RL_INSIGHT_SERVER_URL"))
+        if config and apply_endpoints(config) and _client is None:
+            log.info("rl-insight: endpoint from init(config): %s", " ".join(
+                f"{k}={v}" for k, v in zip((SERVER_URL_ENV, OTLP_ENV), _env_endpoints(),
+                                           strict=True) if v))
         _env_checked = False
         c = _get()
         if (project is None) != (experiment_name is None):
@@ -125,6 +154,8 @@ def init(project: str | None = None, experiment_name: str | None = None,
                         "neither; ignoring the identity given")
             return
         if config:
+            from rl_insight.client.options import apply_init_config
+
             apply_init_config(c, config)
         if c is None:
             return
@@ -562,11 +593,14 @@ def update_prometheus_config(server_addresses: Sequence[str] | str,
     if c is None:
         return
     try:
-        if not c.server_url:
-            if not getattr(c, "_warned_registration", False):
-                c._warned_registration = True
-                log.warning("rl-insight: no server (external OTLP mode): add %s to your "
-                            "own Prometheus", list(server_addresses))
+        if not c.server_url:  # platform mode: the platform scrapes by its own rule
+            targets = [server_addresses] if isinstance(server_addresses, str) \
+                else list(server_addresses)
+            log.warning("rl-insight: platform mode (no RL-Insight server): %s targets %s "
+                        "are not registered anywhere; the platform's Prometheus must "
+                        "scrape them by its own rule (docs/platform.md has a static "
+                        "config). verl skips this call when rl_insight.is_platform_mode() "
+                        "is true.", job_name or "rollout", targets)
             return
         if not server_addresses:
             log.warning("rl-insight: update_prometheus_config(%r): no address to register",

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from typing import Any
+from urllib.parse import urlsplit
 
 from rl_insight import config as config_mod
 from rl_insight.client.buffer import EventBuffer
@@ -36,17 +37,22 @@ PROJECT_ENV = "RL_INSIGHT_PROJECT"
 EXPERIMENT_ENV = "RL_INSIGHT_EXPERIMENT_NAME"
 
 
-def endpoints(environ=os.environ) -> tuple[str, str]:
-    """(server_url, otlp_url) from the environment; the server wins, with a warning."""
+def endpoints(environ=os.environ, warn: bool = True) -> tuple[str, str]:
+    """(server_url, otlp_url) from the environment; the server wins, with a warning.
+
+    The OTLP endpoint is the full trace URL (upstream's platform guide:
+    ``https://collector:4318/v1/traces``), used as given; a bare ``scheme://host:port``
+    gets OTLP/HTTP's standard ``/v1/traces``."""
     server = environ.get(SERVER_URL_ENV, "").strip()
     otlp = environ.get(OTLP_ENV, "").strip()
     if environ.get(ENABLE_ENV, "").strip() == "0":
         return "", ""
     if server and otlp:
-        log.warning("rl-insight: both %s and %s are set; using the server (%s)",
-                    SERVER_URL_ENV, OTLP_ENV, server)
+        if warn:
+            log.warning("rl-insight: both %s and %s are set; using the server (%s)",
+                        SERVER_URL_ENV, OTLP_ENV, server)
         otlp = ""
-    if otlp and not otlp.rstrip("/").endswith("/v1/traces"):
+    if otlp and urlsplit(otlp).path in ("", "/"):
         otlp = otlp.rstrip("/") + "/v1/traces"
     return server, otlp
 

@@ -1,8 +1,9 @@
 """`init(config=...)`: the framework's ``trainer.rl_insight`` mapping, passed unchanged.
 
-Two kinds of keys are honoured. Upstream 0.3.0's nested keys, which existing configs
-carry: ``server.url`` (the environment variable wins), ``server.namespace``,
-``server.backend`` and ``prometheus.metrics_report_port``. And this package's own
+Two kinds of keys are honoured. Upstream's nested keys, which existing configs carry:
+``server.url`` (the environment variable wins), ``server.namespace``, ``server.backend``,
+``prometheus.metrics_report_port`` and platform mode's ``otel.exporter.endpoint``
+(``RL_INSIGHT_OTLP_ENDPOINT`` wins). And this package's own
 client settings, flat (``flush_interval_s: 1.0``) or under ``client:``. Anything else is
 ignored with one warning that names it.
 """
@@ -16,11 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from rl_insight import config as config_mod
+from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV
 from rl_insight.naming import PREFIX
 
 log = logging.getLogger(__name__)
 
-SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
 # upstream's defaults (rl-insight 0.3.0, rl_insight/utils/constants.py, MonitorDefaults
 # and MonitorBackend): the metric namespace and the one client backend it has
 UPSTREAM_NAMESPACE = PREFIX.rstrip("_")
@@ -46,22 +47,37 @@ def _is_dictconfig(value: Any) -> bool:
     return type(value).__name__ == "DictConfig"
 
 
+def _nested(config: Mapping[str, Any], *path: str) -> str:
+    node: Any = config
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return str(node).strip() if node not in (None, "") else ""
+
+
 def server_url_from(config: Mapping[str, Any]) -> str:
     """``server.url`` of an init config; the caller applies it only when the environment
     sets none (upstream: the environment variable wins)."""
-    server = config.get("server")
-    url = server.get("url") if isinstance(server, Mapping) else None
-    return str(url).strip() if url else ""
+    return _nested(config, "server", "url")
 
 
-def apply_server_url(config: Mapping[str, Any]) -> bool:
-    """Put ``server.url`` into this process's environment unless it has one (so the
-    client turns on, and child processes inherit it). True when it did."""
-    url = server_url_from(config)
-    if url and not os.environ.get(SERVER_URL_ENV, "").strip():
-        os.environ[SERVER_URL_ENV] = url
-        return True
-    return False
+def otlp_endpoint_from(config: Mapping[str, Any]) -> str:
+    """``otel.exporter.endpoint`` of an init config: platform mode's trace endpoint
+    (upstream's platform guide; RL_INSIGHT_OTLP_ENDPOINT wins)."""
+    return _nested(config, "otel", "exporter", "endpoint")
+
+
+def apply_endpoints(config: Mapping[str, Any]) -> bool:
+    """Put ``server.url`` and ``otel.exporter.endpoint`` into this process's environment
+    where it sets neither (so the client turns on, and child processes inherit them).
+    True when it set one."""
+    config = as_mapping(config)
+    changed = False
+    for env, value in ((SERVER_URL_ENV, server_url_from(config)),
+                       (OTLP_ENV, otlp_endpoint_from(config))):
+        if value and not os.environ.get(env, "").strip():
+            os.environ[env] = value
+            changed = True
+    return changed
 
 
 def apply_buckets(client, value: Any) -> None:
@@ -81,8 +97,10 @@ def apply_buckets(client, value: Any) -> None:
 
 def _upstream(client, section: str, key: str, value: Any) -> bool:
     """Apply one upstream key; False when it is not one."""
-    if section == "server" and key == "url":
-        return True  # applied before the client was created (apply_server_url)
+    if (section, key) in (("server", "url"), ("otel", "exporter.endpoint")):
+        return True  # applied before the client was created (apply_endpoints)
+    if section == "otel" and key == "otel_port":
+        return True  # upstream's older client: spans go to the server's own port here
     if section == "server" and key == "namespace":
         if value and str(value) != UPSTREAM_NAMESPACE:
             log.warning("rl-insight: init(config): server.namespace=%r is not used: "
@@ -99,6 +117,16 @@ def _upstream(client, section: str, key: str, value: Any) -> bool:
             _set(client, "metrics_port", value)
         return True
     return False
+
+
+def _dotted(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in mapping.items():
+        if isinstance(v, Mapping):
+            out.update(_dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _set(client, key: str, value: Any) -> None:
@@ -118,9 +146,9 @@ def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
     known = {f.name for f in dataclasses.fields(config_mod.ClientSettings)}
     unknown = []
     for key, value in as_mapping(mapping).items():
-        if key in ("server", "prometheus") and isinstance(value, Mapping):
-            for sub, v in value.items():
-                if not _upstream(client, key, str(sub), v):
+        if key in ("server", "prometheus", "otel") and isinstance(value, Mapping):
+            for sub, v in _dotted(value).items():
+                if not _upstream(client, key, sub, v):
                     unknown.append(f"{key}.{sub}")
             continue
         items = value.items() if key == "client" and isinstance(value, Mapping) \
@@ -134,6 +162,7 @@ def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
         client.apply_settings()
     if unknown:
         log.warning("rl-insight: init(config) ignores unknown keys: %s (known: server.url, "
-                    "server.namespace, server.backend, prometheus.metrics_report_port, %s)",
+                    "server.namespace, server.backend, prometheus.metrics_report_port, "
+                    "otel.exporter.endpoint, %s)",
                     ", ".join(sorted(unknown)), ", ".join(sorted(known)))
     return unknown

@@ -96,14 +96,20 @@ class DirectTransport:
         self.lane_loop = Periodic(config["lane_flush_interval_s"], self.lanes.tick,
                                   "rl-insight-spans").start()
         self.metrics_server = None
-        if not config["server_url"]:  # external OTLP mode: serve metrics ourselves
+        if not config["server_url"]:  # platform mode: serve metrics ourselves
             from rl_insight.collector.runs import merge_expositions
             from rl_insight.collector.serve import MetricsServer
 
-            self.metrics_server = MetricsServer(
-                lambda: merge_expositions([self.hub.runs.render_all(),
-                                           self.lanes.runs.render_all()]),
-                config["metrics_host"], config["metrics_port"])
+            try:  # every interface: the node's address and loopback
+                self.metrics_server = MetricsServer(
+                    lambda: merge_expositions([self.hub.runs.render_all(),
+                                               self.lanes.runs.render_all()]),
+                    config["metrics_host"] or "0.0.0.0", config["metrics_port"],
+                    token=config["token"])
+            except OSError as exc:  # monitoring never stops training
+                log.error("rl-insight: cannot serve metrics on port %s (%s); this "
+                          "process's metrics reach no Prometheus", config["metrics_port"],
+                          exc)
 
     def register_run(self, identity: Identity) -> None:
         pass

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.push import Sender
-from rl_insight.collector.runs import Runs
+from rl_insight.collector.runs import Runs, merge_expositions
+from rl_insight.collector.served import ServedGroups
 from rl_insight.config import ClientSettings
 from rl_insight.events import Batch, Identity, Metric
 
@@ -40,6 +41,8 @@ class HubCore:
         self.park_seconds = 30.0
         self.park_limit = 50_000
         self.marks = Watermarks()
+        # platform mode: the lane actors' series, served beside the runs' (served.py)
+        self.served = ServedGroups()
         # a finished run's series, and processes silent this long, are forgotten: a hub
         # that lives for weeks of runs keeps the live ones only (client.forget_after_s)
         self.forget_after_s = forget_after_s
@@ -151,12 +154,18 @@ class HubCore:
         self.sender.push(HUB_JOB, {"hub": self.name}, self.own_metrics(), replace=True)
 
     def forget(self, now: float) -> None:
-        """Runs finished ``forget_after_s`` ago, their jobs, and silent processes."""
+        """Runs finished ``forget_after_s`` ago, their jobs and lane groups, and silent
+        processes."""
         gone = set(self.runs.forget_finished(now, self.forget_after_s))
         if gone:
             with self._lock:
                 self.jobs = {j: i for j, i in self.jobs.items() if i not in gone}
+        self.served.forget(gone, now)
         self.marks.forget_idle(self.forget_after_s)
+
+    def exposition(self) -> str:
+        """What platform mode serves: every run's metrics and the lane actors' groups."""
+        return merge_expositions([self.runs.render_all(), self.served.render()])
 
     def finish(self, identity: Identity) -> bool:
         """Push the run now and tell the server it finished (its groups then expire);

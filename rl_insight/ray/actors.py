@@ -58,12 +58,18 @@ class HubActor:
         self.loop = Periodic(config["push_interval_s"], self._tick,
                              "rl-insight-hub-push").start()
         self.metrics_server = None
-        if not config["server_url"]:  # external OTLP mode: serve metrics ourselves
+        if not config["server_url"]:  # platform mode: serve metrics ourselves
             from rl_insight.collector.serve import MetricsServer
 
-            self.metrics_server = MetricsServer(self.core.runs.render_all,
-                                                config["metrics_host"],
-                                                config["metrics_port"])
+            try:  # on the node's address, as upstream's hub (a platform's rule finds it)
+                self.metrics_server = MetricsServer(
+                    self.core.exposition, config["metrics_host"] or node_address(),
+                    config["metrics_port"], token=config["token"])
+            except OSError as exc:  # monitoring never stops training
+                log.error("rl-insight hub: cannot serve metrics on %s:%s (%s); this run's "
+                          "metrics reach no Prometheus. Set prometheus.metrics_report_port "
+                          "to a free port.", config["metrics_host"] or node_address(),
+                          config["metrics_port"], exc)
         log.info("rl-insight hub up; pushing to %s every %.1fs", config["server_url"],
                  self.loop.interval)
 
@@ -110,6 +116,11 @@ class HubActor:
     def note_lanes(self, names: list[str]) -> None:
         self.core.note_lanes(names)
 
+    def put_groups(self, groups: list) -> list[bool]:
+        """Platform mode: a lane actor's series (what it would push to the server),
+        served on this hub's /metrics."""
+        return self.core.served.put(groups)
+
     @ray.method(concurrency_group=WAITING)
     def flush(self, timeout: float = 10.0) -> dict:
         """Push everything now (the end of a run, tests)."""
@@ -128,10 +139,43 @@ class HubActor:
         return out
 
 
+class HubSink(Sender):
+    """Platform mode's sender for a lane actor: spans to the OTLP endpoint as always, the
+    lane series to the hub, which serves them on its /metrics (no server to push to)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__("", config["token"], otlp_url=config["otlp_url"])
+        self.namespace = config["namespace"]
+        self._hub = None
+
+    def push_groups(self, groups) -> list[bool]:
+        if not groups:
+            return []
+        try:
+            hub = self._hub or find_hub(self.namespace)
+            if hub is None:  # not started yet: the groups stay dirty for the next tick
+                return [False] * len(groups)
+            self._hub = hub
+            done = ray.get(hub.put_groups.remote(
+                [(job, dict(grouping), text, replace)
+                 for job, grouping, text, replace in groups]), timeout=self.timeout)
+            return self._note(True, "lane series to the hub") and list(done)
+        except Exception as exc:  # a restarting hub: keep them, try again next tick
+            self._hub = None
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._note(False, "lane series to the hub")
+            return [False] * len(groups)
+
+
+REFRESH_S = 600.0  # platform mode: every lane group is sent again this often (served.py)
+
+
 class LaneActor:
     def __init__(self, name: str, config: dict[str, Any]) -> None:
         self.name = name
-        self.core = LaneCore(_sender(config), name,
+        self.platform = not config["server_url"]
+        self._refresh_at = time.monotonic() + REFRESH_S
+        self.core = LaneCore(HubSink(config) if self.platform else _sender(config), name,
                              config["lane_max_pending_spans"],
                              config["lane_batch_size"], config["forget_after_s"])
         self.lifetime = JobLifetime(config.get("lane_exit_grace_s", 20.0))
@@ -153,6 +197,9 @@ class LaneActor:
             self.loop.wake()
 
     def _tick(self) -> bool:
+        if self.platform and time.monotonic() >= self._refresh_at:
+            self._refresh_at = time.monotonic() + REFRESH_S
+            self.core.runs.mark_all_dirty()  # the hub forgets a group an hour unrefreshed
         backlog = self.core.tick()
         self.ray_gauges.update(self.core.stats())
         if time.monotonic() >= self._next_check and not backlog:
@@ -218,6 +265,14 @@ def lane_actor_name(lane: str, node_id: str) -> str:
 def _options(name: str, namespace: str) -> dict[str, Any]:
     return dict(name=name, namespace=namespace, lifetime="detached", get_if_exists=True,
                 max_restarts=-1, max_task_retries=-1, num_cpus=0, max_concurrency=1)
+
+
+def node_address() -> str:
+    """This Ray node's IP address (where a platform's scrape rule looks for the hub)."""
+    try:
+        return ray.util.get_node_ip_address()
+    except Exception:
+        return "0.0.0.0"
 
 
 def head_node_id() -> str | None:
