@@ -6,7 +6,9 @@ processor), and one fire-and-forget Ray actor call per event (the design this re
 
 Prints a table and writes bench/results/caller_cost.json. Goals: a metric or a
 trace_state block costs at most a fifth of an OpenTelemetry span, and at least 20 times
-less than an actor call per event.
+less than an actor call per event; ``init()`` repeated (Uni-Agent calls it before every
+metric it emits: uni_agent/rl_insight/__init__.py) at most 1 µs after the first, and a
+small share of the metric it precedes.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ import rl_insight
 from bench.common import per_call_ns, summary
 from bench.caller_cost import STEP
 t = rl_insight.Tracking("bench", "disabled")
+rl_insight.init()
 out = {{
   "metric_gauge (disabled)": summary(per_call_ns(lambda i: rl_insight.metric_gauge("x", i), {n})),
+  "init() repeated (disabled)": summary(per_call_ns(lambda i: rl_insight.init(), {n})),
   "trace_state block (disabled)": summary(per_call_ns(lambda i: block(), {n})),
   "log() of 100 scalars (disabled)": summary(per_call_ns(lambda i: t.log(STEP, i), {n // 10})),
 }}
@@ -108,6 +112,15 @@ def main() -> int:
             per_call_ns(lambda i: sink.take.remote(("x", float(i))), n // 5))
         rows["metric_gauge (enabled)"] = summary(
             per_call_ns(lambda i: rl_insight.metric_gauge("x", i, replica="0"), n))
+        rows["init() repeated (enabled)"] = summary(
+            per_call_ns(lambda i: rl_insight.init(), n))
+
+        def uni_agent_emit(i):  # uni_agent/rl_insight/__init__.py: init, then the metric
+            rl_insight.init()
+            rl_insight.metric_gauge("kv_cache_load", i, "router KV occupancy", replica="0")
+
+        rows["init() + metric_gauge (Uni-Agent's emit)"] = summary(
+            per_call_ns(uni_agent_emit, n))
 
         def block(i):
             with rl_insight.trace_state("vllm_generate", state_lane_id="replica_0"):
@@ -126,7 +139,12 @@ def main() -> int:
     actor = rows["one Ray actor call per event (reference)"]["median_us"]
     gauge = rows["metric_gauge (enabled)"]["median_us"]
     block_cost = rows["trace_state block (enabled)"]["median_us"]
+    init = rows["init() repeated (enabled)"]["median_us"]
     ratios = {
+        "init() repeated, µs (goal <= 1)": init,
+        "init() repeated / metric_gauge": init / gauge,
+        "init() repeated, disabled, µs (goal <= 1)":
+            rows["init() repeated (disabled)"]["median_us"],
         "metric_gauge / OTel span (goal <= 0.2)": gauge / otel,
         "trace_state block / OTel span (goal <= 0.2)": block_cost / otel,
         "actor call / metric_gauge (goal >= 30)": actor / gauge,

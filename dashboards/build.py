@@ -249,7 +249,8 @@ def dashboards() -> list[Dashboard]:
         Dashboard("rl-insight-agent-loop", "RL-Insight · Agent-loop trajectories",
                   "Agent-loop sessions and trajectories: throughput, rewards, turns, "
                   "durations; each session in Tempo.",
-                  [Section("Agent loops", P.AGENT_LOOP)]),
+                  [Section("Agent loops", P.AGENT_LOOP),
+                   Section("Agent-aware router (Uni-Agent)", P.ROUTER)]),
         Dashboard("rl-insight-hardware", "RL-Insight · Hardware",
                   "CPU, memory, network, disk, GPUs and Ascend NPUs of every node.",
                   HARDWARE, ("node",)),

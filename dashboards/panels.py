@@ -186,6 +186,18 @@ TRAINER_HEADS = ("actor", "critic", "perf", "timing_s", "timing_per_token_ms",
 # RL-Insight's own families under the same prefix: on their own dashboards
 OWN_FAMILIES = ("lane_state", "lanes_in_state", "state_duration_seconds", "agent_loop_",
                 "step")
+# Uni-Agent's agent-aware router, through this API (uni_agent/agent_aware_router/types/
+# emit_spec.py at f7842723, EMIT_SPECS: name, type, labels): on the agent-loop dashboard
+ROUTER_GAUGES = ("prompt_tokens", "prompt_tokens_cached", "external_prefix_cache_hits",
+                 "estimated_flops_per_gpu", "kv_cache_usage_perc", "num_requests_running",
+                 "num_requests_waiting", "kv_cache_load", "inflight_tokens",
+                 "inflight_avg_turn")
+ROUTER_COUNTERS = ("dispatched_count", "completed_count", "prompt_len_sum", "kv_evictions")
+ROUTER_HISTOGRAMS = ("load", "s_cache", "avail", "need", "remaining",
+                     "route_latency_seconds")
+ROUTER_NAMES = "|".join(
+    [*ROUTER_GAUGES, *(f"{c}_total" for c in ROUTER_COUNTERS),
+     *(f"{h}_(bucket|sum|count)" for h in ROUTER_HISTOGRAMS)])
 
 
 @dataclass(frozen=True)
@@ -211,7 +223,8 @@ def key_groups() -> tuple[KeyGroup, ...]:
         out.append(KeyGroup(f"{head}/*", "k_" + own[len(M):-1], own + ".+",
                             "|".join(f"{x}.+" for x in longer)))
     claimed = "|".join(key_prefix(h) + ".+" for h in TRAINER_HEADS)
-    own = "|".join(M + f + (".*" if f.endswith("_") else "(_.+)?") for f in OWN_FAMILIES)
+    own = "|".join([M + f + (".*" if f.endswith("_") else "(_.+)?") for f in OWN_FAMILIES]
+                   + [f"{M}({ROUTER_NAMES})"])
     out.append(KeyGroup("Other keys", "k_other", M + ".+", f"{claimed}|{own}"))
     return tuple(out)
 
@@ -662,6 +675,48 @@ AGENT_LOOP = (
        kind="table", width=24, height=10,
        description="Every finished session of the run; open one for its trajectories "
                    "(agent_trajectory spans) and the states of its lane."),
+)
+
+# Uni-Agent's agent-aware router (emit_spec.py above): per rollout replica it routes to
+ROUTER = (
+    ts("Router: requests dispatched and completed",
+       Query(f"sum by (replica) (rate({M}dispatched_count_total{{{RUN}}}[$__rate_interval]))",
+             "dispatched {{replica}}"),
+       Query(f"sum by (replica) (rate({M}completed_count_total{{{RUN}}}[$__rate_interval]))",
+             "completed {{replica}}"), unit="reqps",
+       description="Requests the agent-aware router sent to each replica, and finished."),
+    ts("Router: running and waiting requests",
+       Query(f"max by (replica) ({M}num_requests_running{{{RUN}}})", "running {{replica}}"),
+       Query(f"max by (replica) ({M}num_requests_waiting{{{RUN}}})", "waiting {{replica}}"),
+       description="Each replica's engine queue as the router polls it."),
+    ts("Router: KV-cache load",
+       Query(f"max by (replica) ({M}kv_cache_load{{{RUN}}})", "router {{replica}}"),
+       Query(f"max by (replica) ({M}kv_cache_usage_perc{{{RUN}}})", "engine {{replica}}"),
+       unit="percentunit",
+       description="The router's own KV occupancy (retained blocks over GPU blocks) beside "
+                   "the engine's KV-cache usage, both fractions."),
+    ts("Router: in-flight tokens and turns",
+       Query(f"max by (replica) ({M}inflight_tokens{{{RUN}}})", "tokens {{replica}}"),
+       Query(f"max by (replica) ({M}inflight_avg_turn{{{RUN}}})", "avg turn {{replica}}"),
+       description="Prompt tokens of the requests in flight per replica, and their mean "
+                   "turn (multi-turn sessions pile up on one replica)."),
+    ts("Router: prefix-cache hit share",
+       Query(f"sum by (replica) (rate({M}prompt_tokens_cached{{{RUN}}}[$__rate_interval])) / "
+             f"(sum by (replica) (rate({M}prompt_tokens_cached{{{RUN}}}[$__rate_interval])) + "
+             f"sum by (replica) (rate({M}prompt_tokens{{{RUN}}}[$__rate_interval])))",
+             "{{replica}}"), unit="percentunit",
+       description="Prompt tokens served from the prefix cache over all prompt tokens "
+                   "(cumulative gauges the router forwards from vLLM)."),
+    ts("Router: scores", *quantiles(f"{M}load", "replica", RUN, (0.5,)),
+       *quantiles(f"{M}s_cache", "replica", RUN, (0.5,)),
+       description="Median prefix-load-aware load score (first) and three-layer cache hit "
+                   "rate (second) the router computed per replica, both 0..1."),
+    ts("Router: scoring latency", *quantiles(f"{M}route_latency_seconds", "project", RUN,
+                                             (0.5, 0.99)), unit="s",
+       description="Time the router's policy took to score the replicas for a request."),
+    ts("Router: KV evictions",
+       Query(f"sum by (replica) (rate({M}kv_evictions_total{{{RUN}}}[$__rate_interval]))",
+             "{{replica}}"), unit="ops"),
 )
 
 # -- hardware -----------------------------------------------------------------------------------

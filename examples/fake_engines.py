@@ -382,6 +382,7 @@ class FakeEngine:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.finished = 0
+        self.prompt_total = 0
         self._recent_tokens: list[tuple[float, int]] = []
         # SGLang answers through prometheus_client's negotiating app; vLLM in text
         self.server, self.port = serve(self.registry, negotiate=backend == "sglang",
@@ -399,6 +400,16 @@ class FakeEngine:
     def busy(self) -> bool:
         with self.lock:
             return bool(self.s.waiting or self.s.running)
+
+    def snapshot(self) -> dict:
+        """What a router polls of the engine: running and waiting requests, KV-cache use
+        (a fraction), prompt tokens so far."""
+        with self.lock:
+            used = sum(r.prompt + r.generated for r in self.s.running)
+            return {"running": float(len(self.s.running)),
+                    "waiting": float(len(self.s.waiting)),
+                    "kv": min(1.0, used / max(self.s.kv_capacity_tokens, 1)),
+                    "prompt_tokens": float(self.prompt_total)}
 
     def operation(self, family: str, operation: str, seconds: float) -> None:
         """A vLLM dev-mode operation (``sleep_mode``: sleep, wake, release_kv_cache_memory;
@@ -459,6 +470,7 @@ class FakeEngine:
                 used += r.prompt
                 s.running.append(r)
                 m.prompt_tokens.inc(r.prompt)
+                self.prompt_total += r.prompt
                 if self.backend == "sglang":
                     m.cached_tokens.labels(**m.tok, cache_source="device").inc(
                         int(r.prompt * 0.3))

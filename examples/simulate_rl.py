@@ -97,21 +97,80 @@ class RolloutReplica:
         self.engine.server.server_close()
 
     def agent_loop(self, step: int, i: int) -> None:
-        """A multi-turn agent session on a lane of its own (thousands of these share the
-        lane pool): a model turn, a tool call, another turn; then the session reports its
-        trajectory, as verl's agent loops do through agent_loop_session."""
+        """A multi-turn agent session as Uni-Agent runs one (uni_agent/framework/
+        framework.py ``_run_agent_episode``, rl_insight/adapter.py, the agent-aware
+        router's emitter): the session's identity, a model turn through the gateway
+        (``gateway_generation``), a tool call, another turn, the task's span
+        (``agent_task``), the router's metrics with ``init()`` before each, then the
+        session's finish. Thousands of these share the node's lane actor."""
         session = rl_insight.agent_loop_session(
             project=self.project, experiment_name=self.experiment, sample=f"s{step}r{self.index}",
-            session=i, traj=0, global_steps=step)
-        lane = session.identity["state_lane_id"]
-        for state, seconds in (("agent_generate", 0.15), ("agent_tool_call", 0.25),
-                               ("agent_generate", 0.1)):
-            with rl_insight.trace_state(state, state_lane_id=lane, step=step):
+            session=i, traj=0, uid=f"uid-{step}-{i}", global_steps=step,
+            session_id=f"session-sample-{step}-rollout-{i}")
+        ident = session.identity
+        task_start = time.time_ns()
+        for turn, (state, seconds) in enumerate((("agent_generate", 0.15),
+                                                 ("agent_tool_call", 0.25),
+                                                 ("agent_generate", 0.1))):
+            start = time.time_ns()
+            with rl_insight.trace_state(state, state_lane_id=ident["state_lane_id"], step=step):
                 time.sleep(seconds)
+            if state == "agent_generate":
+                self.gateway_generation(ident, start, turn, tool=turn == 0)
         reward = round(random.Random(step * 100 + i).uniform(0, 1), 3)
+        rl_insight.trace_span(name="agent_task", start_time_ns=task_start,
+                              end_time_ns=time.time_ns(), attributes={
+                                  **ident, "monitor.trace_source": "task",
+                                  "task_name": "simulated", "image_ref": "",
+                                  "prompt_hash": f"{step:08x}{i:08x}", "status": "success",
+                                  "reward": reward, "accuracy": float(reward > 0.5),
+                                  "finished": True, "reward_posted": False, "error": ""})
         session.finish(trajectories=[{"chain_id": 1, "reward_score": reward, "num_turns": 2}],
-                       status="ok", runner_name="simulated", reward_source="rule",
+                       status="success", runner_name="simulated", reward_source="rule",
                        finished=True)
+
+    def gateway_generation(self, ident: dict, start: int, turn: int, tool: bool) -> None:
+        """One model call through Uni-Agent's gateway: its span, as
+        uni_agent/rl_insight/adapter.py ``GenerationSpan.report`` sends it (lists as JSON
+        text, the trajectory's lane from ``agent_loop_lane_id``), and the router's
+        metrics as its emitter sends them (``init()`` first, every time)."""
+        from rl_insight.agent_loop import agent_loop_lane_id
+
+        chain_id = 1
+        rl_insight.trace_span(name="gateway_generation", start_time_ns=start,
+                              end_time_ns=time.time_ns(), attributes={
+            **ident, "monitor.trace_source": "gateway",
+            "state_lane_id": agent_loop_lane_id(ident["experiment_name"], ident["sample"],
+                                                ident["session"], chain_id - 1),
+            "traj": str(chain_id - 1), "chain_id": chain_id, "status": "success",
+            "error": "", "finish_reason": "tool_calls" if tool else "stop", "turn": turn,
+            "type": "tool" if tool else "llm",
+            "tools": json.dumps(["search"] if tool else []),
+            "tool_args": json.dumps(['{"q": "x"}'] if tool else []),
+            "reasoning": "", "content": "", "prompt_tokens": 280 + 40 * turn,
+            "completion_tokens": 64})
+        snap = self.engine.snapshot()
+        replica = str(self.index)
+        for kind, name, value in (
+                ("count", "dispatched_count", 1.0), ("count", "completed_count", 1.0),
+                ("count", "prompt_len_sum", 280.0),
+                ("gauge", "num_requests_running", snap["running"]),
+                ("gauge", "num_requests_waiting", snap["waiting"]),
+                ("gauge", "kv_cache_usage_perc", snap["kv"]),
+                ("gauge", "kv_cache_load", snap["kv"] * 0.9),
+                ("gauge", "inflight_tokens", 280.0 * snap["running"]),
+                ("gauge", "inflight_avg_turn", 1.5),
+                ("gauge", "prompt_tokens", snap["prompt_tokens"]),
+                ("gauge", "prompt_tokens_cached", snap["prompt_tokens"] * 0.3),
+                ("count", "kv_evictions", 2.0),
+                ("histogram", "load", min(1.0, snap["kv"] + 0.1)),
+                ("histogram", "s_cache", 0.3),
+                ("histogram", "route_latency_seconds", 0.0004)):
+            rl_insight.init()  # uni_agent/rl_insight/__init__.py: before every emit
+            emit = {"count": rl_insight.metric_count, "gauge": rl_insight.metric_gauge,
+                    "histogram": rl_insight.metric_histogram}[kind]
+            labels = {} if name == "route_latency_seconds" else {"replica": replica}
+            emit(name, value, "", **labels)
 
     def state(self, name: str, seconds: float, step: int, sleep_level: int | None = None
               ) -> None:

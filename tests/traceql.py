@@ -163,3 +163,69 @@ class _Parser:
 def check(query: str) -> None:
     """Raise TraceQLError when ``query`` is not TraceQL of the documented form."""
     _Parser(tokenize(query)).query()
+
+
+def span_filter(query: str):
+    """What Tempo's search keeps of one span for the first spanset filter of ``query``:
+    conditions joined by ``&&`` and ``||`` (no parentheses: the dashboards use none),
+    each an attribute compared with a literal. Typed as Tempo compares: a string literal
+    matches only a string attribute, a number only a numeric one (a ``global_steps`` sent
+    as "7" does not match ``span.global_steps = 7``); ``=~``/``!~`` match the whole
+    value. ``span.`` and ``resource.`` both read the span's merged attributes (the OTLP
+    receiver merges them), ``name`` and ``status`` the span itself. Returns
+    ``predicate(attributes, span) -> bool``; pipeline stages (select) are ignored."""
+    check(query)
+    tokens = tokenize(query)
+    start = next(i for i, t in enumerate(tokens) if t[1] == "{")
+    end = next(i for i in range(start, len(tokens)) if tokens[i][1] == "}")
+    inner = tokens[start + 1:end]
+    alternatives: list[list[tuple]] = [[]]
+    i = 0
+    while i < len(inner):
+        kind, value = inner[i]
+        if value == "||":
+            alternatives.append([])
+            i += 1
+            continue
+        if value == "&&":
+            i += 1
+            continue
+        (_, lv), (_, op), (rk, rv) = inner[i], inner[i + 1], inner[i + 2]
+        alternatives[-1].append((lv, op, rk, rv))
+        i += 3
+
+    def literal(kind: str, value: str):
+        if kind == "string":
+            return bytes(value[1:-1], "utf-8").decode("unicode_escape")
+        if kind == "number":
+            return float(value)
+        return value  # a status or kind word
+
+    def actual(attr: str, attrs: dict, span):
+        if attr == "name":
+            return span.name
+        if attr == "status":
+            return {0: "unset", 1: "ok", 2: "error"}.get(span.status.code, "unset")
+        key = attr.split(".", 1)[1] if attr.startswith(("span.", "resource.")) else attr[1:]
+        return attrs.get(key)
+
+    def holds(cond, attrs, span) -> bool:
+        attr, op, kind, raw = cond
+        got, want = actual(attr, attrs, span), literal(kind, raw)
+        if got is None:  # Tempo: a span without the attribute matches no comparison
+            return False
+        if kind == "number":
+            if isinstance(got, bool) or not isinstance(got, (int, float)):
+                return False
+            return {"=": got == want, "!=": got != want, ">": got > want, ">=": got >= want,
+                    "<": got < want, "<=": got <= want}.get(op, False)
+        if not isinstance(got, str):
+            return False
+        if op in ("=~", "!~"):
+            return bool(re.fullmatch(want, got)) == (op == "=~")
+        return {"=": got == want, "!=": got != want}.get(op, False)
+
+    def predicate(attrs: dict, span) -> bool:
+        return any(all(holds(c, attrs, span) for c in conds) for conds in alternatives)
+
+    return predicate

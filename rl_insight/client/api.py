@@ -81,16 +81,19 @@ def _env_endpoints() -> tuple[str | None, str | None]:
     return os.environ.get(SERVER_URL_ENV), os.environ.get(OTLP_ENV)
 
 
-_seen_env: tuple[str | None, str | None] | None = None  # the endpoints _enable() read
+# the environment's size when _enable() last found no endpoint: a bare init() looks
+# again only when a variable came or went (os.environ.get of a missing name raises and
+# catches a KeyError inside: 2 µs, where this is 0.1)
+_seen_env_size = -1
 
 
 def _enable() -> Client | None:
     """Create the client if the environment configures an endpoint."""
-    global _client, _env_checked, _seen_env
+    global _client, _env_checked, _seen_env_size
     _env_checked = True
     if _client is not None:
         return _client
-    _seen_env = _env_endpoints()
+    _seen_env_size = len(os.environ)
     server, otlp = endpoints()
     if not server and not otlp:
         return None
@@ -138,7 +141,7 @@ def init(project: str | None = None, experiment_name: str | None = None,
     without them, a worker inherits its run from the environment or the hub."""
     global _env_checked
     if project is None and experiment_name is None and not config and (
-            _client is not None or (_env_checked and _seen_env == _env_endpoints())):
+            _client is not None or (_env_checked and _seen_env_size == len(os.environ))):
         return  # nothing new to start: monitoring is on, or off with the same environment
     try:
         from rl_insight.client.options import apply_endpoints
