@@ -213,6 +213,34 @@ BACKENDS = {  # backend -> (title, rollout panels, the metric that lists its rep
     "vllm-omni": ("vLLM-Omni", P.VLLM_OMNI, "vllm:num_requests_running"),
     "sglang": ("SGLang", P.SGLANG, "sglang:num_running_reqs"),
 }
+# the LLM trainer's dashboards per backend and mode; vLLM-Omni's are VeRL-Omni's, per
+# its trainer mode (VeRL-Omni's guide: "select the dashboard matching the rollout backend
+# and trainer mode")
+LLM_BACKENDS = ("vllm", "sglang")
+
+
+def pick(panels, *titles: str) -> tuple:
+    """Panels of another group by title (each defined once, shown where it helps)."""
+    by = {p.title: p for p in panels}
+    return tuple(by[t] for t in titles)
+
+
+OMNI_ROLLOUT = Section("Rollout (vLLM-Omni)", P.VLLM_OMNI, repeat="role")
+def diffusion_training(v1: bool) -> Section:
+    """VeRL-Omni's diffusion trainer's panels (V1 reads no agent-loop timings)."""
+    own = tuple(p for p in P.DIFFUSION if not (v1 and p.title == "Agent loop per sample"))
+    return Section("Diffusion training (VeRL-Omni)", own + pick(
+        P.TRAINING, "Validation", "Gradient norm and learning rate") + pick(
+        P.TRAINING_DETAIL, "MFU", "Rollout correction", "Validation (auxiliary)"))
+
+VERL_OMNI = (  # (mode, title, entry point, its trainer's sections, TransferQueue)
+    ("diffusion", "diffusion", "main_diffusion", [diffusion_training(False)], False),
+    ("diffusion-v1", "diffusion V1 with TransferQueue", "main_diffusion_v1",
+     [diffusion_training(True), Section("Off-policy and rollout failures (V1)",
+                                        P.DIFFUSION_V1)], True),
+    ("omni", "omni", "main_omni",
+     [TRAINING, TRAINING_DETAIL, Section("Omni (VeRL-Omni)", P.OMNI_TRAINING)], True),
+)
 
 
 def dashboards() -> list[Dashboard]:
@@ -259,7 +287,16 @@ def dashboards() -> list[Dashboard]:
                   [Section("RL-Insight", P.SELF),
                    Section("Alerts", (P.ALL_ALERTS,))], ()),
     ]
-    for key, (name, rollout, replica_metric) in BACKENDS.items():
+    for mode, title, entry, trainer, tq in VERL_OMNI:
+        out.append(Dashboard(
+            f"rl-insight-verl-omni-{mode}", f"RL-Insight · VeRL-Omni · {title} · vLLM-Omni",
+            f"A VeRL-Omni run of verl_omni.trainer.{entry} with vLLM-Omni rollout: its "
+            "trainer's keys, step anatomy, every replica's engine, "
+            + ("TransferQueue, " if tq else "") + "the timeline.",
+            [ALERTS, *trainer, ANATOMY, OMNI_ROLLOUT, *([TQ] if tq else []), TIMELINE,
+             *ALL_KEYS], ENGINE_VARS + ("lane_role",), BACKENDS["vllm-omni"][2]))
+    for key in LLM_BACKENDS:
+        name, rollout, replica_metric = BACKENDS[key]
         for mode, mode_title, extra in (("sync", "synchronous", []),
                                         ("async", "separate-asynchronous (TransferQueue)",
                                          [TQ])):

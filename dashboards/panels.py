@@ -125,13 +125,14 @@ def _family(head: str) -> Query:
 # workers/utils/losses.py; tests/verl_keys.py reads them, tests/test_dashboards.py checks
 # each reaches a panel)
 TRAINING_DETAIL = (
-    ts("Actor losses", _keys("actor/pg_loss", "actor/entropy_loss",
-                             "actor/reward_kl_penalty"),
-       description="actor/pg_loss, actor/entropy_loss and actor/reward_kl_penalty."),
+    ts("Actor losses", _keys("actor/loss", "actor/pg_loss", "actor/entropy_loss",
+                             "actor/kl_loss", "actor/reward_kl_penalty"),
+       description="actor/loss (the engine's total), actor/pg_loss, actor/entropy_loss, "
+                   "actor/kl_loss (use_kl_loss) and actor/reward_kl_penalty."),
     ts("Actor ratios", _keys("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
-                             "actor/reward_kl_penalty_coeff"),
-       description="Clipped fractions (upper and lower), PPO KL, the KL penalty's "
-                   "coefficient."),
+                             "actor/kl_coef", "actor/reward_kl_penalty_coeff"),
+       description="Clipped fractions (upper and lower), PPO KL, the KL loss's and the KL "
+                   "penalty's coefficients."),
     ts("Score and reward range", *(_g(f"critic/{k}/{s}") for k in ("score", "rewards")
                                    for s in ("min", "mean", "max")),
        description="critic/score/* and critic/rewards/*: min, mean and max per step."),
@@ -152,9 +153,12 @@ TRAINING_DETAIL = (
                    "(min, max, their difference)."),
     ts("MFU", _keys("perf/mfu/actor", "perf/mfu/critic", "perf/mfu/actor_infer"),
        unit="percentunit", description="Model FLOPs utilisation per role (perf/mfu/*)."),
-    ts("Memory", _keys("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb",
-                       "perf/cpu_memory_used_gb"), unit="decgbytes",
-       description="The trainer's peak GPU memory (allocated, reserved) and CPU memory."),
+    ts("Memory", _keys(*(f"{p}perf/{k}" for p in ("", "actor/")
+                         for k in ("max_memory_allocated_gb", "max_memory_reserved_gb",
+                                   "cpu_memory_used_gb"))), unit="decgbytes",
+       description="The trainer's peak GPU memory (allocated, reserved) and CPU memory: "
+                   "perf/* (verl's legacy workers) or actor/perf/* (its engine workers, "
+                   "whose metrics get the actor/ prefix)."),
     ts("Lengths: min, mean, max", *(_g(f"{k}/{s}") for k in ("response_length",
                                                             "prompt_length")
                                     for s in ("min", "mean", "max"))),
@@ -162,6 +166,9 @@ TRAINING_DETAIL = (
        _g("response/aborted_ratio"),
        description="response_length_non_aborted/* (lengths of the responses that were "
                    "not aborted) and response/aborted_ratio."),
+    ts("Tokens per step", _g("perf/total_num_tokens"),
+       description="perf/total_num_tokens: prompt and response tokens of the step's batch "
+                   "(perf/throughput divides it by the step time and the GPUs)."),
     ts("Time per token by phase", _family("timing_per_token_ms"), unit="ms",
        description="timing_per_token_ms/*: each phase's time per token."),
     ts("Turns per sample", Query(
@@ -171,6 +178,109 @@ TRAINING_DETAIL = (
                    "num_turns/* (ray_trainer) or training/num_turns/* (the V1 trainer)."),
     ts("Validation (auxiliary)", _family("val-aux"),
        description="val-aux/*: the validation metrics beyond the core ones."),
+    ts("Off-policy trajectories", _family("training/off_policy"),
+       description="verl's V1 trainer (TransferQueue): how many weight versions a batch's "
+                   "trajectories span and how stale they are (training/off_policy/*; "
+                   "0 when synchronous)."),
+    ts("Rollout and training probabilities", _keys(
+        *(f"training/rollout_probs_diff_{s}" for s in ("max", "mean", "std", "valid")),
+        "training/rollout_actor_probs_pearson_corr"),
+       description="rollout.calculate_log_probs: the engine's token probabilities against "
+                   "the trainer's (the gap that rollout correction addresses)."),
+)
+
+# -- VeRL-Omni's trainers (tests/verl_omni_keys.py names each key's source): diffusion
+# (main_diffusion), diffusion V1 with TransferQueue (main_diffusion_v1), omni (main_omni)
+def _exclude(head: str, *others: str) -> Query:
+    """A family's keys without the longer families that share its prefix (val/* without
+    val-core/* and val-aux/*)."""
+    name = key_prefix(head)
+    drop = "|".join(key_prefix(o) + ".+" for o in others)
+    return Query(f'label_replace({{__name__=~"{name}.+",__name__!~"{drop}",{RUN}}}, "key", '
+                 f'"$1", "__name__", "{name}(.+)")', "{{key}}")
+
+
+IMAGES_PER_GPU = "suffix: img/s/GPU"
+DIFFUSION = (
+    ts("Reward per image", *(_g(f"critic/rewards/{s}") for s in ("min", "mean", "max")),
+       description="critic/rewards/*: each generated image's (or video's) reward, its "
+                   "timesteps averaged (diffusion_metric_utils.compute_data_metrics_"
+                   "diffusion)."),
+    ts("Reward functions", Query(
+        f'label_replace({{__name__=~"{M}(critic_reward|train_reward)_.+",{RUN}}}, "fn", '
+        f'"$1", "__name__", "{M}(?:critic_reward|train_reward)_(.+)")', "{{fn}}"),
+       description="Each reward function of the multi-reward manager: critic/reward/"
+                   "<name>/mean (and <name>/<field>), critic/reward/combined/mean, the "
+                   "weighted sum that trains."),
+    ts("Groups without signal", _g("critic/rewards/zero_std_ratio"), unit="percentunit",
+       description="Share of prompts whose images all got the same reward: no advantage, "
+                   "no learning from them (critic/rewards/zero_std_ratio)."),
+    ts("Reward spread in a group", _g("critic/rewards/std_mean"),
+       _g("critic/rewards/group_size"),
+       description="Mean within-prompt reward std, and images per prompt (rollout.n)."),
+    ts("Throughput", _g("perf/throughput", "images/s per GPU"), unit=IMAGES_PER_GPU,
+       description="perf/throughput: images (or videos) generated per second per GPU, "
+                   "over every GPU of the run (compute_throughput_metrics_diffusion)."),
+    ts("Images per step", _g("perf/total_num_images"),
+       description="perf/total_num_images: samples generated in the step (prompts x n)."),
+    ts("Time per image by phase", _family("timing_per_image_ms"), unit="ms",
+       description="timing_per_image_ms/*: each phase's time per generated image."),
+    ts("Step time by phase",
+       Query(f'label_replace({{__name__=~"{M}timing_s_.*",__name__!~"{M}timing_s_(step|'
+             f'agent_loop_.*)",{RUN}}}, "phase", "$1", "__name__", "{M}timing_s_(.*)")',
+             "{{phase}}"),
+       unit="s", stack=True, description="timing_s/* per step, stacked (agent-loop "
+       "statistics apart: they are per sample)."),
+    ts("Agent loop per sample", _family("timing_s/agent_loop"), unit="s",
+       description="timing_s/agent_loop/*: per-sample generation and scoring time "
+                   "(min, mean, max; num_preempted is a count)."),
+    ts("Policy ratio and clipping", _keys("actor/ratio_mean", "actor/ratio_std",
+                                          "actor/pg_clipfrac", "actor/pg_clipfrac_higher",
+                                          "actor/pg_clipfrac_lower", "actor/ppo_kl"),
+       description="FlowGRPO's importance ratio (mean, std), clipped fractions and KL."),
+    ts("Losses", _keys("actor/loss", "actor/kl_loss", "actor/kl_coef", "actor/pg_loss"),
+       description="actor/loss (the engine's total) and the KL loss with its coefficient."),
+    ts("Preference losses (DPO, DiffusionNFT)", _keys(
+        "actor/dpo_loss", "actor/implicit_acc", "actor/policy_loss", "actor/positive_loss",
+        "actor/negative_loss", "actor/ref_kl_loss", "actor/total_loss", "actor/old_deviate"),
+       description="algorithm.trainer_type=direct_preference: the DPO and DiffusionNFT "
+                   "losses.", needs="direct-preference"),
+    ts("Old policy (DiffusionNFT)", _family("old_policy"),
+       description="old_policy/*: whether the old adapter was updated this step, by copy "
+                   "or EMA, and the decay.", needs="direct-preference"),
+)
+DIFFUSION_V1 = (
+    ts("Trajectory staleness", _family("training/off_policy/trajectory_staleness"),
+       _family("training/off_policy/trajectory_staleness_worst"),
+       description="How many trainer steps old the batch's trajectories are (newest and "
+                   "worst; VeRL-Omni counts trainer steps, verl's LLM trainer weight "
+                   "versions)."),
+    ts("Trajectory spans", _family("training/off_policy/trajectory_spans"),
+       description="Trainer steps a trajectory's generation spanned."),
+    ts("Rollout failures", _family("training/rollout_failure"),
+       description="drop_incomplete_groups: failed groups evicted, their trajectories, the "
+                   "prompts refilled and the refill rounds (summed over the step)."),
+    ts("Dropped, evicted and filtered samples", _keys(
+        "training/off_policy/dropped_samples", "training/off_policy/evicted_samples",
+        "training/filter_groups/evicted_samples",
+        "training/filter_groups/discarded_surplus_samples"),
+       _family("training/off_policy/dropped_samples_staleness"),
+       description="Samples the replay buffer dropped as too stale, evicted, or filtered "
+                   "out with their group."),
+)
+OMNI_TRAINING = (
+    ts("DPO (offline omni)", _keys("actor/dpo_loss", "actor/reward_accuracy",
+                                   "actor/reward_margin", "actor/chosen_rewards",
+                                   "actor/rejected_rewards"),
+       description="The omni DPO trainer's loss, preference accuracy and reward margin.",
+       needs="direct-preference"),
+    ts("Validation per modality", _exclude("val", "val-core", "val-aux"),
+       description="val/* (the omni DPO trainer): per modality (audio, image, video) and "
+                   "in all.", needs="direct-preference"),
+    ts("Agentic rewards", _family("agentic_reward"),
+       description="agentic_reward/* (VeRL-Omni's dev/agentic_rl branch logs them to wandb "
+                   "directly; shown here when forwarded through Tracking).",
+       needs="agentic-reward"),
 )
 
 # -- every trainer key, one click away ---------------------------------------------------------
@@ -182,7 +292,10 @@ TRAINER_HEADS = ("actor", "critic", "perf", "timing_s", "timing_per_token_ms",
                  "response_length", "response_length_non_aborted", "response",
                  "prompt_length", "global_seqlen", "training", "num_turns",
                  "tool_call_counts", "rollout_corr", "rollout", "val-core", "val-aux",
-                 "validation", "variance_proxy", "separate_async", "gdpo")
+                 "validation", "variance_proxy", "separate_async", "gdpo",
+                 # VeRL-Omni's (tests/verl_omni_keys.py): diffusion timings per image, the
+                 # DiffusionNFT old policy, omni DPO validation, agentic rewards
+                 "timing_per_image_ms", "old_policy", "val", "agentic_reward", "train")
 # RL-Insight's own families under the same prefix: on their own dashboards
 OWN_FAMILIES = ("lane_state", "lanes_in_state", "state_duration_seconds", "agent_loop_",
                 "step")

@@ -28,6 +28,7 @@ import ray
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import data_queue  # noqa: E402
 import fake_engines  # noqa: E402
+import trainer_keys  # noqa: E402
 
 import rl_insight  # noqa: E402
 
@@ -382,12 +383,19 @@ class Simulation:
         return timing, nxt
 
     def validate(self, step: int) -> dict:
+        """verl's _validate: the core metric is acc where the reward function gives one
+        (data_source openai/gsm8k: verl's examples/data_preprocess/gsm8k.py)."""
+        t0 = time.perf_counter()
         ray.get(self.generate(step, phase="validation"))
         self.read_batch(step, "validation")
+        if self.args.trainer in ("diffusion", "diffusion-v1"):
+            return trainer_keys.diffusion_validation(step, time.perf_counter() - t0,
+                                                     self.rng)
         score = self.score(step) + 0.05
-        return {"val-core/gsm8k/reward/mean@1": score,
-                "val-aux/gsm8k/reward/mean@1": score - 0.02,
-                "val-aux/gsm8k/acc/mean@1": score - 0.04}
+        return {"val-core/openai/gsm8k/acc/mean@1": score - 0.04,
+                "val-aux/openai/gsm8k/reward/mean@1": score,
+                "val-aux/num_turns/min": 1.0, "val-aux/num_turns/max": 4.0,
+                "val-aux/num_turns/mean": 2.2, "timing_s/testing": time.perf_counter() - t0}
 
     def score(self, step: int) -> float:
         return 0.25 + 0.5 * (1 - math.exp(-step / 6)) + self.rng.uniform(-0.02, 0.02)
@@ -427,27 +435,49 @@ class Simulation:
         correction and multi-turn rollouts (keys as verl/trainer/ppo/metric_utils.py,
         rollout_corr_helper.py and the workers' losses write them)."""
         u = self.rng.uniform
+        mem = {"max_memory_allocated_gb": 52.0 + u(0, 4), "max_memory_reserved_gb": 60.0 + u(0, 4),
+               "cpu_memory_used_gb": 120.0 + u(0, 8)}
         out = {"actor/entropy_loss": -0.01 * math.exp(-step / 40),
                "actor/pg_clipfrac_lower": u(0, 0.001),
                "actor/reward_kl_penalty": 0.001 + u(0, 0.001),
                "actor/reward_kl_penalty_coeff": 0.001,
+               # the engine workers' (workers/engine_workers.py, losses.py): actor/-prefixed
+               "actor/loss": -0.02 * math.exp(-step / 8) + u(0, 0.01),
+               "actor/kl_loss": 0.001 + u(0, 0.001), "actor/kl_coef": 0.001,
+               **{f"actor/perf/{k}": v for k, v in mem.items()},
                "critic/vf_loss": 0.05 * math.exp(-step / 10) + u(0, 0.01),
                "critic/vf_clipfrac": u(0, 0.01), "critic/vf_explained_var": 0.2 + u(0, 0.3),
                "critic/vpred_mean": score - 0.05,
                "perf/mfu/actor": 0.3 + u(0, 0.1), "perf/mfu/critic": 0.25 + u(0, 0.1),
-               "perf/max_memory_allocated_gb": 52.0 + u(0, 4),
-               "perf/max_memory_reserved_gb": 60.0 + u(0, 4),
-               "perf/cpu_memory_used_gb": 120.0 + u(0, 8),
+               **{f"perf/{k}": v for k, v in mem.items()},  # the legacy workers'
                "response/aborted_ratio": u(0, 0.01),
                "global_seqlen/min": tokens * 0.9 / 8, "global_seqlen/max": tokens * 1.1 / 8,
-               "global_seqlen/minmax_diff": tokens * 0.2 / 8,
+               "global_seqlen/minmax_diff": tokens * 0.2 / 8, "global_seqlen/mean": tokens / 8,
+               "global_seqlen/balanced_min": tokens * 0.98 / 8,
+               "global_seqlen/balanced_max": tokens * 1.02 / 8,
                "training/num_turns/min": 1, "training/num_turns/mean": 2.5 + u(0, 1),
                "training/num_turns/max": 6,
+               # rollout.calculate_log_probs (verl/utils/debug/metrics.py)
+               "training/rollout_probs_diff_valid": 1.0,
+               "training/rollout_probs_diff_max": 0.2 + u(0, 0.1),
+               "training/rollout_probs_diff_mean": 0.004 + u(0, 0.002),
+               "training/rollout_probs_diff_std": 0.01 + u(0, 0.005),
+               "training/rollout_actor_probs_pearson_corr": 0.99 + u(0, 0.009),
                "rollout_corr/rollout_is_mean": 1.0 + u(-0.05, 0.05),
                "rollout_corr/rollout_is_max": 2.0 + u(0, 1),
-               "rollout_corr/rollout_rs_masked_fraction": u(0, 0.02),
-               "rollout_corr/training_ppl": 1.3 + u(0, 0.1),
-               "rollout_corr/rollout_ppl": 1.3 + u(0, 0.1)}
+               "rollout_corr/rollout_rs_masked_fraction": u(0, 0.02)}
+        # verl's compute_offpolicy_metrics (rollout_corr_helper.py)
+        for key in ("training_ppl", "training_log_ppl", "kl", "k3_kl", "rollout_ppl",
+                    "rollout_log_ppl", "log_ppl_diff", "log_ppl_abs_diff", "log_ppl_diff_max",
+                    "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq"):
+            out[f"rollout_corr/{key}"] = (1.3 if "ppl" in key else 0.0) + u(0, 0.05)
+        # verl's V1 trainer tags each trajectory with the weight version it began at
+        stale = 0.0 if self.args.mode == "sync" else 1.0
+        for k, base in (("trajectory_spans", 1.0), ("trajectory_staleness", stale),
+                        ("trajectory_staleness_worst", stale)):
+            out[f"training/off_policy/{k}/mean"] = base
+            out[f"training/off_policy/{k}/max"] = base
+            out[f"training/off_policy/{k}/min"] = base
         for key, mean in (("critic/score", score), ("critic/rewards", score - 0.01),
                           ("critic/advantages", 0.0), ("critic/returns", score - 0.01),
                           ("critic/values", score - 0.05),
@@ -458,7 +488,8 @@ class Simulation:
             out[f"{key}/min"], out[f"{key}/max"] = mean - spread, mean + spread
             out.setdefault(f"{key}/mean", mean)
         out["response_length_non_aborted/clip_ratio"] = u(0, 0.02)
-        for phase in ("gen", "update_actor", "update_weights"):  # ms per token
+        out["prompt_length/clip_ratio"] = u(0, 0.01)
+        for phase in ("gen", "ref", "values", "adv", "update_actor"):  # ms per token
             if phase in timing:
                 out[f"timing_per_token_ms/{phase}"] = timing[phase] * 1000 / max(tokens, 1)
         return out
@@ -478,13 +509,22 @@ class Simulation:
                 timing = self.sync_step(step)
             else:
                 timing, pending = self.async_step(step, pending)
-            data = self.metrics(step, timing)
+            if step == self.args.steps:  # trainer.save_freq: the last step saves
+                t0 = time.perf_counter()
+                time.sleep(0.05)
+                timing["save_checkpoint"] = time.perf_counter() - t0
+            if self.args.trainer in ("diffusion", "diffusion-v1"):  # VeRL-Omni
+                data = trainer_keys.diffusion(
+                    self.args.trainer, step, timing, self.requests * len(self.replicas),
+                    len(self.ranks) + len(self.replicas), self.rng)
+            else:  # verl's own trainer (VeRL-Omni's omni mode runs it too)
+                data = self.metrics(step, timing)
             if self.args.val_every and step % self.args.val_every == 0:
                 data.update(self.validate(step))
             self.tracking.log(data, step=step)
             self.logged.append((step, time.time_ns(), timing["step"]))
-            print(f"step {step}/{self.args.steps}: {timing['step']:.1f}s, score "
-                  f"{data['critic/score/mean']:.3f}", flush=True)
+            print(f"step {step}/{self.args.steps}: {timing['step']:.1f}s, reward "
+                  f"{data['critic/rewards/mean']:.3f}", flush=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -504,6 +544,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "the nodes started with it)")
     ap.add_argument("--hardware", action="store_true",
                     help="also collect each node's hardware (attach(hardware=True))")
+    ap.add_argument("--trainer", choices=["verl", "diffusion", "diffusion-v1", "omni"],
+                    default="verl",
+                    help="the trainer whose keys each step logs: verl's PPO/GRPO, or "
+                         "VeRL-Omni's main_diffusion, main_diffusion_v1 (TransferQueue) "
+                         "or main_omni (verl's V1 trainer on an omni model)")
     ap.add_argument("--lanes", choices=["verl-0.9", "verl-main"], default="verl-0.9",
                     help="replica lane names as verl 0.9.1 and VeRL-Omni make them "
                          "(replica_<r>) or as verl main does (rollout_replica_<r>)")

@@ -127,13 +127,44 @@ def test_lanes_keep_one_state_and_summarise_pooled_lanes():
     assert own[("rl_insight_lane_spans_received_total", ())] == 1
     st = "rl_insight_monitor_lane_state"
     lane = (("role", "rollout"), ("state_lane_id", "replica_0"))
-    assert got[(st, (*lane, ("state_name", "vllm_generate")))] == 0
+    # generate left the lane before any push carried it: this push still says 1 (the
+    # sampled timeline shows every state, however short), the next one 0
+    assert got[(st, (*lane, ("state_name", "vllm_generate")))] == 1
     assert got[(st, (*lane, ("state_name", "vllm_sleep")))] == 1
     assert got[("rl_insight_monitor_lanes_in_state", (("state_name", "tool_call"),))] == 2
     dur = "rl_insight_monitor_state_duration_seconds_sum"
     assert got[(dur, (("state_lane_id", "other"), ("state_name", "tool_call")))] == 2.0
     lanes.send_spans()
     assert len(sender.span_payloads) == 1 and lanes.stats()["spans_sent"] == 1
+    lanes.push_metrics()
+    again = samples([p[2] for p in sender.pushes if "project" in p[1]][-1])
+    assert again[(st, (*lane, ("state_name", "vllm_generate")))] == 0
+    assert again[(st, (*lane, ("state_name", "vllm_sleep")))] == 1
+
+
+def test_a_state_shorter_than_a_tick_reaches_the_pushed_series_once():
+    """The timeline samples the pushed gauges: a 0.5 s state between two 5 s ticks was
+    never pushed as 1 (issue: the lane-state panel empty over a short test window). It
+    is pushed as 1 once, then 0; a state re-entered before that stays 1."""
+    sender = RecordingSender()
+    lanes = LaneCore(sender, "lane_x")
+    ident, st = Identity("p", "e"), "rl_insight_monitor_lane_state"
+    key = (st, (("role", "rollout"), ("state_lane_id", "replica_0"),
+                ("state_name", "vllm_generate")))
+
+    def pushed() -> float:
+        lanes.push_metrics()
+        return samples([p[2] for p in sender.pushes if "project" in p[1]][-1])[key]
+
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 1, True, 7),
+                                StateChange("replica_0", "vllm_generate", 2, False, 7)])
+    assert [pushed(), pushed()] == [1, 0]
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 3, True, 8),
+                                StateChange("replica_0", "vllm_generate", 4, False, 8),
+                                StateChange("replica_0", "vllm_generate", 5, True, 9)])
+    assert [pushed(), pushed()] == [1, 1]  # in it again: no 0 after the push
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 6, False, 9)])
+    assert pushed() == 0  # it was pushed as 1 before it ended: 0 at once
 
 
 def test_lane_spans_wait_in_order_while_the_server_is_down():

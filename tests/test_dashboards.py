@@ -142,3 +142,44 @@ def test_the_families_upstream_shows_have_curated_panels(key):
         return bool(re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", q)) or any(
             re.fullmatch(rx, name) for rx in re.findall(r'__name__=~"([^"]+)"', q))
     assert any(shows(q) for q in _training_queries(curated=True)), key
+
+
+def test_every_key_verl_omni_logs_reaches_exactly_one_all_metrics_row():
+    """VeRL-Omni's trainer keys (tests/verl_omni_keys.py) each land in one row of "All
+    trainer metrics" (none in Other keys), and the families its trainers add have
+    curated panels on their mode's dashboard."""
+    from dashboards import build
+    from tests import verl_omni_keys as K
+
+    groups = P.key_groups()
+    keys = {k for ks in K.MODES.values() for k in ks} | set(K.OMNI_DPO) | set(K.VALIDATION)
+    for key in sorted(keys):
+        name = P.gauge_key(key)
+        rows = [g.title for g in groups if re.fullmatch(g.include, name)
+                and not (g.exclude and re.fullmatch(g.exclude, name))]
+        assert len(rows) == 1 and rows != ["Other keys"], f"{key} -> {name}: rows {rows}"
+    boards = {d.uid: d for d in build.dashboards()}
+    for mode, families in {
+            "diffusion": ("timing_per_image_ms/gen", "perf/total_num_images",
+                          "perf/throughput", "critic/reward/clap/mean",
+                          "critic/rewards/zero_std_ratio", "old_policy/decay",
+                          "actor/ratio_mean", "rollout_corr/kl", "val-core/x/reward/mean@1"),
+            "diffusion-v1": ("training/off_policy/trajectory_staleness/mean",
+                             "training/rollout_failure/evicted_groups",
+                             "training/filter_groups/evicted_samples",
+                             "training/off_policy/dropped_samples"),
+            "omni": ("val/audio/dpo_loss", "actor/dpo_loss", "agentic_reward/done/mean",
+                     "perf/total_num_tokens", "training/off_policy/trajectory_spans/max")
+            }.items():
+        queries = [q.expr for sec in boards[f"rl-insight-verl-omni-{mode}"].sections
+                   for p in sec.panels if not p.repeat for q in p.queries]
+        for key in families:
+            name = P.gauge_key(key)
+            assert any(re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", q) or any(
+                re.fullmatch(rx, name) and not any(re.fullmatch(x, name) for x in re.findall(
+                    r'__name__!~"([^"]+)"', q))
+                for rx in re.findall(r'__name__=~"([^"]+)"', q)) for q in queries), \
+                (mode, key)
+    # images, not tokens: the diffusion throughput panel's unit says so
+    throughput = next(p for p in P.DIFFUSION if p.title == "Throughput")
+    assert "img/s" in throughput.unit

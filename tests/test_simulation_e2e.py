@@ -20,24 +20,34 @@ from rl_insight import netaddr
 from tests.conftest import REPO, wait_for
 
 pytestmark = pytest.mark.integration
-# each backend's FAKE engine through its real serving path; the asynchronous runs with the
-# real TransferQueue driven as verl's V1 trainer drives it (their dashboards have its
-# section), vLLM synchronous without it, its engines sleeping and waking between phases
-RUNS = {"vllm": ("sync", "e2e-vllm-sync"), "sglang": ("async", "e2e-sglang-async"),
-        "vllm_omni": ("async", "e2e-vllm-omni-async")}
 # the vLLM run names its lanes as verl main does (rollout_replica_<r>, and a teacher's
 # teacher_deepseek_r1_replica_<r> whose replica 1 is slow); the others as verl 0.9.1 and
 # VeRL-Omni do (replica_<r>)
 VERL_MAIN = ("--lanes", "verl-main", "--teacher", "deepseek_r1", "--teacher-slowdown", "3")
 TEACHER = "teacher_deepseek_r1"
+# each backend's FAKE engine through its real serving path; the asynchronous runs with the
+# real TransferQueue driven as verl's V1 trainer drives it (their dashboards have its
+# section), vLLM synchronous without it, its engines sleeping and waking between phases;
+# vLLM-Omni's as each VeRL-Omni trainer mode logs (tests/verl_omni_keys.py)
+RUNS = {  # name -> (backend, mode, experiment, more arguments)
+    "vllm": ("vllm", "sync", "e2e-vllm-sync", VERL_MAIN),
+    "sglang": ("sglang", "async", "e2e-sglang-async", ()),
+    "diffusion": ("vllm_omni", "sync", "e2e-verl-omni-diffusion", ("--trainer", "diffusion")),
+    "omni": ("vllm_omni", "sync", "e2e-verl-omni-omni", ("--trainer", "omni")),
+    "diffusion_v1": ("vllm_omni", "async", "e2e-verl-omni-diffusion-v1",
+                     ("--trainer", "diffusion-v1"))}
 # TransferQueue's controller is one named actor per cluster ("TransferQueueController" in
 # namespace "transfer_queue"): two runs with it cannot overlap, a run without it can
-BATCHES = (("vllm", "sglang"), ("vllm_omni",))
+BATCHES = (("vllm", "sglang", "diffusion", "omni"), ("diffusion_v1",))
 TQ_RUN = "sglang"  # the run the TransferQueue dashboard and its test read
+DASHBOARD_RUNS = {  # a dashboard's uid, as far as it names the run it shows
+    "verl-omni-diffusion-v1": "diffusion_v1", "verl-omni-diffusion": "diffusion",
+    "verl-omni-omni": "omni", "vllm-omni": "diffusion", "sglang": "sglang",
+    "transfer-queue": TQ_RUN}
 
 
-def simulate(cluster, backend: str) -> subprocess.Popen:
-    mode, exp = RUNS[backend]
+def simulate(cluster, name: str) -> subprocess.Popen:
+    backend, mode, exp, more = RUNS[name]
     log = tempfile.TemporaryFile("w+")  # a file: side by side, no pipe fills up
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "examples" / "simulate_rl.py"), "--steps", "3",
@@ -45,8 +55,7 @@ def simulate(cluster, backend: str) -> subprocess.Popen:
          "--step-seconds", "3", "--val-every", "2", "--project", "e2e",
          "--linger", "8",  # Prometheus picks new file_sd targets up within ~5-10 s
          "--experiment-name", exp,
-         "--transfer-queue" if mode == "async" else "--no-transfer-queue",
-         *(VERL_MAIN if backend == "vllm" else ())],
+         "--transfer-queue" if mode == "async" else "--no-transfer-queue", *more],
         env=cluster.env(), cwd=cluster.workdir, stdout=log, stderr=subprocess.STDOUT,
         text=True)
     proc.log = log
@@ -124,11 +133,9 @@ def query_range(prom: str, expr: str, start: float, end: float) -> list:
 def run_for(uid: str, runs: dict) -> dict | None:
     if uid in ("rl-insight-hardware", "rl-insight-self"):
         return None
-    if uid == "rl-insight-transfer-queue":
-        return runs[TQ_RUN]
-    for backend in ("sglang", "vllm-omni", "vllm"):
-        if backend in uid:
-            return runs[backend.replace("-", "_")]
+    for part, name in DASHBOARD_RUNS.items():  # the longest name first
+        if part in uid:
+            return runs[name]
     return runs["vllm"]
 
 
@@ -219,7 +226,8 @@ def test_every_logged_key_has_a_row_of_all_trainer_metrics(world):
     twice = {n: g for n, g in listed.items() if len(g) > 1}
     assert not twice, twice
     own = {n for n in logged if re.match(r"rl_insight_monitor_(lane_state|lanes_in_state|"
-                                         r"state_duration_seconds|agent_loop_|step$)", n)}
+                                         r"state_duration_seconds|agent_loop_|step$)", n)
+           or re.fullmatch(f"rl_insight_monitor_({panels.ROUTER_NAMES})", n)}
     assert set(listed) == logged - own, sorted(logged - own ^ set(listed))
     rows = {g[0] for g in listed.values()}
     assert {"actor/*", "critic/*", "timing_s/*", "rollout_corr/*", "val-core/*"} <= rows
@@ -252,7 +260,7 @@ def test_vllm_omni_replica_is_the_rl_replica_and_its_own_is_engine_replica(world
     """Prometheus would rename vLLM-Omni's own `replica` to exported_replica; the generated
     config names it engine_replica, and `replica` stays the RL replica of the target."""
     cli, _, runs = world
-    run = runs["vllm_omni"]
+    run = runs["diffusion"]
     series = requests.get(cli.prometheus + "/api/v1/series", params={
         "match[]": f'vllm:num_requests_running{{experiment_name="{run["experiment_name"]}"}}',
         "start": run["t_start"], "end": run["t_done"]}, timeout=10).json()["data"]
@@ -274,8 +282,8 @@ def test_step_anatomy_in_both_modes(world):
         steps = r.json()["steps"] if r.status_code == 200 else []
         return steps if len(steps) == 3 else None
 
-    for backend, (mode, _) in RUNS.items():
-        steps = wait_for(lambda b=backend: rows(runs[b]), 20, f"3 steps of {backend}")
+    for name, (_, mode, _, _) in RUNS.items():
+        steps = wait_for(lambda n=name: rows(runs[n]), 20, f"3 steps of {name}")
         assert [s["step"] for s in steps] == [1, 2, 3]
         assert all({r for r, v in s["replicas"].items() if v["role"] == "rollout"}
                    == {"0", "1"} for s in steps)
@@ -335,3 +343,111 @@ def test_verl_mains_lanes_by_role_fill_timeline_engines_and_anatomy(world):
         "query": f'rl_insight_step_role_straggler_ratio{{{sel},role="{TEACHER}"}}',
         "start": run["t_start"], "end": run["t_done"] + 30, "step": "1s"}, timeout=10).json()
     assert got["data"]["result"], got
+
+
+# -- upstream rl-insight's own dashboards (its 0.3.0 wheel: verl/, verl-omni/,
+# agent_loop_trajectory/) on this package's data ------------------------------------------
+UPSTREAM_RUNS = {"verl/verl_tainer_v1_with_sglang_engine.json": "sglang",
+                 "verl/verl_tainer_v1_with_vllm_engine.json": "vllm",
+                 "verl-omni/verl_omni_trainer_v1_with_vllm_omni_engine.json": "diffusion_v1"}
+UPSTREAM_GAPS = REPO / "docs" / "upstream-dashboards.md"
+
+
+def upstream_substitute(expr: str, run: dict, **values: str) -> str:
+    """Grafana's $var and ${var[:format]} as upstream's dashboards use them: the run's
+    project and experiment, every other variable All (``.*``)."""
+    known = {"project": run["project"], "experiment_name": run["experiment_name"],
+             "experiment": run["experiment_name"], "__rate_interval": "10s",
+             "interval": "10s", "__interval": "2s", "__range": "5m", **values}
+    return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)",
+                  lambda m: known.get(m.group(1) or m.group(2), ".*"), expr)
+
+
+def upstream_gaps() -> dict[tuple[str, str], str]:
+    """(dashboard, panel) -> why, from the table in docs/upstream-dashboards.md."""
+    rows = re.findall(r"^\| `([^`]+)` \| (.+?) \| (.+?) \|$", UPSTREAM_GAPS.read_text(), re.M)
+    return {(d, p.strip()): why for d, p, why in rows}
+
+
+def test_upstream_dashboards_read_this_packages_metrics_query_by_query(world, ray_world):
+    """Every PromQL query of upstream's verl and verl-omni dashboards returns data for
+    the matching run, and every TraceQL filter matches its spans, except the panels
+    docs/upstream-dashboards.md lists with the reason (and only those)."""
+    from tests import upstream_env
+    from tests.traceql import span_filter
+
+    cli, _, runs = world
+    boards = upstream_env.dashboards()
+    spans = ray_world.tempo.spans
+    empty: dict[tuple[str, str], str] = {}
+    checked = 0
+    for path, name in UPSTREAM_RUNS.items():
+        for title, group, expr in upstream_env.panel_queries(boards[path]):
+            # TransferQueue's panels: the run with the queue (as ours: see above)
+            run = runs[TQ_RUN if "tq_" in expr and runs[name]["mode"] == "sync" else name]
+            q = upstream_substitute(expr, run)
+            checked += 1
+            if group == "tempo":
+                keep = span_filter(q)
+                if not any(keep(a, s) for a, s in spans):
+                    empty[(path, title)] = q
+            elif not query_range(cli.prometheus, q, run["t_start"] - 5, run["t_done"] + 2):
+                empty[(path, title)] = q
+    assert checked > 400
+    gaps = upstream_gaps()
+    undocumented = {k: v for k, v in empty.items() if k not in gaps}
+    assert not undocumented, "upstream panels without data, not in " \
+        f"{UPSTREAM_GAPS.name}:\n" + "\n".join(f"| `{d}` | {p} | {q}" for (d, p), q in
+                                               sorted(undocumented.items()))
+    answered = [k for k in gaps if k[0] in UPSTREAM_RUNS and k not in empty]
+    assert not answered, f"{UPSTREAM_GAPS.name} lists panels that have data: {answered}"
+
+
+@pytest.mark.parametrize("mode", ["diffusion", "diffusion-v1", "omni"])
+def test_each_verl_omni_run_logs_its_trainers_keys(world, mode):
+    """The simulated VeRL-Omni runs log what VeRL-Omni's trainers log (tests/
+    verl_omni_keys.py, read from its source), so their dashboards are filled by the
+    keys real runs write."""
+    from tests import verl_omni_keys
+
+    cli, _, runs = world
+    run = runs[mode.replace("-", "_")]
+    logged = label_values(cli.prometheus, "__name__", '{__name__=~"rl_insight_monitor_.+",'
+                          f'experiment_name="{run["experiment_name"]}"}}')
+    want = {panels.gauge_key(k) for k in verl_omni_keys.MODES[mode]}
+    if mode != "omni":  # the omni run's validation is verl's own (openai/gsm8k)
+        want |= {panels.gauge_key(k) for k in verl_omni_keys.VALIDATION}
+    assert not want - logged, sorted(want - logged)
+
+
+def test_uni_agents_spans_fill_both_agent_loop_dashboards(world, ray_world):
+    """The simulation's agent loops call this API as Uni-Agent does (examples/
+    simulate_rl.py ``agent_loop``, after uni_agent/framework/framework.py and
+    uni_agent/rl_insight/adapter.py): every Tempo panel of this package's agent-loop
+    dashboard and of upstream's agent_loop_trajectory dashboard matches the delivered
+    spans, global_steps compared as a number as upstream's step filter does."""
+    from tests import upstream_env
+    from tests.traceql import span_filter
+
+    _, _, runs = world
+    run = runs["vllm"]
+    mine = [(a, s) for a, s in ray_world.tempo.spans
+            if a.get("experiment_name") == run["experiment_name"]]
+    gen = wait_for(lambda: [(a, s) for a, s in mine if s.name == "gateway_generation"],
+                   10, "the run's gateway_generation spans")
+    ident, _ = gen[0]
+    assert isinstance(ident["global_steps"], int) and isinstance(ident["turn"], int)
+    assert {s.name for _, s in mine} >= {"agent_session", "agent_task", "gateway_generation"}
+    ours = next(d for d in build.dashboards() if d.uid == "rl-insight-agent-loop")
+    queries = [q.expr for sec in ours.sections for p in sec.panels for q in p.queries
+               if q.datasource == "tempo"]
+    upstream = upstream_env.dashboards()["agent_loop_trajectory/agent_loop_trajectory.json"]
+    values = {"step": str(ident["global_steps"]), "traj": ident["traj"],
+              "session": f"sample={ident['sample']}/session={ident['session']}"}
+    queries += [upstream_substitute(q, run, **values)
+                for _, group, q in upstream_env.panel_queries(upstream) if group == "tempo"]
+    assert len(queries) == 5
+    for q in queries:
+        q = substitute(q, run) if "$" in q else q
+        keep = span_filter(q)
+        assert any(keep(a, s) for a, s in mine), q

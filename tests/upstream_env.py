@@ -39,3 +39,47 @@ def make(where: Path) -> Path:
     ours = sysconfig.get_paths()["purelib"]  # Ray and the rest, without our package
     (site / "zz_shared_libraries.pth").write_text(ours + "\n")
     return python
+
+
+DASHBOARDS = "rl_insight/config/services/grafana/dashboards/"
+
+
+def dashboards() -> dict[str, dict]:
+    """The dashboards upstream ships in its wheel (Grafana's v2 schema), by their path
+    under ``rl_insight/config/services/grafana/dashboards/``: ``verl/``, ``verl-omni/``,
+    ``agent_loop_trajectory/``, ``quick_start_demo/``."""
+    import json
+
+    w = wheel()
+    if w is None:
+        raise RuntimeError(f"no rl-insight {VERSION} wheel in {WHEELS}: run `make setup`")
+    with zipfile.ZipFile(w) as z:
+        return {n[len(DASHBOARDS):]: json.loads(z.read(n)) for n in z.namelist()
+                if n.startswith(DASHBOARDS) and n.endswith(".json")}
+
+
+def panel_queries(dashboard: dict) -> list[tuple[str, str, str]]:
+    """(panel title, datasource group ``prometheus``/``tempo``, expression) of every
+    query of every panel, in the file's order."""
+    out = []
+    for element in dashboard["spec"]["elements"].values():
+        spec = element.get("spec", {})
+        for q in spec.get("data", {}).get("spec", {}).get("queries", []):
+            query = q["spec"]["query"]
+            text = query["spec"].get("expr") or query["spec"].get("query") or ""
+            if text:
+                out.append((spec.get("title", ""), query.get("group", ""), text))
+    return out
+
+
+def variables(dashboard: dict) -> dict[str, str]:
+    """Query variables: name -> query (custom variables: their values, comma-separated)."""
+    out = {}
+    for v in dashboard["spec"].get("variables", []):
+        spec = v.get("spec", {})
+        query = spec.get("query")
+        if isinstance(query, dict):
+            query = query.get("spec", {}).get("query") or query.get("spec", {}).get("expr")
+        if isinstance(query, str):
+            out[spec["name"]] = query
+    return out

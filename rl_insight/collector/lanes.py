@@ -78,6 +78,12 @@ class LaneCore:
         # per dedicated lane, its open states, oldest first (the last holds the lane)
         self.current: dict[tuple[Identity, str], list[_Open]] = {}
         self.in_state: dict[tuple[Identity, str], int] = {}
+        # a state's 1 is pushed at least once, however short the state: when it ends
+        # before a push carried it, its 0 waits for the push after (the timeline is
+        # sampled from these gauges; a 0.5 s state between two 5 s ticks was never seen)
+        self.pushed = 0  # metric pushes so far
+        self.raised: dict[tuple[Identity, str, str], int] = {}  # -> pushes when set to 1
+        self.deferred: list[tuple[Identity, str, str]] = []
         # dedicated lanes only: pooled ones (one per request or trajectory, 100,000s in a
         # run) are summarised per state, never kept one by one
         self.lanes: set[tuple[Identity, str]] = set()
@@ -159,11 +165,16 @@ class LaneCore:
         out = []
         if top != new_top:
             if top is not None:
-                out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, top, ""))
+                if self.raised.pop((identity, ch.lane, top), -1) == self.pushed:
+                    self.deferred.append((identity, ch.lane, top))  # not pushed yet
+                else:
+                    out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, top, ""))
                 out.append(_metric(GAUGE, STATE_SINCE, 0.0, ch.lane, top, ""))
             if new_top is not None:
+                self.raised[(identity, ch.lane, new_top)] = self.pushed
                 out.append(_metric(GAUGE, STATE_GAUGE, 1.0, ch.lane, new_top,
-                                   "1 while the lane is in the state, else 0"))
+                                   "1 while the lane is in the state (or ended since "
+                                   "the previous push), else 0"))
                 out.append(_metric(GAUGE, STATE_SINCE, ch.time_ns / 1e9, ch.lane, new_top,
                                    "When the lane entered the state it is in (unix "
                                    "seconds); 0 while it is in another"))
@@ -191,6 +202,7 @@ class LaneCore:
                 self.lanes = {k for k in self.lanes if k[0] not in gone}
                 self.in_state = {k: v for k, v in self.in_state.items() if k[0] not in gone}
                 self.current = {k: v for k, v in self.current.items() if k[0] not in gone}
+                self.raised = {k: v for k, v in self.raised.items() if k[0] not in gone}
         self.marks.forget_idle(LANE_IDLE_S)
         return sorted(gone, key=tuple)
 
@@ -216,7 +228,10 @@ class LaneCore:
 
     def push_metrics(self) -> None:
         """Every run whose lane series changed, and this actor's own counters, in one
-        request; a group the server did not take stays dirty for the next tick."""
+        request; a group the server did not take stays dirty for the next tick. Then the
+        states that ended before this push carried them drop to 0, for the next."""
+        with self._lock:
+            deferred, self.deferred = self.deferred, []
         dirty = self.runs.take_dirty()
         groups = [(LANE_JOB, {"project": ident.project,
                               "experiment_name": ident.experiment_name,
@@ -227,6 +242,13 @@ class LaneCore:
         for (ident, _), ok in zip(dirty, done, strict=False):
             if not ok:
                 self.runs.mark_dirty(ident)
+        with self._lock:
+            self.pushed += 1
+            ended = [(i, lane, state) for i, lane, state in deferred
+                     if not ((stack := self.current.get((i, lane))) and
+                             stack[-1].state == state)]  # unless it holds the lane again
+        for i, lane, state in ended:
+            self.runs.apply(i, [_metric(GAUGE, STATE_GAUGE, 0.0, lane, state, "")])
 
     def own_metrics(self) -> str:
         s = self.stats()
