@@ -181,12 +181,13 @@ TRAINING_DETAIL = (
     ts("Off-policy trajectories", _family("training/off_policy"),
        description="verl's V1 trainer (TransferQueue): how many weight versions a batch's "
                    "trajectories span and how stale they are (training/off_policy/*; "
-                   "0 when synchronous)."),
+                   "0 when synchronous).", needs="v1-trainer"),
     ts("Rollout and training probabilities", _keys(
         *(f"training/rollout_probs_diff_{s}" for s in ("max", "mean", "std", "valid")),
         "training/rollout_actor_probs_pearson_corr"),
        description="rollout.calculate_log_probs: the engine's token probabilities against "
-                   "the trainer's (the gap that rollout correction addresses)."),
+                   "the trainer's (the gap that rollout correction addresses).",
+       needs="rollout-log-probs"),
 )
 
 # -- VeRL-Omni's trainers (tests/verl_omni_keys.py names each key's source): diffusion
@@ -791,43 +792,48 @@ AGENT_LOOP = (
 )
 
 # Uni-Agent's agent-aware router (emit_spec.py above): per rollout replica it routes to
+def _router(*args, **kw) -> Panel:
+    """A panel of Uni-Agent's agent-aware router: empty unless the run has one."""
+    return ts(*args, needs="uni-agent-router", **kw)
+
+
 ROUTER = (
-    ts("Router: requests dispatched and completed",
+    _router("Router: requests dispatched and completed",
        Query(f"sum by (replica) (rate({M}dispatched_count_total{{{RUN}}}[$__rate_interval]))",
              "dispatched {{replica}}"),
        Query(f"sum by (replica) (rate({M}completed_count_total{{{RUN}}}[$__rate_interval]))",
              "completed {{replica}}"), unit="reqps",
        description="Requests the agent-aware router sent to each replica, and finished."),
-    ts("Router: running and waiting requests",
+    _router("Router: running and waiting requests",
        Query(f"max by (replica) ({M}num_requests_running{{{RUN}}})", "running {{replica}}"),
        Query(f"max by (replica) ({M}num_requests_waiting{{{RUN}}})", "waiting {{replica}}"),
        description="Each replica's engine queue as the router polls it."),
-    ts("Router: KV-cache load",
+    _router("Router: KV-cache load",
        Query(f"max by (replica) ({M}kv_cache_load{{{RUN}}})", "router {{replica}}"),
        Query(f"max by (replica) ({M}kv_cache_usage_perc{{{RUN}}})", "engine {{replica}}"),
        unit="percentunit",
        description="The router's own KV occupancy (retained blocks over GPU blocks) beside "
                    "the engine's KV-cache usage, both fractions."),
-    ts("Router: in-flight tokens and turns",
+    _router("Router: in-flight tokens and turns",
        Query(f"max by (replica) ({M}inflight_tokens{{{RUN}}})", "tokens {{replica}}"),
        Query(f"max by (replica) ({M}inflight_avg_turn{{{RUN}}})", "avg turn {{replica}}"),
        description="Prompt tokens of the requests in flight per replica, and their mean "
                    "turn (multi-turn sessions pile up on one replica)."),
-    ts("Router: prefix-cache hit share",
+    _router("Router: prefix-cache hit share",
        Query(f"sum by (replica) (rate({M}prompt_tokens_cached{{{RUN}}}[$__rate_interval])) / "
              f"(sum by (replica) (rate({M}prompt_tokens_cached{{{RUN}}}[$__rate_interval])) + "
              f"sum by (replica) (rate({M}prompt_tokens{{{RUN}}}[$__rate_interval])))",
              "{{replica}}"), unit="percentunit",
        description="Prompt tokens served from the prefix cache over all prompt tokens "
                    "(cumulative gauges the router forwards from vLLM)."),
-    ts("Router: scores", *quantiles(f"{M}load", "replica", RUN, (0.5,)),
+    _router("Router: scores", *quantiles(f"{M}load", "replica", RUN, (0.5,)),
        *quantiles(f"{M}s_cache", "replica", RUN, (0.5,)),
        description="Median prefix-load-aware load score (first) and three-layer cache hit "
                    "rate (second) the router computed per replica, both 0..1."),
-    ts("Router: scoring latency", *quantiles(f"{M}route_latency_seconds", "project", RUN,
+    _router("Router: scoring latency", *quantiles(f"{M}route_latency_seconds", "project", RUN,
                                              (0.5, 0.99)), unit="s",
        description="Time the router's policy took to score the replicas for a request."),
-    ts("Router: KV evictions",
+    _router("Router: KV evictions",
        Query(f"sum by (replica) (rate({M}kv_evictions_total{{{RUN}}}[$__rate_interval]))",
              "{{replica}}"), unit="ops"),
 )

@@ -165,6 +165,14 @@ def test_a_state_shorter_than_a_tick_reaches_the_pushed_series_once():
     assert [pushed(), pushed()] == [1, 1]  # in it again: no 0 after the push
     lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 6, False, 9)])
     assert pushed() == 0  # it was pushed as 1 before it ended: 0 at once
+    # the server busy (503) for the pushes around a state: its 1 waits for one it takes
+    sender.ok = False
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 7, True, 10)])
+    lanes.push_metrics()  # refused
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 8, False, 10)])
+    lanes.push_metrics()  # refused
+    sender.ok = True
+    assert [pushed(), pushed()] == [1, 0]
 
 
 def test_lane_spans_wait_in_order_while_the_server_is_down():

@@ -107,7 +107,10 @@ def world(ray_world):
                 "labels": {"node": "node-a"}}, timeout=5)
 
 
-SIMULATED = ("critic", "rollout-correction")  # what simulate_rl.py logs as verl would
+# what simulate_rl.py logs as verl would (a critic, rollout correction, the V1 trainer's
+# off-policy tags, rollout log-probs) and as Uni-Agent's router would
+SIMULATED = ("critic", "rollout-correction", "v1-trainer", "rollout-log-probs",
+             "uni-agent-router")
 
 
 def substitute(expr: str, run: dict | None) -> str:

@@ -78,11 +78,12 @@ class LaneCore:
         # per dedicated lane, its open states, oldest first (the last holds the lane)
         self.current: dict[tuple[Identity, str], list[_Open]] = {}
         self.in_state: dict[tuple[Identity, str], int] = {}
-        # a state's 1 is pushed at least once, however short the state: when it ends
-        # before a push carried it, its 0 waits for the push after (the timeline is
-        # sampled from these gauges; a 0.5 s state between two 5 s ticks was never seen)
-        self.pushed = 0  # metric pushes so far
-        self.raised: dict[tuple[Identity, str, str], int] = {}  # -> pushes when set to 1
+        # a state's 1 reaches the server at least once, however short the state: when it
+        # ends before a delivered push carried it, its 0 waits for the push after (the
+        # timeline is sampled from these gauges; a 0.5 s state between two 5 s ticks, or
+        # during a push the busy server refused, was never seen)
+        self.delivered: dict[Identity, int] = {}  # a run's pushes the server took
+        self.raised: dict[tuple[Identity, str, str], int] = {}  # -> delivered when set to 1
         self.deferred: list[tuple[Identity, str, str]] = []
         # dedicated lanes only: pooled ones (one per request or trajectory, 100,000s in a
         # run) are summarised per state, never kept one by one
@@ -165,13 +166,14 @@ class LaneCore:
         out = []
         if top != new_top:
             if top is not None:
-                if self.raised.pop((identity, ch.lane, top), -1) == self.pushed:
-                    self.deferred.append((identity, ch.lane, top))  # not pushed yet
+                if self.raised.pop((identity, ch.lane, top), -1) == \
+                        self.delivered.get(identity, 0):  # no push has carried its 1 yet
+                    self.deferred.append((identity, ch.lane, top))
                 else:
                     out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, top, ""))
                 out.append(_metric(GAUGE, STATE_SINCE, 0.0, ch.lane, top, ""))
             if new_top is not None:
-                self.raised[(identity, ch.lane, new_top)] = self.pushed
+                self.raised[(identity, ch.lane, new_top)] = self.delivered.get(identity, 0)
                 out.append(_metric(GAUGE, STATE_GAUGE, 1.0, ch.lane, new_top,
                                    "1 while the lane is in the state (or ended since "
                                    "the previous push), else 0"))
@@ -203,6 +205,7 @@ class LaneCore:
                 self.in_state = {k: v for k, v in self.in_state.items() if k[0] not in gone}
                 self.current = {k: v for k, v in self.current.items() if k[0] not in gone}
                 self.raised = {k: v for k, v in self.raised.items() if k[0] not in gone}
+                self.delivered = {k: v for k, v in self.delivered.items() if k not in gone}
         self.marks.forget_idle(LANE_IDLE_S)
         return sorted(gone, key=tuple)
 
@@ -242,11 +245,17 @@ class LaneCore:
         for (ident, _), ok in zip(dirty, done, strict=False):
             if not ok:
                 self.runs.mark_dirty(ident)
+        failed = {ident for (ident, _), ok in zip(dirty, done, strict=False) if not ok}
         with self._lock:
-            self.pushed += 1
-            ended = [(i, lane, state) for i, lane, state in deferred
-                     if not ((stack := self.current.get((i, lane))) and
-                             stack[-1].state == state)]  # unless it holds the lane again
+            for ident, _ in dirty:
+                if ident not in failed:
+                    self.delivered[ident] = self.delivered.get(ident, 0) + 1
+            # a run whose push failed (the server busy, 503) keeps its ended states at 1
+            # for the push that will carry them
+            self.deferred[:0] = [d for d in deferred if d[0] in failed]
+            ended = [(i, lane, state) for i, lane, state in deferred if i not in failed
+                     and not ((stack := self.current.get((i, lane))) and
+                              stack[-1].state == state)]  # unless it holds the lane again
         for i, lane, state in ended:
             self.runs.apply(i, [_metric(GAUGE, STATE_GAUGE, 0.0, lane, state, "")])
 
