@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rl_insight import laneid
+from rl_insight.engine_requests import Request, summarize, tail, tail_share
 
 Interval = tuple[int, int]  # (start_ns, end_ns), start <= end
 
@@ -117,6 +118,14 @@ class StepRow:
     staleness: int | None = None
     roles: dict[str, RoleRow] = field(default_factory=dict)
     other_s: float = 0.0  # no replica of any role generating and no rank busy
+    # the engines' own request spans that ended in the window (rl_insight.engine_requests)
+    requests: dict[str, dict] = field(default_factory=dict)  # per role: summarize()
+    tail: list[dict] = field(default_factory=list)  # the slowest requests
+    tail_share: float | None = None  # share of the step after 90% of requests finished
+    generated_tokens: int | None = None
+    # goodput: GPU-seconds busy and idle per role (replica roles, "ranks", "weight_sync")
+    gpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    tokens_per_gpu_second: float | None = None
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("replicas", "roles")}
@@ -146,18 +155,23 @@ def _straggler(busy: Mapping[str, float]) -> tuple[float | None, str | None, flo
 
 
 def step_row(step: int, start_ns: int, end_ns: int,
-             lanes: Mapping[str, Iterable[tuple[str, int, int]]]) -> StepRow:
+             lanes: Mapping[str, Iterable[tuple[str, int, int]]],
+             requests: Sequence[Request] = (), gpus_per_replica: float = 1.0,
+             gpus_per_rank: float = 1.0) -> StepRow:
     """The anatomy of one step. ``lanes``: lane id -> (state, start, end) intervals; they
     may reach outside the window (sums are clipped to it) and should include the
     previous step's, which staleness looks back into. Replica lanes of every role count
     (``replica_<n>``, ``<role>_replica_<n>``); the step's own rollout, straggler,
     overlap and staleness are the policy's rollout's (role family ``rollout``), and each
-    role has its own row."""
+    role has its own row. ``requests``: the engines' request spans that ended in the
+    window (the server's rule: a request belongs to the step it ended in); GPU-seconds
+    count ``gpus_per_replica`` per replica lane and ``gpus_per_rank`` per rank lane."""
     window = end_ns - start_ns
     gen_by_replica: dict[str, list[Interval]] = {}
     role_of: dict[str, str] = {}
     rank_states: dict[str, list[Interval]] = {}
     rank_all: list[Interval] = []
+    per_rank: dict[str, tuple[list[Interval], list[Interval]]] = {}  # (work, weight sync)
     for lane, intervals in lanes.items():
         c = laneid.classify(lane)
         rep, rank = c.kind == laneid.REPLICA, c.kind == laneid.RANK
@@ -171,6 +185,8 @@ def step_row(step: int, start_ns: int, end_ns: int,
             elif rank:
                 rank_all.append((s, e))
                 rank_states.setdefault(state, []).append((s, e))
+                own = per_rank.setdefault(lane, ([], []))
+                own[state == WEIGHT_UPDATE].append((s, e))
     gen_by_replica = {r: union(iv) for r, iv in gen_by_replica.items()}
     policy = {r: iv for r, iv in gen_by_replica.items()
               if laneid.family_of(role_of[r]) == laneid.ROLLOUT}
@@ -204,7 +220,39 @@ def step_row(step: int, start_ns: int, end_ns: int,
     anything = union([*busy_union, *(iv for ivs in inside.values() for iv in ivs)])
     row.other_s = (window - length(anything)) / NS
     row.staleness = _staleness(start_ns, end_ns, rank_states, policy)
+    _goodput(row, per_rank, requests, gpus_per_replica, gpus_per_rank)
     return row
+
+
+def _goodput(row: StepRow, per_rank: Mapping[str, tuple[list, list]],
+             requests: Sequence[Request], gpus_per_replica: float,
+             gpus_per_rank: float) -> None:
+    """What the step's GPUs did: busy and idle GPU-seconds per replica role, the ranks'
+    work and their weight sync; tokens generated per GPU-second; the engines' requests
+    per role and the slowest of them."""
+    window = row.duration_s
+    for rep in row.replicas.values():
+        g = row.gpu_seconds.setdefault(rep.role, {"busy": 0.0, "idle": 0.0})
+        g["busy"] += rep.generate_s * gpus_per_replica
+        g["idle"] += rep.idle_s * gpus_per_replica
+    if per_rank:
+        lo, hi = row.start_ns, row.end_ns
+        work = sum(length(clip(union(w), lo, hi)) for w, _ in per_rank.values()) / NS
+        sync = sum(length(clip(union(u), lo, hi)) for _, u in per_rank.values()) / NS
+        row.gpu_seconds[laneid.RANKS] = {
+            "busy": work * gpus_per_rank,
+            "idle": max(0.0, len(per_rank) * window - work - sync) * gpus_per_rank}
+        row.gpu_seconds["weight_sync"] = {"busy": sync * gpus_per_rank, "idle": 0.0}
+    if requests:
+        row.requests = summarize(requests)
+        row.tail = tail(requests)
+        row.tail_share = tail_share(requests, row.start_ns, row.end_ns)
+        row.generated_tokens = sum(r.completion_tokens or 0 for r in requests)
+        total = sum(g["busy"] + g["idle"] for k, g in row.gpu_seconds.items()
+                    if k != "weight_sync") + row.gpu_seconds.get(
+                        "weight_sync", {}).get("busy", 0.0)
+        if total > 0:
+            row.tokens_per_gpu_second = row.generated_tokens / total
 
 
 def _staleness(start_ns: int, end_ns: int, rank_states: Mapping[str, list[Interval]],

@@ -295,7 +295,8 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
               " (check the names with `rl-insight server experiments list`, and that the "
               "run reports spans)", file=sys.stderr)
         return 1
-    trace = timeline.chrome_trace(spans, f"{args.project}/{args.experiment}")
+    trace = timeline.chrome_trace(spans, f"{args.project}/{args.experiment}",
+                                  data.get("requests", ()))
     timeline.write(trace, args.output)
     lanes = len({s["lane"] for s in spans})
     print(f"wrote {len(spans)} states on {lanes} lanes to {args.output} ({args.format}: "
@@ -311,6 +312,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("rl-insight: --last takes a number of steps (0: all)", file=sys.stderr)
         return 2
     client = _client(args)
+    if args.step is not None:
+        from rl_insight import explain
+
+        def why() -> str:
+            got = client.get("/api/v1/anatomy/explain", project=args.project,
+                             experiment_name=args.experiment, step=args.step,
+                             baseline=args.baseline)
+            return json.dumps(got, indent=2) if args.format == "json" else \
+                explain.render(got)
+        return _api(why)
 
     def rows() -> str:
         got = client.get("/api/v1/anatomy", project=args.project,
@@ -517,6 +528,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True)
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.add_argument("--last", type=int, default=0, help="only the last N steps")
+    p.add_argument("--step", type=int, default=None,
+                   help="why this step was slow: its parts against the median of the "
+                        "steps before it, the critical path down to its tail requests, "
+                        "its goodput")
+    p.add_argument("--baseline", type=int, default=10,
+                   help="with --step: the steps before it to compare with")
     p.set_defaults(func=cmd_report)
 
     p = top.add_parser("doctor", parents=[remote],

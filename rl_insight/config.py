@@ -210,6 +210,13 @@ class AnatomySettings:
     max_runs: int = 200  # runs followed at once; the least recently active is dropped
     median_steps: int = 20  # the recent steps the median step time is taken over
     expose_s: float = 3600.0  # a run's newest row stays on /metrics this long after its end
+    # goodput (GPU-seconds per role): GPUs behind each replica lane (its tensor-parallel
+    # size) and each rank lane
+    gpus_per_replica: float = 1.0
+    gpus_per_rank: float = 1.0
+    # engine request spans held per run until their step is final (the oldest dropped,
+    # counted): 128 replicas x 256 requests in flight is 32,768
+    max_requests_per_run: int = 65_536
 
 
 @dataclass
@@ -371,6 +378,8 @@ MINIMUMS: dict[str, float] = {
     "client.resend_max_events": 0, "server.max_intake_inflight": 1,
     "anatomy.settle_s": 0, "anatomy.max_wait_s": 0, "anatomy.keep_steps": 1,
     "anatomy.max_runs": 1, "anatomy.median_steps": 1, "anatomy.expose_s": 0,
+    "anatomy.gpus_per_replica": 0, "anatomy.gpus_per_rank": 0,
+    "anatomy.max_requests_per_run": 1,
     "alerts.stall_factor": 1, "alerts.stall_min_s": 1, "alerts.state_stuck_factor": 1,
     "alerts.state_stuck_min_s": 1, "alerts.kv_cache_usage_max": 0.01,
     "alerts.preemptions_per_s_max": 0,

@@ -30,10 +30,15 @@ def _groups(lanes: list[str]) -> dict[str, int]:
     return out
 
 
-def chrome_trace(spans: Iterable[Mapping[str, Any]], title: str = "") -> dict:
-    """Spans with lane, state, start_ns, end_ns (and process_id, step) to a trace."""
-    spans = list(spans)
-    lanes = sorted({s["lane"] for s in spans}, key=laneid.sort_key)
+def chrome_trace(spans: Iterable[Mapping[str, Any]], title: str = "",
+                 requests: Iterable[Mapping[str, Any]] = ()) -> dict:
+    """Spans with lane, state, start_ns, end_ns (and process_id, step) to a trace; the
+    engines' requests (lane, request_id, start_ns, end_ns, completion_tokens, trace_id)
+    as slices on a track ``<lane> requests`` under their replica lane (async slices:
+    they overlap)."""
+    spans, requests = list(spans), list(requests)
+    lanes = sorted({s["lane"] for s in spans} | {r["lane"] for r in requests},
+                   key=laneid.sort_key)
     tids = {lane: i + 1 for i, lane in enumerate(lanes)}
     pids = _groups(lanes)
     events: list[dict] = []
@@ -54,6 +59,15 @@ def chrome_trace(spans: Iterable[Mapping[str, Any]], title: str = "") -> dict:
         events.append({"name": s["state"], "cat": "state", "ph": "X", "pid": pid,
                        "tid": tids[s["lane"]], "ts": s["start_ns"] / 1000,
                        "dur": max(s["end_ns"] - s["start_ns"], 0) / 1000, "args": args})
+    for r in sorted(requests, key=lambda r: r["start_ns"]):
+        pid = pids[group_name(r["lane"])]
+        base = {"name": "request", "cat": f"{r['lane']} requests", "ph": "b",
+                "id": r["request_id"] or f"{r['start_ns']}", "pid": pid,
+                "tid": tids[r["lane"]], "ts": r["start_ns"] / 1000,
+                "args": {k: r[k] for k in ("request_id", "completion_tokens", "trace_id")
+                         if r.get(k) not in (None, "")}}
+        events.append(base)
+        events.append({**base, "ph": "e", "ts": r["end_ns"] / 1000, "args": {}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"source": "rl-insight", "run": title}}
 

@@ -22,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 from rl_insight import laneid
 from rl_insight.anatomy import StepRow, step_row
 from rl_insight.config import AnatomySettings
+from rl_insight.engine_requests import Request
 
 TRAINER_LANE = "trainer"  # the client's step marks (rl_insight.client.steps)
 STEP_STATE = "train_step"
@@ -38,8 +39,12 @@ RUN = ("project", "experiment_name")
 class RunAnatomy:
     """One run's pending step marks, recent lane spans and final rows."""
 
-    def __init__(self, keep_steps: int) -> None:
+    def __init__(self, keep_steps: int, max_requests: int = 65_536) -> None:
         self.marks: dict[int, tuple[int, int]] = {}  # end_ns -> (step, start_ns)
+        # engine requests not yet in a final step, and those that came too late for one
+        self.requests: deque[Request] = deque(maxlen=max_requests)
+        self.requests_dropped = 0
+        self.requests_late = 0
         self.lanes: dict[str, deque] = {}  # lane -> (state, start, end)
         self.last_end: dict[str, int] = {}
         self.rows: deque[StepRow] = deque(maxlen=keep_steps)
@@ -74,6 +79,29 @@ class RunAnatomy:
         if end > self.last_end.get(lane, 0):
             self.last_end[lane] = end
 
+    def add_request(self, r: Request) -> None:
+        if r.end_ns <= self.final_end:
+            self.requests_late += 1  # its step is final: counted, not joined
+            return
+        if len(self.requests) == self.requests.maxlen:
+            self.requests_dropped += 1
+        self.requests.append(r)
+
+    def _take_requests(self, start: int, end: int) -> list[Request]:
+        """The requests that ended in the step (start, end]: the rule that joins a
+        request to a step; those ending before are the previous windows' late ones."""
+        mine, keep = [], []
+        for r in self.requests:
+            if r.end_ns > end:
+                keep.append(r)  # a later step's
+            elif r.end_ns > start:
+                mine.append(r)
+            else:
+                self.requests_late += 1  # before the first window seen
+        self.requests.clear()
+        self.requests.extend(keep)
+        return mine
+
     def finalize(self, now_ns: int, settings: AnatomySettings, finished: bool
                  ) -> list[StepRow]:
         """Rows of the steps whose spans are in: every lane active around the step has
@@ -91,7 +119,9 @@ class RunAnatomy:
                     all(self.last_end[lane] >= end for lane in active)):
                 break
             del self.marks[end]
-            row = step_row(step, start, end, {lane: list(q) for lane, q in self.lanes.items()})
+            row = step_row(step, start, end, {lane: list(q) for lane, q in self.lanes.items()},
+                           self._take_requests(start, end), settings.gpus_per_replica,
+                           settings.gpus_per_rank)
             self.rows.append(row)
             out.append(row)
             self.final_end = end
@@ -112,7 +142,14 @@ class RunAnatomy:
             if row.start_ns < self.horizon:
                 break
             if row.start_ns < late[1] and late[0] < row.end_ns:
-                self.rows[i] = step_row(row.step, row.start_ns, row.end_ns, lanes)
+                new = step_row(row.step, row.start_ns, row.end_ns, lanes)
+                # its requests were joined when it was first made: they stay
+                for k in ("requests", "tail", "tail_share", "generated_tokens"):
+                    setattr(new, k, getattr(row, k))
+                total = sum(g["busy"] + g["idle"] for g in new.gpu_seconds.values())
+                if new.generated_tokens is not None and total > 0:
+                    new.tokens_per_gpu_second = new.generated_tokens / total
+                self.rows[i] = new
                 redone.append(self.rows[i])
         return redone
 
@@ -142,15 +179,29 @@ class AnatomyStore:
             for project, experiment, lane, state, start, end, _process, step in rows:
                 if lane != TRAINER_LANE and not laneid.is_dedicated(lane):
                     continue
-                key = (project, experiment)
-                run = self._runs.get(key)
-                if run is None:
-                    run = self._runs[key] = RunAnatomy(self.settings.keep_steps)
-                    while len(self._runs) > self.settings.max_runs:
-                        self._runs.popitem(last=False)
-                else:
-                    self._runs.move_to_end(key)
-                run.add_span(lane, state, start, end, step)
+                self._run((project, experiment)).add_span(lane, state, start, end, step)
+
+    def add_requests(self, rows: Iterable[tuple[str, str, Request]]) -> None:
+        """Engine request spans of runs (rl_insight/server/engine_requests.py), held until
+        the step they ended in is final."""
+        if not self.settings.enabled:
+            return
+        with self._lock:
+            for project, experiment, r in rows:
+                self._run((project, experiment)).add_request(r)
+
+    def _run(self, key: tuple[str, str]) -> RunAnatomy:
+        """The run's anatomy, made on first sight (the least recently active dropped past
+        max_runs); the caller holds the lock."""
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = RunAnatomy(self.settings.keep_steps,
+                                               self.settings.max_requests_per_run)
+            while len(self._runs) > self.settings.max_runs:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(key)
+        return run
 
     def update(self, now: float | None = None) -> int:
         """Finalize what is ready, and redo final rows that late spans overlap; returns
@@ -174,7 +225,9 @@ class AnatomyStore:
     def runs(self) -> list[dict]:
         with self._lock:
             return [{"project": p, "experiment_name": e, "steps": len(r.rows),
-                     "pending_steps": len(r.marks), "late_spans": r.late_spans}
+                     "pending_steps": len(r.marks), "late_spans": r.late_spans,
+                     "pending_requests": len(r.requests), "late_requests": r.requests_late,
+                     "dropped_requests": r.requests_dropped}
                     for (p, e), r in self._runs.items()]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -230,6 +283,18 @@ class _Families:
         "trainer_idle_ratio": "Share of the step no trainer rank was in any phase",
         "overlap_seconds": "Time rollout and training ran at once (separate-async)",
         "staleness": "Weight updates the batch the trainer consumed is behind",
+        "request_count": "Engine requests of this role that ended in the step",
+        "request_e2e_seconds": "End-to-end time of the step's engine requests of this "
+                               "role (quantile p50, p90, p99, max)",
+        "request_phase_seconds": "Mean time the step's engine requests of this role spent "
+                                 "in each phase (queue, prefill, decode)",
+        "request_completion_tokens": "Tokens the step's engine requests of this role "
+                                     "generated",
+        "request_preemptions": "Preemptions of the step's engine requests of this role",
+        "tail_share": "Share of the step after 90% of its engine requests had finished",
+        "gpu_seconds": "GPU-seconds of the step per role, busy or idle (weight_sync: the "
+                       "ranks' update_weights)",
+        "tokens_per_gpu_second": "Tokens generated per GPU-second of the step",
     }
 
     def __init__(self) -> None:
@@ -280,6 +345,32 @@ class _Families:
                 per_role["role_slowest_replica"] = int(slowest)
             for name, value in per_role.items():
                 self.add(name, self.DOCS[name], [*run, role], float(value), ("role",), ts)
+        for role, q in r.requests.items():
+            self.add("request_count", self.DOCS["request_count"], [*run, role],
+                     q["requests"], ("role",), ts)
+            self.add("request_completion_tokens", self.DOCS["request_completion_tokens"],
+                     [*run, role], q["completion_tokens"], ("role",), ts)
+            self.add("request_preemptions", self.DOCS["request_preemptions"],
+                     [*run, role], q["preemptions"], ("role",), ts)
+            for quant in ("p50", "p90", "p99", "max"):
+                v = q[f"e2e_{quant}_s"]
+                if v is not None:
+                    self.add("request_e2e_seconds", self.DOCS["request_e2e_seconds"],
+                             [*run, role, quant], v, ("role", "quantile"), ts)
+            for phase in ("queue", "prefill", "decode"):
+                v = q[f"{phase}_s_mean"]
+                if v is not None:
+                    self.add("request_phase_seconds", self.DOCS["request_phase_seconds"],
+                             [*run, role, phase], v, ("role", "phase"), ts)
+        if r.tail_share is not None:
+            self.add("tail_share", self.DOCS["tail_share"], run, r.tail_share, ts=ts)
+        if r.tokens_per_gpu_second is not None:
+            self.add("tokens_per_gpu_second", self.DOCS["tokens_per_gpu_second"], run,
+                     r.tokens_per_gpu_second, ts=ts)
+        for role, g in r.gpu_seconds.items():
+            for use, v in g.items():
+                self.add("gpu_seconds", self.DOCS["gpu_seconds"], [*run, role, use], v,
+                         ("role", "use"), ts)
         for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
             self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
                      [*run, phase], seconds, ("phase",), ts)

@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 
-from rl_insight.server import otlp
+from rl_insight.server import engine_requests, otlp
 from rl_insight.server.otlp import OtlpError
 from rl_insight.server.pushstore import PushError, parse_grouping_key
 from rl_insight.server.routes.common import ClientGone, HttpError, read_asgi_body, text_body
@@ -40,6 +40,11 @@ def accept_spans(state: ServerState, body: bytes, ctype: str, encoding: str
     rows = list(otlp.iter_state_rows(req))
     state.recent.add(rows)
     state.anatomy.add(rows)
+    if len(rows) < n:  # spans that are no state: an engine's requests among them?
+        engine = state.requests.observe(engine_requests.iter_requests(req))
+        if engine:
+            state.anatomy.add_requests(engine)
+            state.recent.add_requests(engine)
     payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
         else req.SerializeToString()
     if n:

@@ -19,9 +19,13 @@ def _kept_long(lane: str) -> bool:
 
 
 class RecentSpans:
-    def __init__(self, max_dedicated: int = 100_000, max_pooled: int = 10_000) -> None:
+    def __init__(self, max_dedicated: int = 100_000, max_pooled: int = 10_000,
+                 max_requests: int = 20_000) -> None:
         self._dedicated: deque = deque(maxlen=max_dedicated)
         self._pooled: deque = deque(maxlen=max_pooled)
+        # the engines' request spans: (project, experiment, lane, id, start, end, tokens,
+        # trace id), the newest kept (the export shows them under their replica lane)
+        self._requests: deque = deque(maxlen=max_requests)
         self._lock = threading.Lock()
 
     def add(self, rows: Iterable[tuple[str, str, str, str, int, int, str, object]]) -> None:
@@ -33,11 +37,26 @@ class RecentSpans:
                        start, end, intern(process), step)
                 (self._dedicated if _kept_long(lane) else self._pooled).append(row)
 
+    def add_requests(self, rows) -> None:
+        """(project, experiment, Request) of engine request spans."""
+        with self._lock:
+            for project, experiment, r in rows:
+                self._requests.append((project, experiment, r.lane, r.request_id,
+                                       r.start_ns, r.end_ns, r.completion_tokens,
+                                       r.trace_id))
+
+    def requests(self, project: str, experiment: str, since_ns: int = 0) -> list[dict]:
+        with self._lock:
+            rows = [r for r in self._requests
+                    if r[0] == project and r[1] == experiment and r[5] >= since_ns]
+        return [{"lane": r[2], "request_id": r[3], "start_ns": r[4], "end_ns": r[5],
+                 "completion_tokens": r[6], "trace_id": r[7]} for r in rows]
+
     def forget(self, runs: set[tuple[str, str]]) -> int:
         """Drop the spans of these (project, experiment_name) runs (finished long ago)."""
         with self._lock:
             gone = 0
-            for q in (self._dedicated, self._pooled):
+            for q in (self._dedicated, self._pooled, self._requests):
                 kept = [r for r in q if (r[0], r[1]) not in runs]
                 gone += len(q) - len(kept)
                 if len(kept) != len(q):

@@ -124,6 +124,7 @@ class ServerMetrics:
         _watch_gc(self.gc_pause)
         self.registry.register(_StateCollector(state))
         self.registry.register(state.anatomy)  # rl_insight_step_*
+        self.registry.register(state.requests)  # rl_insight_request_*
         self.types = {m.name: m.type for m in self.registry.collect()}
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rl_insight import netaddr
 from rl_insight.config import Settings
 from rl_insight.server.anatomy import AnatomyStore
+from rl_insight.server.engine_requests import RequestMetrics
 from rl_insight.server.experiments import ExperimentStore
 from rl_insight.server.lanes import LaneStats
 from rl_insight.server.pushstore import PushStore
@@ -91,6 +92,7 @@ class ServerState:
         self.lanes = LaneStats(settings.traces.max_lanes)
         self.recent = RecentSpans()
         self.anatomy = AnatomyStore(settings.anatomy, finished=self.run_ended)
+        self.requests = RequestMetrics()  # rl_insight_request_*
         from rl_insight.server.selfmetrics import ServerMetrics
 
         self.metrics = ServerMetrics(self)
@@ -141,6 +143,7 @@ class ServerState:
         if len(runs) > self._forgotten_runs:  # a run's grace ended since the last look
             self.lanes.forget(runs)
             self.recent.forget(runs)
+            self.requests.forget(runs)
         self._forgotten_runs = len(runs)
 
     def _maintain(self) -> None:

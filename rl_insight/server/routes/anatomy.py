@@ -29,8 +29,41 @@ def router(state: ServerState) -> APIRouter:
         return {"project": project, "experiment_name": experiment_name,
                 "steps": [row.as_dict() for row in rows]}
 
+    @r.get("/api/v1/anatomy/explain", summary="Why a step was slow: its parts against the "
+           "median of the steps before it, the critical path down to its tail requests, "
+           "its goodput", responses=schema.answers(400, 404))
+    def explain_step(project: str, experiment_name: str, step: int,
+                     baseline: int = Query(10, ge=1, le=1000,
+                                           description="the steps before it to compare "
+                                                       "with")) -> dict:
+        from rl_insight import explain
+
+        got = anatomy(project, experiment_name, 0)["steps"]
+        if not any(s["step"] == step for s in got):
+            have = [s["step"] for s in got]
+            raise HttpError(404, f"step {step} of {project}/{experiment_name} is not final "
+                                 f"here (final steps: {_ranges(have) or 'none yet'}); a step "
+                                 "is final a few seconds after the trainer logs it")
+        return explain.explain(got, step, baseline)
+
     @r.get("/api/v1/anatomy/runs", summary="Runs with a step anatomy, and their step counts")
     def runs() -> dict:
         return {"runs": state.anatomy.runs()}
 
     return r
+
+
+def _ranges(steps: list[int]) -> str:
+    """1-5, 8, 10-12"""
+    out, start, prev = [], None, None
+    for s in sorted(steps):
+        if start is None:
+            start = prev = s
+        elif s == prev + 1:
+            prev = s
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = s
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    return ", ".join(out)

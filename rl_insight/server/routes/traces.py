@@ -33,7 +33,8 @@ def router(state: ServerState) -> APIRouter:
         return Response(content, media_type=media)
 
     @r.get("/api/v1/traces/recent",
-           summary="The run's recent state spans (for export where no Tempo runs)",
+           summary="The run's recent state spans and engine requests (for export where no "
+                   "Tempo runs)",
            responses=schema.answers(*schema.READ))
     def recent(project: str, experiment_name: str,
                since_s: float = Query(0.0, ge=0, le=TEN_YEARS_S, allow_inf_nan=False,
@@ -45,7 +46,8 @@ def router(state: ServerState) -> APIRouter:
         rows = state.recent.spans(project, experiment_name, since_ns)
         return {"project": project, "experiment_name": experiment_name,
                 "spans": [{"lane": r[0], "state": r[1], "start_ns": r[2], "end_ns": r[3],
-                           "process_id": r[4], "step": r[5]} for r in rows]}
+                           "process_id": r[4], "step": r[5]} for r in rows],
+                "requests": state.recent.requests(project, experiment_name, since_ns)}
 
     @r.get("/api/v1/lanes", summary="Per-lane statistics: last span, states, span count")
     def lanes(project: str | None = None, experiment_name: str | None = None) -> dict:
