@@ -286,7 +286,8 @@ def test_runtime_env_hook_adds_variables_and_worker_hook(monkeypatch):
                             "pip": ["x"]})
     assert env["pip"] == ["x"]
     assert env["env_vars"] == {"A": "1", "RL_INSIGHT_SERVER_URL": "http://10.0.0.5:18080",
-                               "VERL_RL_INSIGHT_ENABLE": "0"}  # the job's own value wins
+                               "VERL_RL_INSIGHT_ENABLE": "0",  # the job's own value wins
+                               "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
     assert env["worker_process_setup_hook"] == "rl_insight.ray.hooks.worker_setup"
     monkeypatch.delenv("RL_INSIGHT_SERVER_URL")
     assert runtime_env_hook(None) == {}

@@ -12,6 +12,8 @@ sends them.
 
 from __future__ import annotations
 
+import http.server
+import threading
 import time
 
 import pytest
@@ -217,3 +219,90 @@ def test_a_request_span_joins_the_step_it_ended_in(server):
     assert tails == {1: [], 2: ["ends-in-2"], 3: ["ends-in-3"]}
     # the role comes from the replica label verl gives a teacher's engine
     assert set(rows[1]["requests"]) == {"teacher_x"}
+
+
+def test_the_engines_exporter_gets_http_and_the_token_through_the_runtime_env(monkeypatch):
+    """An engine's own OTLP exporter (vLLM's ``get_span_exporter``: gRPC unless
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says http/protobuf; its headers from
+    OTEL_EXPORTER_OTLP_TRACES_HEADERS) authenticates without code; a job's own values
+    win."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from rl_insight.ray.attach import env_vars
+
+    env = env_vars({"RL_INSIGHT_SERVER_URL": "http://10.0.0.5:18080",
+                    "RL_INSIGHT_TOKEN": "s3cr et"})
+    assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                       env["OTEL_EXPORTER_OTLP_TRACES_HEADERS"])
+    seen: list = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    receiver = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.handle_request, daemon=True).start()
+    engine = Engine()
+    engine.request("r", time.time(), 0.0, 0.1, 0.1, 1, 1)
+    exporter = OTLPSpanExporter(
+        endpoint=f"http://127.0.0.1:{receiver.server_address[1]}/v1/traces")
+    exporter.export(engine.exported.get_finished_spans())
+    receiver.server_close()
+    assert seen == ["Bearer s3cr et"]
+    own = env_vars({"RL_INSIGHT_SERVER_URL": "http://s:1", "RL_INSIGHT_TOKEN": "t",
+                    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+                    "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=a"})
+    assert own["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+    assert own["OTEL_EXPORTER_OTLP_TRACES_HEADERS"] == "x-team=a"
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" not in env_vars({})
+
+
+def test_an_engines_spans_are_stamped_when_trace_state_first_runs_on_its_lane(
+        recorded, monkeypatch):
+    """verl 0.9.1: the vLLM server actor wraps each request in trace_state on
+    replica_<r>; the engine's tracer (vllm/tracing.py init_tracer: the global SDK
+    TracerProvider) gets the run and replica on every span it starts after that."""
+    from opentelemetry import trace
+
+    from rl_insight.client import api, engine_spans
+
+    c, _ = recorded
+    c.identity = Identity("p", "stamped")
+    monkeypatch.setattr(engine_spans, "_stamped", set())
+    monkeypatch.setattr(api, "_stamped", set())
+    engine = Engine()
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: engine.provider)
+    with api.trace_state("vllm_generate", state_lane_id="teacher_x_replica_3"):
+        engine.request("r1", time.time(), 0.0, 0.1, 0.2, 10, 10)
+    with api.trace_state("vllm_generate", state_lane_id="teacher_x_replica_3"):
+        pass  # once per lane: one processor
+    assert len(engine.provider._active_span_processor._span_processors) == 2
+    (span,) = engine.exported.get_finished_spans()
+    assert {k: span.attributes[k] for k in ("project", "experiment_name", "replica",
+                                            "role")} == {
+        "project": "p", "experiment_name": "stamped", "replica": "teacher_x_3",
+        "role": "teacher_x"}
+    assert span.attributes["gen_ai.request.id"] == "r1"  # the engine's own, after ours
+
+
+def test_without_a_tracer_yet_an_engine_process_gets_the_resource_variable(monkeypatch):
+    import sys
+
+    from rl_insight.client import engine_spans
+
+    monkeypatch.setattr(engine_spans, "_stamped", set())
+    monkeypatch.setattr(engine_spans, "_sdk_provider", lambda: None)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "replica=7,service.name=vllm")
+    assert engine_spans.stamp("replica_0", lambda: ("p", "e/1")) is None  # no engine here
+    monkeypatch.setitem(sys.modules, "vllm", object())
+    assert engine_spans.stamp("rank_0", lambda: ("p", "e")) is None
+    assert engine_spans.stamp("replica_1", lambda: ("p", "e/1")) == "resource"
+    assert Resource.create().attributes["experiment_name"] == "e/1"
+    assert Resource.create().attributes["replica"] == "7"  # the engine's own wins

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rl_insight import naming, secret
+from rl_insight.client import engine_spans
 from rl_insight.client import transfer_queue as tq_units
 from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV, Client, endpoints, load_settings
 from rl_insight.client.registration import (
@@ -310,6 +311,7 @@ def default_lane() -> str:
 # closes.
 _open: dict[tuple[str, str], list] = {}
 _open_lock = threading.Lock()
+_stamped: set[str] = set()  # lanes whose engine spans this process has stamped
 _INTERVAL = (("monitor.trace_segment", "state_interval"),)
 _REQUEST = (("monitor.trace_segment", "request"),)
 
@@ -317,6 +319,7 @@ _REQUEST = (("monitor.trace_segment", "request"),)
 def _reset_open() -> None:
     global _open_lock
     _open.clear()
+    _stamped.clear()
     _open_lock = threading.Lock()
 
 
@@ -358,6 +361,9 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
                     start = time.time_ns()
                     entry = _open[key] = [1, ids, start, self.labels, 0, 1, None]
                     c.add(_tnew(StateChange, (key[0], key[1], start, True, span_id)))
+                    if key[0] not in _stamped:  # an engine here: its request spans too
+                        _stamped.add(key[0])
+                        engine_spans.stamp(key[0], c.identity_pair)
                 else:
                     entry[0] += 1
                     entry[5] += 1

@@ -97,6 +97,11 @@ class Client:
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self._transport = None
 
+    def identity_pair(self) -> tuple[str, str] | None:
+        """(project, experiment_name) of this process's run, when it knows it."""
+        i = self.identity
+        return (i.project, i.experiment_name) if i is not None else None
+
     def buckets_for(self, name: str) -> tuple[float, ...] | None:
         return self.bucket_map.get(name, self.default_buckets)
 

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from rl_insight import config as config_mod
 from rl_insight import secret
@@ -61,6 +62,28 @@ def env_vars(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
             out[name] = environ[name]
     if out.get(SERVER_URL_ENV) or out.get(OTLP_ENV):
         out[ENABLE_ENV] = environ.get(ENABLE_ENV) or "1"
+    out.update(engine_exporter_env(out, environ))
+    return out
+
+
+OTEL_HEADERS_ENV = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+OTEL_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+
+
+def engine_exporter_env(ours: Mapping[str, str], environ: Mapping[str, str]
+                        ) -> dict[str, str]:
+    """The OpenTelemetry exporter's own variables, for the engines' request spans (vLLM's
+    ``--otlp-traces-endpoint``, SGLang's ``--enable-trace``) to reach this server: OTLP
+    over HTTP (vLLM's default is gRPC, which the server does not take), with the write
+    token as its ``Authorization`` header. The job's own values win."""
+    out = {}
+    if ours.get(SERVER_URL_ENV):
+        out[OTEL_PROTOCOL_ENV] = environ.get(OTEL_PROTOCOL_ENV) or "http/protobuf"
+        if ours.get(TOKEN_ENV) and not environ.get(OTEL_HEADERS_ENV):
+            # the OTel spec's form: comma-separated key=value, values URL-encoded
+            out[OTEL_HEADERS_ENV] = f"Authorization=Bearer%20{quote(ours[TOKEN_ENV], safe='')}"
+    if environ.get(OTEL_HEADERS_ENV):
+        out[OTEL_HEADERS_ENV] = environ[OTEL_HEADERS_ENV]
     return out
 
 
