@@ -202,6 +202,38 @@ class Request:
     scheduled: float = 0.0
     first_token: float = 0.0
     generated: int = 0
+    rid: str = ""
+    preemptions: int = 0
+    per_tick: int = 0  # 0: the engine's rate; a long-tail request may set its own
+
+
+# vLLM's request span (vllm/tracing.py SpanAttributes, vLLM 0.33; one span per finished
+# request from OutputProcessor.do_tracing, kind SERVER, started at the request's arrival)
+LLM_REQUEST = "llm_request"
+
+
+def init_tracer(endpoint: str):
+    """As vllm/tracing.py ``init_tracer`` makes the engine's tracer: an SDK
+    TracerProvider, a batch processor over the OTLP exporter the environment chooses
+    (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: gRPC unless http/protobuf; its headers from
+    OTEL_EXPORTER_OTLP_TRACES_HEADERS), installed as the process's global provider."""
+    import os
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import set_tracer_provider
+
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    if protocol != "http/protobuf":
+        raise ValueError(f"OTLP protocol {protocol!r}: this FAKE engine speaks only "
+                         "http/protobuf (rl-insight ray-env sets it)")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint),
+                                                   schedule_delay_millis=500))
+    set_tracer_provider(provider)
+    return provider.get_tracer("vllm.v1.engine.output_processor")
 
 
 @dataclass
@@ -372,8 +404,11 @@ class FakeEngine:
     TICK = 0.05
 
     def __init__(self, backend: str, seed: int = 0, kv_capacity_tokens: int = 0,
-                 port: int = 0) -> None:
+                 port: int = 0, otlp_traces_endpoint: str = "") -> None:
         self.backend = backend
+        # vLLM's --otlp-traces-endpoint: an llm_request span per finished request
+        self.tracer = init_tracer(otlp_traces_endpoint) if otlp_traces_endpoint else None
+        self._ids = 0
         self.registry = CollectorRegistry()
         self.m = _Metrics(backend, registry=self.registry)
         self.s = EngineState()
@@ -394,8 +429,45 @@ class FakeEngine:
         now = time.time()
         with self.lock:
             for _ in range(n):
+                self._ids += 1
                 self.s.waiting.append(Request(self.rng.randint(64, 512),
-                                              self.rng.randint(32, 600), now))
+                                              self.rng.randint(32, 600), now,
+                                              rid=f"cmpl-{self.port}-{self._ids}"))
+
+    def submit_long(self, tokens: int, seconds: float) -> str:
+        """One long-tail request: ``tokens`` generated over about ``seconds`` of decode
+        (a reasoning model's 30,000-token answer, at the pace of a fast GPU). Its id."""
+        with self.lock:
+            self._ids += 1
+            rid = f"cmpl-{self.port}-{self._ids}-long"
+            self.s.waiting.insert(0, Request(
+                512, tokens, time.time(), rid=rid,
+                per_tick=max(1, int(tokens * self.TICK / seconds))))
+            return rid
+
+    def _trace(self, r: Request, now: float) -> None:
+        """OutputProcessor.do_tracing: the finished request's llm_request span."""
+        from opentelemetry.trace import SpanKind
+
+        queue = r.scheduled - r.arrived
+        ttft = r.first_token - r.arrived
+        span = self.tracer.start_span(LLM_REQUEST, kind=SpanKind.SERVER,
+                                      start_time=int(r.arrived * 1e9))
+        for k, v in (("gen_ai.response.model", MODEL), ("gen_ai.request.id", r.rid),
+                     ("gen_ai.request.max_tokens", r.target),
+                     ("gen_ai.usage.prompt_tokens", r.prompt),
+                     ("gen_ai.usage.completion_tokens", r.generated),
+                     ("gen_ai.latency.time_in_queue", queue),
+                     ("gen_ai.latency.time_to_first_token", ttft),
+                     ("gen_ai.latency.e2e", now - r.arrived),
+                     ("gen_ai.latency.time_in_model_prefill", r.first_token - r.scheduled),
+                     ("gen_ai.latency.time_in_model_decode", now - r.first_token),
+                     ("gen_ai.latency.time_in_model_inference", now - r.scheduled)):
+            span.set_attribute(k, v)
+        if r.preemptions:  # the request journey's PREEMPTED events carry the count
+            span.add_event("journey", {"event.type": "PREEMPTED",
+                                       "num_preemptions": r.preemptions})
+        span.end(end_time=int(now * 1e9))
 
     def busy(self) -> bool:
         with self.lock:
@@ -487,7 +559,7 @@ class FakeEngine:
             step_tokens = 0
             done = []
             for r in s.running:
-                n = min(s.tokens_per_tick, r.target - r.generated)
+                n = min(r.per_tick or s.tokens_per_tick, r.target - r.generated)
                 if r.generated == 0 and n:
                     r.first_token = now
                     m.ttft.observe(now - r.arrived)
@@ -511,11 +583,14 @@ class FakeEngine:
                 if m.omni is not None:
                     m.omni.finished(self.rng, r.arrived, r.scheduled, now, r.prompt,
                                     r.generated, "length" if r.target > 500 else "stop")
+                if self.tracer is not None:
+                    self._trace(r, now)
             used = sum(r.prompt + r.generated for r in s.running)
             retracted = 0
             if used > s.kv_capacity_tokens * 0.95 and s.running:
                 victim = s.running.pop()  # preempted: back to the queue, recomputed later
                 victim.generated = 0
+                victim.preemptions += 1
                 s.waiting.insert(0, victim)
                 retracted = 1
                 if self.backend != "sglang":

@@ -43,16 +43,27 @@ class RolloutReplica:
     def __init__(self, index: int, backend: str, project: str = "",
                  experiment: str = "", slowdown: float = 1.0,
                  kv_capacity_tokens: int = 0, hang: tuple[int, float] = (0, 0.0),
-                 lane: str = "", port: int = 0) -> None:
+                 lane: str = "", port: int = 0, traces: bool = False,
+                 extra: tuple = ()) -> None:
         self.index = index
         self.project, self.experiment = project, experiment
         # verl 0.9.1 and VeRL-Omni: replica_<r>; verl main: <role>_replica_<r>
         # (RLInsightLogger.rollout_state_lane_id(replica_rank, state_lane_prefix))
         self.lane = lane or f"replica_{index}"
         self.generate_state = "sglang_generate" if backend == "sglang" else "vllm_generate"
+        # verl 0.9.1 passes engine_kwargs.vllm.otlp_traces_endpoint to vLLM unchanged:
+        # the engine's own request spans go to the server (or the platform's endpoint)
+        endpoint = ""
+        if traces:
+            server = os.environ.get("RL_INSIGHT_SERVER_URL", "").rstrip("/")
+            endpoint = server + "/v1/traces" if server else \
+                os.environ.get("RL_INSIGHT_OTLP_ENDPOINT", "")
         self.engine = fake_engines.FakeEngine(backend, seed=index,
                                               kv_capacity_tokens=kv_capacity_tokens,
-                                              port=port)
+                                              port=port, otlp_traces_endpoint=endpoint)
+        # (kind, step, amount): ("long", step, tokens) one long-tail request; ("burst",
+        # step, n) n more requests at once, queued behind each other
+        self.extra = extra
         self.slowdown = slowdown  # a straggler generates this many times as long
         self.hang = hang  # (step, seconds): a request that hangs in that step
         self.generated: list[tuple[int, int, int]] = []  # ground truth: (step, start, end)
@@ -69,6 +80,14 @@ class RolloutReplica:
                                     phase=phase, requests=n):
             wall0 = time.time_ns()  # in the block: the first one also enables monitoring
             self.engine.submit(n)
+            injected = [(k, a) for k, st, a in self.extra if st == step and phase == "train"]
+            for kind, amount in injected:
+                if kind == "long":
+                    self.engine.submit_long(amount, seconds=6.0)
+                else:
+                    self.engine.submit(amount)
+            if injected:  # the step waits for them, as verl waits for every request
+                timeout += 30.0
             agents = [threading.Thread(target=self.agent_loop, args=(step, i), daemon=True)
                       for i in range(4 if phase != "teacher" else 0)]
             for a in agents:
@@ -232,10 +251,16 @@ class Simulation:
         slow = dict(args.straggler or [])
         hangs = {r: (step, seconds) for r, step, seconds in args.hang or []}
         prefix = "rollout_" if args.lanes == "verl-main" else ""
+        extra: dict[int, list] = {}
+        for r, step, tokens in args.long_request or []:
+            extra.setdefault(r, []).append(("long", step, tokens))
+        for r, step, n in args.queue_burst or []:
+            extra.setdefault(r, []).append(("burst", step, n))
         self.replicas = [RolloutReplica.options(**placement).remote(
             i, args.backend, args.project, args.experiment_name, slow.get(i, 1.0),
             2_000 if i in (args.kv_pressure or []) else 0, hangs.get(i, (0, 0.0)),
-            f"{prefix}replica_{i}", args.engine_base_port + i if args.engine_base_port else 0)
+            f"{prefix}replica_{i}", args.engine_base_port + i if args.engine_base_port else 0,
+            args.engine_traces, tuple(extra.get(i, ())))
             for i in range(args.replicas)]
         # verl main's teacher (on-policy distillation): its own replicas and engines,
         # lanes teacher_<key>_replica_<r> (teacher_model.py: name_suffix = the teacher's
@@ -558,6 +583,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--teacher-replicas", type=int, default=2)
     ap.add_argument("--teacher-slowdown", type=float, default=1.0,
                     help="the teacher's replica 1 generates this many times as long")
+    ap.add_argument("--engine-traces", action="store_true",
+                    help="the engines trace every request (vLLM's --otlp-traces-endpoint: "
+                         "an llm_request span each) to the server")
     ap.add_argument("--engine-base-port", type=int, default=0, metavar="PORT",
                     help="replica R's engine serves /metrics on PORT+R (a platform's "
                          "pre-agreed scrape rule); default: free ports")
@@ -580,6 +608,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="replica R's KV cache is small: saturation, preemptions")
     inject.add_argument("--hang", type=_hang, action="append", metavar="R:STEP:SECONDS",
                         help="replica R hangs in generation at STEP for SECONDS")
+    inject.add_argument("--long-request", type=_triple, action="append",
+                        metavar="R:STEP:TOKENS",
+                        help="replica R gets one request in STEP that generates TOKENS "
+                             "tokens (the long tail), and the step waits for it")
+    inject.add_argument("--queue-burst", type=_triple, action="append", metavar="R:STEP:N",
+                        help="replica R gets N more requests at once in STEP: they queue")
     inject.add_argument("--engine-down-at", type=int, default=0, metavar="STEP",
                         help="replica 0's engine stops serving /metrics at this step")
     inject.add_argument("--flood-at", type=int, default=0, metavar="STEP",
@@ -601,6 +635,15 @@ def _straggler(text: str) -> tuple[int, float]:
         return int(replica), float(factor or 3.0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected REPLICA:FACTOR, e.g. 1:3"
+                                         ) from None
+
+
+def _triple(text: str) -> tuple[int, int, int]:
+    try:
+        a, b, c = (int(x) for x in text.split(":"))
+        return a, b, c
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected three numbers, R:STEP:N"
                                          ) from None
 
 

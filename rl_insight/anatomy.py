@@ -28,7 +28,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rl_insight import laneid
-from rl_insight.engine_requests import Request, summarize, tail, tail_share
+from rl_insight.engine_requests import (
+    Request,
+    last_to_finish,
+    summarize,
+    tail,
+    tail_share,
+)
 
 Interval = tuple[int, int]  # (start_ns, end_ns), start <= end
 
@@ -121,6 +127,8 @@ class StepRow:
     # the engines' own request spans that ended in the window (rl_insight.engine_requests)
     requests: dict[str, dict] = field(default_factory=dict)  # per role: summarize()
     tail: list[dict] = field(default_factory=list)  # the slowest requests
+    # per role, the requests its slowest replica finished last (the critical path)
+    critical: dict[str, list[dict]] = field(default_factory=dict)
     tail_share: float | None = None  # share of the step after 90% of requests finished
     generated_tokens: int | None = None
     # goodput: GPU-seconds busy and idle per role (replica roles, "ranks", "weight_sync")
@@ -246,6 +254,9 @@ def _goodput(row: StepRow, per_rank: Mapping[str, tuple[list, list]],
     if requests:
         row.requests = summarize(requests)
         row.tail = tail(requests)
+        for role, rr in row.roles.items():
+            if rr.slowest_replica is not None:
+                row.critical[role] = last_to_finish(requests, rr.slowest_replica)
         row.tail_share = tail_share(requests, row.start_ns, row.end_ns)
         row.generated_tokens = sum(r.completion_tokens or 0 for r in requests)
         total = sum(g["busy"] + g["idle"] for k, g in row.gpu_seconds.items()

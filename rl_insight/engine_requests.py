@@ -100,6 +100,13 @@ def tail(requests: Sequence[Request], n: int = TAIL) -> list[dict]:
     return [r.as_dict() for r in sorted(requests, key=lambda r: -r.e2e_s)[:n]]
 
 
+def last_to_finish(requests: Sequence[Request], replica: str, n: int = TAIL) -> list[dict]:
+    """The ``n`` requests of ``replica`` that finished last, last first: what kept the
+    replica generating (the critical path runs through them)."""
+    mine = [r for r in requests if r.replica == replica]
+    return [r.as_dict() for r in sorted(mine, key=lambda r: -r.end_ns)[:n]]
+
+
 def tail_share(requests: Sequence[Request], start_ns: int, end_ns: int) -> float | None:
     """Share of the step spent waiting on the tail: from when 90% of the step's requests
     had finished to when the last one did, over the step's duration."""

@@ -94,7 +94,9 @@ def _generation(row: Mapping, before: Sequence[Mapping], role: str) -> dict:
         compare[key] = {"now": now.get(key),
                         "baseline": _median([b[key] for b in base if b.get(key) is not None])}
     out["requests"] = compare
-    tail = [t for t in row.get("tail", []) if t.get("role") == role]
+    # what kept the slowest replica generating: its requests that finished last
+    tail = row.get("critical", {}).get(role) or \
+        [t for t in row.get("tail", []) if t.get("role") == role]
     base_tokens = _median([b["completion_tokens"] / b["requests"] for b in base
                            if b.get("requests")])
     for t in tail:
@@ -166,7 +168,8 @@ def render(e: Mapping) -> str:
                     lines.append(f"  {phase:<8} mean {p['mean_s']:.2f}s per request "
                                  f"(baseline {base})")
             for t in cp.get("tail", []):
-                lines.append(f"  tail: {t['request_id'] or '?'} on replica {t['replica']}: "
+                lines.append(f"  last to finish: {t['request_id'] or '?'} on replica "
+                             f"{t['replica']}: "
                              f"{t['e2e_s']:.1f}s, {t.get('prompt_tokens') or 0} prompt + "
                              f"{t.get('completion_tokens') or 0} generated tokens; "
                              f"{t['why']} (trace {t['trace_id']})")

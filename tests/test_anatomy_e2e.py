@@ -1,9 +1,13 @@
 """End to end, with faults: the simulated run on a real Ray cluster, with a straggler
 replica, a replica that hangs in generation, a trainer that stalls, a NaN loss, a replica
-whose KV cache is too small, an engine that goes down and a worker that floods its
-buffer. The server, the real Prometheus (evaluating the generated rules) and the real
-Alertmanager deliver every alert to a webhook receiver in this test; the step anatomy
-matches the simulation's own ground truth, in `rl-insight report` and in Prometheus."""
+whose KV cache is too small (its requests preempted), an engine that goes down, a worker
+that floods its buffer, one 30,000-token request and a burst of queued requests; the
+engines trace every request (vLLM's llm_request spans, through the OpenTelemetry SDK's
+own exporter, authenticated and attributed as docs/requests.md says). The server, the
+real Prometheus (evaluating the generated rules) and the real Alertmanager deliver every
+alert to a webhook receiver in this test; the step anatomy matches the simulation's own
+ground truth, in `rl-insight report` and in Prometheus; `rl-insight report --step N`
+explains the slow steps down to what was injected."""
 
 from __future__ import annotations
 
@@ -31,6 +35,11 @@ SIM = ["--mode", "sync", "--steps", str(STEPS), "--replicas", "3", "--ranks", "2
        "--nan-loss-at", "5",
        "--stall-at", "6", "--stall-seconds", "12",  # the trainer hangs before step 6
        "--engine-down-at", "7",  # replica 0's /metrics goes away
+       "--engine-traces",  # every request an llm_request span, as vLLM's
+       "--long-request", "0:2:30000",  # step 2: replica 0 generates 30,000 tokens once
+       # step 5: 100 more requests queue on replica 0 (the replica the stuck alert is
+       # expected on: a burst as long as this trips it too)
+       "--queue-burst", "0:5:100",
        "--linger", "4", "--project", RUN["project"], "--experiment-name",
        RUN["experiment_name"]]
 ALERTS = {  # alert -> labels it must carry
@@ -94,8 +103,9 @@ def test_report_matches_the_ground_truth(world):
     # on the machine's load: replica 1, short of KV cache, is slow too and moves the median)
     # (each generating time within 0.1 s: a ratio of ~2.5 over a ~2 s median within 0.35)
     assert err["straggler_ratio"]["max"] < 0.35, err
-    for row in rows:  # the straggler, except in the step where replica 0 hung
-        assert row["slowest_replica"] == ("0" if row["step"] == 4 else "2"), row
+    for row in rows:  # the straggler, but where replica 0 hung, had the long request or
+        # the burst
+        assert row["slowest_replica"] == ("0" if row["step"] in (2, 4, 5) else "2"), row
         if row["step"] != 4:
             assert row["straggler_ratio"] > 1.3, row
         assert row["staleness"] == 0 and row["overlap_s"] < 0.05  # synchronous
@@ -149,3 +159,50 @@ def test_alert_panels_show_the_firing_alerts(world):
             timeout=10).json()
         names = {x["metric"].get("alertname") for x in r["data"]["result"]}
         assert {"RLInsightTrainingStalled", "RLInsightNonFiniteMetric"} <= names, names
+
+
+def test_slow_steps_are_explained_down_to_what_was_injected(world):
+    """Step 2: replica 0's one 30,000-token request; step 5: the burst queued on replica
+    0; replica 1, short of KV cache, has its requests preempted."""
+    cli, url, _hook, sim, _truth = world
+
+    def explain(step: int) -> dict:
+        out = cli.run("report", "--server-url", url, "--project", RUN["project"],
+                      "--experiment-name", RUN["experiment_name"], "--step", str(step),
+                      "--format", "json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    two = explain(2)
+    assert two["contributions"][0]["part"] == "generate:rollout", two["contributions"]
+    cp = two["critical_path"]
+    assert cp["slowest_replica"] == "0", cp
+    top = cp["tail"][0]  # the request replica 0 finished last
+    assert top["completion_tokens"] == 30_000 and top["replica"] == "0", top
+    assert top["dominant_phase"] == "decode", top
+    assert "generated 30,000 tokens" in top["why"], top
+    five = explain(5)
+    assert five["contributions"][0]["part"] == "generate:rollout", five["contributions"]
+    cp = five["critical_path"]
+    assert cp["slowest_replica"] == "0", cp
+    # the requests replica 0 finished last queued behind the burst: far longer than the
+    # role's usual queueing
+    last = cp["tail"][0]
+    assert last["dominant_phase"] == "queue", last
+    assert last["queue_s"] > 2 * cp["requests"]["queue"]["baseline_mean_s"], (last, cp)
+    assert five["goodput"]["gpu_hours_over_baseline"] > 0
+    text = cli.run("report", "--server-url", url, "--project", RUN["project"],
+                   "--experiment-name", RUN["experiment_name"], "--step", "2").stdout
+    assert f"last to finish: {top['request_id']} on replica 0" in text and \
+        top["trace_id"] in text
+    # the preempted replica, in the request series (never a request id as a label)
+    sel = f'project="{RUN["project"]}",experiment_name="{RUN["experiment_name"]}"'
+    got = requests.get(cli.prometheus + "/api/v1/query", params={
+        "query": f"max by (replica) (max_over_time(rl_insight_request_preemptions_total"
+                 f"{{{sel}}}[10m]))"}, timeout=10).json()["data"]["result"]
+    preempted = {x["metric"]["replica"]: float(x["value"][1]) for x in got}
+    assert preempted.get("1", 0) > 0 and preempted.get("0", 0) == 0, preempted
+    labels = requests.get(cli.prometheus + "/api/v1/labels", params={
+        "match[]": f'{{__name__=~"rl_insight_request_.+",{sel}}}'}, timeout=10).json()["data"]
+    assert set(labels) <= {"__name__", "project", "experiment_name", "role", "replica",
+                           "le", "job", "instance"}, labels

@@ -180,7 +180,7 @@ def test_a_slow_step_explained_down_to_its_tail_request(server):
     assert "generated 30,000 tokens" in top["why"] and "preempted 2 time(s)" in top["why"]
     text = explain.render(why)
     assert "critical path: rollout generation, slowest replica 1" in text
-    assert "req-30k on replica 1" in text and top["trace_id"] in text
+    assert "last to finish: req-30k on replica 1" in text and top["trace_id"] in text
     assert "GPU-hours over the baseline" in text
     assert c.get("/api/v1/anatomy/explain", params={
         "project": "p", "experiment_name": "e", "step": 99}).status_code == 404

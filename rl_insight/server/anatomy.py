@@ -144,7 +144,8 @@ class RunAnatomy:
             if row.start_ns < late[1] and late[0] < row.end_ns:
                 new = step_row(row.step, row.start_ns, row.end_ns, lanes)
                 # its requests were joined when it was first made: they stay
-                for k in ("requests", "tail", "tail_share", "generated_tokens"):
+                for k in ("requests", "tail", "critical", "tail_share",
+                          "generated_tokens"):
                     setattr(new, k, getattr(row, k))
                 total = sum(g["busy"] + g["idle"] for g in new.gpu_seconds.values())
                 if new.generated_tokens is not None and total > 0:
