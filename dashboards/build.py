@@ -202,6 +202,7 @@ TIMELINE = Section("State timeline", P.TIMELINE_PROM)  # a panel per lane role
 TEMPO = Section("State spans (Tempo)", P.TIMELINE_TEMPO, collapsed=False)
 TQ = Section("TransferQueue", P.TQ)
 ANATOMY = Section("Step anatomy", P.ANATOMY)
+WHY = Section("Why was a step slow (the engines' requests)", P.WHY)
 ALERTS = Section("Alerts", P.ALERT_PANELS)
 HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
             Section("GPUs (DCGM)", P.DCGM), Section("Ascend NPUs (npu-exporter)", P.NPU))
@@ -252,7 +253,7 @@ def dashboards() -> list[Dashboard]:
         Dashboard("rl-insight-step-anatomy", "RL-Insight · Step anatomy",
                   "Where each RL step's time went: rollout, trainer phases, weight "
                   "update; stragglers, idle replicas and ranks, overlap and staleness.",
-                  [ALERTS, ANATOMY], ENGINE_VARS, "rl_insight_step_replica_"
+                  [ALERTS, ANATOMY, WHY], ENGINE_VARS, "rl_insight_step_replica_"
                   "generate_seconds"),
         Dashboard("rl-insight-rollout-vllm", "RL-Insight · Rollout · vLLM",
                   "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",

@@ -759,6 +759,58 @@ ANATOMY = (
                    "consumed and the trainer using it: 0 on-policy, 1 one step off."),
 )
 
+# -- why was a step slow: the engines' own request spans (rl_insight/engine_requests.py,
+# joined to steps by the server) and the step's goodput; `rl-insight report --step N`
+# says the same in words
+def _traced(*args, **kw) -> Panel:
+    """A panel of the engines' request spans: empty unless they trace (docs/requests.md)."""
+    return ts(*args, needs="engine-traces", **kw)
+
+
+REQUESTS_TRACEQL = ('{ name = "llm_request" && .project = "$project" && '
+                    '.experiment_name = "$experiment_name" && .replica =~ "$replica" }')
+WHY = (
+    ts("Step time against the recent median",
+       Query(per_step("duration_seconds"), "step"),
+       Query(f"quantile_over_time(0.5, {ST}duration_seconds{{{RUN}}}[30m])",
+             "median of the last 30 min"), unit="s",
+       description="Each step's wall time beside the median of the recent ones: a bar "
+                   "above the line is a slow step; `rl-insight report --step N` ranks "
+                   "what made it slow."),
+    _traced("Request latency per role", Query(
+        per_step("request_e2e_seconds", ROLE, "role, quantile"), "{{role}} {{quantile}}"),
+        unit="s", options={"bars": True},
+        description="End to end, the step's engine requests per role: p50, p90, p99 and "
+                    "the slowest: a max far above p99 is the long tail."),
+    _traced("Where the requests' time went", Query(
+        per_step("request_phase_seconds", ROLE, "role, phase"), "{{role}} {{phase}}"),
+        unit="s", stack=True, options={"bars": True},
+        description="Mean time per request in the engine's queue, prefill and decode: "
+                    "queueing is too little capacity, decode is long answers."),
+    _traced("Tokens generated and preemptions", Query(
+        per_step("request_completion_tokens", ROLE, "role"), "{{role}} tokens"),
+        Query(per_step("request_preemptions", ROLE, "role"), "{{role}} preemptions"),
+        options={"bars": True}),
+    _traced("Goodput: GPU-seconds per role", Query(
+        per_step("gpu_seconds", RUN, "role, use"), "{{role}} {{use}}"), unit="s",
+        stack=True, options={"bars": True},
+        description="What the step's GPUs did: busy and idle per replica role, the trainer "
+                    "ranks' work and their weight sync (anatomy.gpus_per_replica, "
+                    "gpus_per_rank)."),
+    _traced("Tokens per GPU-second and the tail's share",
+            Query(per_step("tokens_per_gpu_second"), "tokens per GPU-second"),
+            Query(per_step("tail_share"), "share of the step after 90% of requests "
+                  "finished"), options={"bars": True}),
+    _traced("Slowest requests (Tempo)", Query(
+        REQUESTS_TRACEQL + " | select(.replica, .role, span.gen_ai.request.id, "
+        "span.gen_ai.usage.completion_tokens, span.gen_ai.latency.time_in_queue, "
+        "span.gen_ai.latency.time_in_model_decode, span.gen_ai.latency.e2e)", "", "tempo"),
+        kind="table", width=24, height=10,
+        description="Every traced engine request of the run (or of $replica): sort by "
+                    "duration; a trace id opens the request's trace. Step -> replica -> "
+                    "request: pick the replica above, then the request."),
+)
+
 # -- agent loops (rl_insight.agent_loop: bounded families, per-session detail in Tempo) ----------
 AL = f"{M}agent_loop_"
 AGENT_LOOP = (

@@ -206,3 +206,25 @@ def test_slow_steps_are_explained_down_to_what_was_injected(world):
         "match[]": f'{{__name__=~"rl_insight_request_.+",{sel}}}'}, timeout=10).json()["data"]
     assert set(labels) <= {"__name__", "project", "experiment_name", "role", "replica",
                            "le", "job", "instance"}, labels
+
+
+def test_the_why_section_fills_from_the_engines_requests(world, ray_world):
+    """Every panel of the step-anatomy dashboard's "why was a step slow" section has
+    data for this run, and its Tempo table finds the engines' request spans (step ->
+    replica -> request)."""
+    from tests.test_simulation_e2e import query_range, substitute
+    from tests.traceql import span_filter
+
+    cli, _url, _hook, sim, _truth = world
+    run = {**RUN, "t_start": sim["t_start"]}
+    empty = []
+    for panel in panels.WHY:
+        for q in panel.queries:
+            expr = substitute(q.expr, run)
+            if q.datasource == "tempo":
+                keep = span_filter(expr.replace('.replica =~ ".*"', '.replica =~ "0"'))
+                if not any(keep(a, s) for a, s in ray_world.tempo.spans):
+                    empty.append(f"{panel.title}: {expr}")
+            elif not query_range(cli.prometheus, expr, sim["t_start"], time.time()):
+                empty.append(f"{panel.title}: {expr}")
+    assert not empty, "\n".join(empty)
