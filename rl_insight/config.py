@@ -135,6 +135,10 @@ class TraceSettings:
     retry_initial_s: float = 0.5
     retry_max_s: float = 5.0
     max_lanes: int = 100_000
+    # the text of spans (prompts, completions, reasoning): off (removed), redacted (a
+    # hash and length), full (up to text_max_bytes): rl_insight/server/textpolicy.py
+    text_policy: str = "off"
+    text_max_bytes: int = 4096
 
 
 @dataclass
@@ -379,11 +383,15 @@ MINIMUMS: dict[str, float] = {
     "anatomy.settle_s": 0, "anatomy.max_wait_s": 0, "anatomy.keep_steps": 1,
     "anatomy.max_runs": 1, "anatomy.median_steps": 1, "anatomy.expose_s": 0,
     "anatomy.gpus_per_replica": 0, "anatomy.gpus_per_rank": 0,
-    "anatomy.max_requests_per_run": 1,
+    "anatomy.max_requests_per_run": 1, "traces.text_max_bytes": 0,
     "alerts.stall_factor": 1, "alerts.stall_min_s": 1, "alerts.state_stuck_factor": 1,
     "alerts.state_stuck_min_s": 1, "alerts.kv_cache_usage_max": 0.01,
     "alerts.preemptions_per_s_max": 0,
 }
+
+
+# settings that take one of a few words
+CHOICES: dict[str, tuple[str, ...]] = {"traces.text_policy": ("off", "redacted", "full")}
 
 
 def _check_range(key: str, value: float) -> float:
@@ -419,7 +427,9 @@ def _coerce(key: str, current: Any, raw: Any) -> Any:
         return _check_range(key, value)
     if isinstance(raw, (dict, list)):
         raise ConfigError(f"{key}: expected a single value, got {type(raw).__name__}")
-    return str(raw)
+    if key in CHOICES and str(raw).strip() not in CHOICES[key]:
+        raise ConfigError(f"{key}: one of {', '.join(CHOICES[key])}, got {raw!r}")
+    return str(raw).strip() if key in CHOICES else str(raw)
 
 
 def set_key(settings: Settings, key: str, raw: Any) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 
-from rl_insight.server import engine_requests, otlp
+from rl_insight.server import engine_requests, otlp, textpolicy
 from rl_insight.server.otlp import OtlpError
 from rl_insight.server.pushstore import PushError, parse_grouping_key
 from rl_insight.server.routes.common import ClientGone, HttpError, read_asgi_body, text_body
@@ -35,6 +35,10 @@ def accept_spans(state: ServerState, body: bytes, ctype: str, encoding: str
     raw = otlp.decompress(body, encoding, limit)
     req = otlp.decode(raw, ctype)
     n = otlp.count_spans(req)
+    traces = state.settings.traces
+    texts = textpolicy.apply(req, traces.text_policy, traces.text_max_bytes)
+    if texts:
+        state.metrics.span_texts.labels(traces.text_policy).inc(texts)
     for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
         state.experiments.touch(project, experiment)
     rows = list(otlp.iter_state_rows(req))
@@ -45,7 +49,7 @@ def accept_spans(state: ServerState, body: bytes, ctype: str, encoding: str
         if engine:
             state.anatomy.add_requests(engine)
             state.recent.add_requests(engine)
-    payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF \
+    payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF and not texts \
         else req.SerializeToString()
     if n:
         state.relay.submit(payload, n)

@@ -107,6 +107,9 @@ class ServerMetrics:
                                 ["method", "route", "code"], registry=self.registry)
         self.pushes = Counter("rl_insight_pushes", "Metric pushes by method and result",
                               ["method", "result"], registry=self.registry)
+        self.span_texts = Counter(
+            "rl_insight_span_texts", "Span text attributes removed, redacted or cut by "
+            "traces.text_policy (the policy applied)", ["policy"], registry=self.registry)
         self.intake_seconds = Histogram(
             "rl_insight_intake_duration_seconds", "Time to answer a push or span export, "
             "from its arrival (what a lane actor's flush waits for)", ["route"],
