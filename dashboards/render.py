@@ -27,7 +27,8 @@ except ImportError:
 
 def substitute(expr: str, project: str, experiment: str, rate: str = "20s") -> str:
     return (expr.replace("$experiment_name", experiment).replace("$project", project)
-            .replace("$replica", ".*").replace("$node", ".*")
+            .replace("$replica", ".*").replace("$node", ".*").replace("$lane_role", ".*")
+            .replace("$role", ".*")
             .replace("$__rate_interval", rate).replace("$__range", "1h"))
 
 
@@ -134,6 +135,63 @@ def state_timeline(prom, project, experiment, start, end, out: Path) -> Path:
     return path
 
 
+def why_step(server: str, project: str, experiment: str, step: int, out: Path) -> Path:
+    """A slow step explained down to its tail request: every step's time (the slow one
+    marked, the median of those before it), the slow step's request phases against the
+    baseline's, and `rl-insight report --step N` as it prints."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rl_insight import explain
+
+    params = {"project": project, "experiment_name": experiment}
+    rows = requests.get(server + "/api/v1/anatomy", params=params, timeout=10).json()["steps"]
+    e = requests.get(server + "/api/v1/anatomy/explain", params={**params, "step": step},
+                     timeout=10).json()
+    text = explain.render(e)
+    fig = plt.figure(figsize=(13, 4.2 + 0.17 * len(text.splitlines())),
+                     constrained_layout=True)
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.0, 0.12 * len(text.splitlines())])
+    ax = fig.add_subplot(grid[0, 0])
+    steps = [r["step"] for r in rows]
+    ax.bar(steps, [r["duration_s"] for r in rows],
+           color=["tab:red" if s == step else "tab:blue" for s in steps])
+    if e["baseline_duration_s"] is not None:
+        ax.axhline(e["baseline_duration_s"], color="gray", linestyle="--",
+                   label=f"median of steps {e['baseline_steps'][0]}-"
+                         f"{e['baseline_steps'][-1]}")
+        ax.legend(fontsize=7)
+    ax.set_title("Step time (s): the slow step in red", fontsize=10, loc="left")
+    ax.set_xlabel("step", fontsize=8)
+    ax = fig.add_subplot(grid[0, 1])
+    cp = e.get("critical_path") or {}
+    tail = cp.get("longest") or {}
+    phases = ("queue", "prefill", "decode")
+    base = [(cp.get("requests") or {}).get(p, {}).get("baseline_mean_s") or 0 for p in phases]
+    last = [tail.get(f"{p}_s") or 0 for p in phases]
+    x = range(len(phases))
+    ax.bar([i - 0.2 for i in x], base, width=0.4, label="a request of the earlier steps "
+           "(mean)")
+    ax.bar([i + 0.2 for i in x], last, width=0.4, color="tab:red",
+           label=f"{tail.get('request_id', '?')}: {tail.get('completion_tokens') or 0:,} "
+                 "tokens")
+    ax.set_xticks(list(x), phases)
+    ax.set_title(f"Step {step}'s critical path: replica {cp.get('slowest_replica')}'s "
+                 "longest request (s)", fontsize=10, loc="left")
+    ax.legend(fontsize=7)
+    ax = fig.add_subplot(grid[1, :])
+    ax.axis("off")
+    ax.text(0, 1, f"$ rl-insight report --project {project} --experiment-name "
+                  f"{experiment} --step {step}\n" + text, family="monospace", fontsize=7.5,
+            va="top")
+    path = out / "why-step.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prometheus", required=True)
@@ -142,9 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--start", type=float, required=True)
     ap.add_argument("--end", type=float, required=True)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "img"))
+    ap.add_argument("--server", help="with --why-step: the server's URL")
+    ap.add_argument("--why-step", type=int, help="also draw this step explained")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.why_step:
+        print(f"wrote {why_step(a.server, a.project, a.experiment, a.why_step, out)}")
     for fn in (training_overview, state_timeline):
         print(f"wrote {fn(a.prometheus, a.project, a.experiment, a.start, a.end, out)}")
     return 0

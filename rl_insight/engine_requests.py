@@ -101,10 +101,14 @@ def tail(requests: Sequence[Request], n: int = TAIL) -> list[dict]:
 
 
 def last_to_finish(requests: Sequence[Request], replica: str, n: int = TAIL) -> list[dict]:
-    """The ``n`` requests of ``replica`` that finished last, last first: what kept the
-    replica generating (the critical path runs through them)."""
+    """What kept ``replica`` generating: its requests that finished last, and its
+    longest ones (a 30,000-token answer may finish before the requests it crowded out
+    of the KV cache), last to finish first; ``n`` in all."""
     mine = [r for r in requests if r.replica == replica]
-    return [r.as_dict() for r in sorted(mine, key=lambda r: -r.end_ns)[:n]]
+    longest = sorted(mine, key=lambda r: -r.e2e_s)[:max(1, n // 2)]
+    last = [r for r in sorted(mine, key=lambda r: -r.end_ns) if r not in longest]
+    chosen = longest + last[:n - len(longest)]
+    return [r.as_dict() for r in sorted(chosen, key=lambda r: -r.end_ns)]
 
 
 def tail_share(requests: Sequence[Request], start_ns: int, end_ns: int) -> float | None:

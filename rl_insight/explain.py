@@ -105,6 +105,8 @@ def _generation(row: Mapping, before: Sequence[Mapping], role: str) -> dict:
                                   key=lambda kv: kv[1])[0]
         t["why"] = _why(t, base_tokens)
         out.setdefault("tail", []).append(t)
+    if out.get("tail"):
+        out["longest"] = max(out["tail"], key=lambda t: t["e2e_s"])
     return out
 
 
@@ -167,11 +169,14 @@ def render(e: Mapping) -> str:
                     base = "-" if p["baseline_mean_s"] is None else f"{p['baseline_mean_s']:.2f}s"
                     lines.append(f"  {phase:<8} mean {p['mean_s']:.2f}s per request "
                                  f"(baseline {base})")
+            longest = cp.get("longest")
+            if longest:
+                lines.append(f"  longest: {longest['request_id'] or '?'}: {longest['why']}")
             for t in cp.get("tail", []):
                 lines.append(f"  last to finish: {t['request_id'] or '?'} on replica "
                              f"{t['replica']}: "
-                             f"{t['e2e_s']:.1f}s, {t.get('prompt_tokens') or 0} prompt + "
-                             f"{t.get('completion_tokens') or 0} generated tokens; "
+                             f"{t['e2e_s']:.1f}s, {t.get('prompt_tokens') or 0:,} prompt + "
+                             f"{t.get('completion_tokens') or 0:,} generated tokens; "
                              f"{t['why']} (trace {t['trace_id']})")
     g = e["goodput"]
     if g["gpu_seconds"]:

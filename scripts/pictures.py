@@ -27,14 +27,19 @@ def main() -> int:
         r = subprocess.run([sys.executable, "examples/simulate_rl.py", "--steps", "6",
                             "--replicas", "4", "--ranks", "2", "--mode", "sync",
                             "--step-seconds", "5", "--linger", "6", "--project", "demo",
-                            "--experiment-name", "pictures"], env=env, cwd=REPO,
+                            "--experiment-name", "pictures",
+                            # the engines trace their requests; step 4 has one
+                            # 30,000-token request: the "why" picture explains it
+                            "--engine-traces", "--long-request", "1:4:30000"],
+                           env=env, cwd=REPO,
                            capture_output=True, text=True, check=True)
         run = json.loads(next(x for x in r.stdout.splitlines()
                               if x.startswith("SIMULATION "))[len("SIMULATION "):])
         subprocess.run([sys.executable, "-m", "dashboards.render", "--prometheus",
                         "http://127.0.0.1:9090", "--project", run["project"],
                         "--experiment", run["experiment_name"], "--start",
-                        str(run["t_start"]), "--end", str(run["t_end"] + 3)],
+                        str(run["t_start"]), "--end", str(run["t_end"] + 3),
+                        "--server", "http://127.0.0.1:18080", "--why-step", "4"],
                        env=env, cwd=REPO, check=True)
     finally:
         subprocess.run(cli + ["server", "stop"], env=env, cwd=REPO)
