@@ -190,7 +190,7 @@ def test_slow_steps_are_explained_down_to_what_was_injected(world):
     last = cp["tail"][0]
     assert last["dominant_phase"] == "queue", last
     assert last["queue_s"] > 2 * cp["requests"]["queue"]["baseline_mean_s"], (last, cp)
-    assert five["goodput"]["gpu_hours_over_baseline"] > 0
+    assert two["goodput"]["gpu_hours_over_baseline"] > 0  # step 2 against step 1
     text = cli.run("report", "--server-url", url, "--project", RUN["project"],
                    "--experiment-name", RUN["experiment_name"], "--step", "2").stdout
     assert f"longest: {top['request_id']}" in text and \
