@@ -292,6 +292,28 @@ def test_an_engines_spans_are_stamped_when_trace_state_first_runs_on_its_lane(
     assert span.attributes["gen_ai.request.id"] == "r1"  # the engine's own, after ours
 
 
+def test_a_resource_that_names_the_run_and_replica_is_not_stamped_over(recorded,
+                                                                      monkeypatch):
+    """verl main exports OTEL_RESOURCE_ATTRIBUTES (project, experiment_name, replica)
+    before its engine starts: those stand; no processor is added."""
+    from opentelemetry import trace
+
+    from rl_insight.client import api, engine_spans
+
+    c, _ = recorded
+    c.identity = Identity("p", "stamped")
+    monkeypatch.setattr(engine_spans, "_stamped", set())
+    monkeypatch.setattr(api, "_stamped", set())
+    engine = Engine({"project": "p", "experiment_name": "own", "replica": "0"})
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: engine.provider)
+    with api.trace_state("vllm_generate", state_lane_id="replica_0"):
+        engine.request("r1", time.time(), 0.0, 0.1, 0.2, 10, 10)
+    assert len(engine.provider._active_span_processor._span_processors) == 1
+    (span,) = engine.exported.get_finished_spans()
+    assert "replica" not in span.attributes
+    assert span.resource.attributes["experiment_name"] == "own"
+
+
 def test_without_a_tracer_yet_an_engine_process_gets_the_resource_variable(monkeypatch):
     import sys
 

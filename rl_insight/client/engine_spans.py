@@ -8,7 +8,9 @@ state_lane_id=f"replica_{rank}")``. Without verl main's ``OTEL_RESOURCE_ATTRIBUT
 nothing on those spans says whose they are. So, on that first block:
 
 - when the engine's tracer already exists (vLLM's ``init_tracer`` installs its
-  TracerProvider as the global one, ``vllm/tracing.py``), a span processor is added to it
+  TracerProvider as the global one, ``vllm/tracing.py``) and its resource does not name
+  the run and replica already (verl main's ``OTEL_RESOURCE_ATTRIBUTES``, which stand as
+  the caller set them), a span processor is added to it
   that writes ``project``, ``experiment_name``, ``replica`` and ``role`` on every span it
   starts (``on_start``, before the engine sets its own attributes);
 - otherwise, in a process that has imported an engine (``vllm``, ``sglang``), those go
@@ -78,6 +80,8 @@ def stamp(lane: str, identity: Callable[[], tuple[str, str] | None]) -> str | No
     try:
         provider = _sdk_provider()
         if provider is not None:
+            if _attributed(provider):  # verl main's OTEL_RESOURCE_ATTRIBUTES: theirs
+                return "resource"
             provider.add_span_processor(stamp_processor(replica, c.role, identity))
             return "processor"
         if not any(m in sys.modules for m in ENGINES):
@@ -101,6 +105,14 @@ def _sdk_provider():
 
     provider = trace.get_tracer_provider()
     return provider if hasattr(provider, "add_span_processor") else None
+
+
+def _attributed(provider) -> bool:
+    """True when the caller already put the run and replica in the engine's resource
+    (verl main exports ``OTEL_RESOURCE_ATTRIBUTES`` with ``project``, ``experiment_name``,
+    ``replica`` before the engine starts): its words stand, nothing is stamped over them."""
+    attrs = getattr(getattr(provider, "resource", None), "attributes", None) or {}
+    return all(k in attrs for k in ("project", "experiment_name", "replica"))
 
 
 def _add_resource_env(attrs: dict[str, str]) -> None:
