@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on -e '.[test,verl,transferqueue]'
 	@echo "== installing verl 0.9.1 and transferqueue 0.1.11 (without GPU or hydra dependencies): the real trainer classes and data queue"
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps 'verl==0.9.1' 'transferqueue==0.1.11'
-	@echo "== installing vLLM 0.34.0's Python code into $(VENV)/vllm (without its dependencies, beside the CPU torch: the suite drives its request tracing)"
+	@echo "== installing vLLM 0.34.0 and SGLang 0.5.23 into $(VENV)/engines (their Python code without their dependencies, beside the CPU torch, and what their request tracing imports: the suite drives it)"
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps --upgrade \
-	    --target $(VENV)/vllm 'vllm==0.34.0' 'pybase64==1.5.1' 'cachetools==8.0.2' 'py-cpuinfo==9.0.0'
+	    --target $(VENV)/engines 'vllm==0.34.0' 'pybase64==1.5.1' 'cachetools==8.0.2' \
+	    'py-cpuinfo==9.0.0' 'sglang==0.5.23' 'triton==3.9.0' 'ipython==9.18.1' 'traitlets==5.16.1'
 	@echo "== downloading upstream rl-insight 0.3.0's wheel (not installed: the mixed-version tests unpack it in an environment of their own)"
 	$(BIN)/python -m pip download --disable-pip-version-check -q --progress-bar on --no-deps -d $(VENV)/upstream 'rl-insight==0.3.0'
 	@touch $(STAMP)

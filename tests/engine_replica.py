@@ -1,8 +1,8 @@
-"""One process of a verl run whose engines trace with vLLM's own code (vllm 0.34.0,
-installed without its dependencies next to the suite's CPU torch: ``make setup`` puts it
-in .venv/vllm). Run by tests/test_vllm_tracing.py, with the environment
-``rl-insight ray-env`` gives a job (the endpoint, the token and the exporter's headers and
-protocol).
+"""One process of a verl run whose engines trace with their own code: vLLM 0.34.0 or
+SGLang 0.5.23, each installed without its dependencies next to the suite's CPU torch
+(``make setup`` puts them in .venv/engines). Run by tests/test_engine_tracing.py, with the
+environment ``rl-insight ray-env`` gives a job (the endpoint, the token and the exporter's
+headers and protocol).
 
 ``replica R``: a rollout replica's engine front end as verl's vLLM server runs it
 (verl/workers/rollout/vllm_rollout/vllm_async_server.py, 0.9.1 line 639 and main at
@@ -14,6 +14,19 @@ through vLLM's ``OutputProcessor.process_outputs``, whose ``do_tracing``
 (vllm/v1/engine/output_processor.py) makes each finished request's ``llm_request`` span
 and vLLM's BatchSpanProcessor exports it. Only the engine core (the GPU) is played here:
 its outputs (new token ids, QUEUED/SCHEDULED events, finish reason) on a 50 ms tick.
+
+``replica R --engine sglang``: the same replica with SGLang's request tracing
+(sglang/srt/observability/trace.py, 0.5.23): ``process_tracing_init`` as http_server.py
+runs it for ``--enable-trace --otlp-traces-endpoint`` (its TracerProvider, its
+BatchSpanProcessor and OTLP exporter), and per request a ``TraceReqContext``:
+``trace_req_start`` at creation, ``trace_req_finish`` with the root span's ``gen_ai.*``
+attributes. What calls those in SGLang does not import on this CPU machine:
+req_time_stats.py (``APIServerReqTimeStats``) imports sglang/srt/configs, whose
+janus_pro.py registers an image processor that needs torchvision, and PyPI's torchvision
+does not load beside the CPU torch 2.13 here (its ``torchvision::nms`` operator is
+missing); the tokenizer manager likewise. So their part is played, with the attributes
+as ``TokenizerManager.convert_to_span_attrs`` and
+``APIServerReqTimeStats.convert_to_gen_ai_span_attrs`` build them.
 
 ``trainer``: the step marks, as verl's trainer logs them (``training/global_step`` and
 ``timing_s/step`` at each step's end).
@@ -43,6 +56,7 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("role", choices=["replica", "trainer"])
     p.add_argument("--replica", type=int, default=0)
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     p.add_argument("--t0-file", required=True, help="the schedule's start, once all are up")
     p.add_argument("--ready", required=True, help="touched once this process is up")
     p.add_argument("--steps", required=True, help="each step's seconds, comma-separated")
@@ -91,22 +105,27 @@ def trainer(args: argparse.Namespace) -> None:
     print("TRAINER done", flush=True)
 
 
-class Engine:
+def watched(provider):
+    """An in-memory exporter beside the engine's own, for the test to read."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    seen = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(seen))
+    return seen
+
+
+class VLLM:
     """vLLM's front end over a played engine core."""
 
     def __init__(self, endpoint: str) -> None:
         from opentelemetry import trace
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-            InMemorySpanExporter,
-        )
         from vllm.tracing import init_tracer
         from vllm.v1.engine.output_processor import OutputProcessor
 
         init_tracer("vllm.llm_engine", endpoint)  # AsyncLLM.__init__
         self.provider = trace.get_tracer_provider()
-        self.seen = InMemorySpanExporter()  # beside vLLM's own exporter, for the test
-        self.provider.add_span_processor(SimpleSpanProcessor(self.seen))
+        self.seen = watched(self.provider)
         # AsyncLLM: OutputProcessor(tokenizer, log_stats=..., tracing_enabled=endpoint set)
         self.processor = OutputProcessor(tokenizer=None, log_stats=True,
                                          tracing_enabled=True)
@@ -169,8 +188,75 @@ class Engine:
             self.done.pop(rid).set_result(None)
 
 
+class SGLang:
+    """SGLang's request tracing (trace.py's TraceReqContext) over a played tokenizer
+    manager and scheduler."""
+
+    def __init__(self, endpoint: str) -> None:
+        from opentelemetry import trace
+        from sglang.srt.observability.trace import process_tracing_init, trace_set_thread_info
+
+        process_tracing_init(endpoint, "sglang")  # http_server.py, --enable-trace
+        trace_set_thread_info("Tokenizer")
+        self.provider = trace.get_tracer_provider()
+        self.seen = watched(self.provider)
+        self.active: dict[str, dict] = {}
+        self.done: dict[str, asyncio.Future] = {}
+
+    def add(self, rid: str, prompt: int, tokens: int, queue_s: float, decode_s: float,
+            ) -> asyncio.Future:
+        from sglang.srt.observability.trace import TraceReqContext
+
+        # APIServerReqTimeStats.init_trace_ctx and set_created_time
+        ctx = TraceReqContext(rid=rid, bootstrap_room=None, role="unified",
+                              module_name="request")
+        now = time.perf_counter()
+        ctx.trace_req_start(realtime_ns(now))
+        self.active[rid] = {"ctx": ctx, "created": now, "dispatched": now + 0.001,
+                            "first_at": now + queue_s + TICK,
+                            "done_at": now + queue_s + TICK + decode_s, "prompt": prompt,
+                            "tokens": tokens, "first": 0.0}
+        fut = asyncio.get_running_loop().create_future()
+        self.done[rid] = fut
+        return fut
+
+    def tick(self) -> None:
+        """The outputs the scheduler's batches bring back (_handle_batch_output): the
+        first token's time once, then the finish (set_finished_time: the root span ends
+        with the tokenizer manager's attributes and the latencies)."""
+        now = time.perf_counter()
+        for rid in list(self.active):
+            r = self.active[rid]
+            if not r["first"] and now >= r["first_at"]:
+                r["first"] = now
+            if r["first"] and now >= r["done_at"]:
+                r["ctx"].trace_req_finish(realtime_ns(now), attrs=self.span_attrs(rid, r, now))
+                del self.active[rid]
+                self.done.pop(rid).set_result(None)
+
+    @staticmethod
+    def span_attrs(rid: str, r: dict, finished: float) -> dict:
+        """TokenizerManager.convert_to_span_attrs's keys and values, with
+        APIServerReqTimeStats.convert_to_gen_ai_span_attrs's latencies."""
+        return {"gen_ai.usage.completion_tokens": r["tokens"],
+                "gen_ai.usage.prompt_tokens": r["prompt"], "gen_ai.usage.cached_tokens": 0,
+                "gen_ai.request.id": rid, "gen_ai.request.max_tokens": r["tokens"],
+                "gen_ai.request.temperature": 1.0, "gen_ai.response.model": "Qwen2.5-7B",
+                "gen_ai.response.finish_reasons": json.dumps(["length"]),
+                "gen_ai.latency.time_to_first_token": r["first"] - r["created"],
+                "gen_ai.latency.e2e": finished - r["created"],
+                "gen_ai.latency.time_in_model_decode": finished - r["first"],
+                "gen_ai.latency.time_in_model_inference": finished - r["dispatched"],
+                "gen_ai.latency.time_in_model_prefill": r["first"] - r["dispatched"]}
+
+
+def realtime_ns(perf: float) -> int:
+    """req_time_stats.convert_time_to_realtime_ns: a perf_counter time on the wall clock."""
+    return int((perf + time.time() - time.perf_counter()) * 1e9)
+
+
 async def replica(args: argparse.Namespace) -> list[dict]:
-    engine = Engine(args.endpoint)
+    engine = (VLLM if args.engine == "vllm" else SGLang)(args.endpoint)
     lane = f"replica_{args.replica}"
     long_step, long_tokens = (int(x) for x in args.long.split(":")) if args.long else (0, 0)
     args.t0 = start_time(args)
@@ -178,7 +264,7 @@ async def replica(args: argparse.Namespace) -> list[dict]:
     async def generate(rid: str, prompt: int, tokens: int, queue_s: float,
                        decode_s: float) -> None:
         # vLLMHttpServer.generate: each request in its own coroutine, inside the lane state
-        with rl_insight.trace_state("vllm_generate", state_lane_id=lane):
+        with rl_insight.trace_state(f"{args.engine}_generate", state_lane_id=lane):
             await engine.add(rid, prompt, tokens, queue_s, decode_s)
 
     async def engine_loop(stop: asyncio.Event) -> None:
@@ -200,7 +286,8 @@ async def replica(args: argparse.Namespace) -> list[dict]:
     await loop_task
     rl_insight.finish()  # the lane's last spans
     engine.provider.force_flush()  # vLLM's BatchSpanProcessor: every request span out
-    return [{"attributes": dict(s.attributes), "resource": dict(s.resource.attributes)}
+    return [{"name": s.name, "attributes": dict(s.attributes),
+             "resource": dict(s.resource.attributes)}
             for s in engine.seen.get_finished_spans()]
 
 
