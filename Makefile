@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml
 	@echo "== installing vLLM 0.34.0 and SGLang 0.5.23 into $(VENV)/engines (their Python code without their dependencies, beside the CPU torch, and what their request tracing imports: the suite drives it)"
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps --upgrade \
 	    --target $(VENV)/engines 'vllm==0.34.0' 'pybase64==1.5.1' 'cachetools==8.0.2' \
-	    'py-cpuinfo==9.0.0' 'sglang==0.5.23' 'triton==3.9.0' 'ipython==9.18.1' 'traitlets==5.16.1'
+	    'py-cpuinfo==9.0.0' 'sglang==0.5.23' 'triton==3.9.0' 'ipython==9.18.1' 'traitlets==5.16.1' \
+	    'pillow==12.3.0'
 	@echo "== downloading upstream rl-insight 0.3.0's wheel (not installed: the mixed-version tests unpack it in an environment of their own)"
 	$(BIN)/python -m pip download --disable-pip-version-check -q --progress-bar on --no-deps -d $(VENV)/upstream 'rl-insight==0.3.0'
 	@touch $(STAMP)
