@@ -131,6 +131,9 @@ class StepRow:
     critical: dict[str, list[dict]] = field(default_factory=dict)
     tail_share: float | None = None  # share of the step after 90% of requests finished
     generated_tokens: int | None = None
+    # request spans the server could not hold for this step (over
+    # anatomy.max_requests_per_run): its request figures are short by these
+    requests_dropped: int = 0
     # goodput: GPU-seconds busy and idle per role (replica roles, "ranks", "weight_sync")
     gpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     tokens_per_gpu_second: float | None = None

@@ -68,6 +68,7 @@ def explain(rows: Sequence[Mapping], step: int,
     if top is not None:
         out["critical_path"] = _generation(row, before, top["part"].split(":", 1)[1])
     out["goodput"] = _goodput(row, base_duration)
+    out["requests_dropped"] = row.get("requests_dropped", 0)
     return out
 
 
@@ -178,6 +179,11 @@ def render(e: Mapping) -> str:
                              f"{t['e2e_s']:.1f}s, {t.get('prompt_tokens') or 0:,} prompt + "
                              f"{t.get('completion_tokens') or 0:,} generated tokens; "
                              f"{t['why']} (trace {t['trace_id']})")
+    if e.get("requests_dropped"):
+        lines.append(f"  {e['requests_dropped']:,} request spans of this step were dropped "
+                     "at the server (more than anatomy.max_requests_per_run waited for their "
+                     "step): the request figures are short by these; raise it if memory "
+                     "allows (docs/requests.md)")
     g = e["goodput"]
     if g["gpu_seconds"]:
         lines.append("goodput: " + ", ".join(

@@ -221,6 +221,36 @@ def test_a_request_span_joins_the_step_it_ended_in(server):
     assert set(rows[1]["requests"]) == {"teacher_x"}
 
 
+def test_requests_over_the_runs_cap_are_named_on_their_step_not_lost_silently(tmp_path):
+    s = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
+                    overrides=["anatomy.settle_s=0", "anatomy.max_requests_per_run=5"])
+    state = ServerState(s, Supervisor(s.supervisor, s.logs_dir))
+    state.open()
+    try:
+        with TestClient(create_app(state)) as c:
+            run = Identity("p", "cap")
+            post(c, lanes_and_marks(run, 3, {}))
+            eng = Engine({"project": "p", "experiment_name": "cap", "replica": "0"})
+            normal_requests(eng, 3, 0, {})  # 8 requests ending in step 3; 5 are held
+            post(c, eng.body())
+            c.post("/api/v1/experiments/finish", json={"project": "p",
+                                                       "experiment_name": "cap"})
+            rows = c.get("/api/v1/anatomy", params={"project": "p",
+                                                    "experiment_name": "cap"}).json()["steps"]
+            by_step = {r["step"]: r for r in rows}
+            assert by_step[3]["requests"]["rollout"]["requests"] == 5
+            assert by_step[3]["requests_dropped"] == 3
+            assert by_step[1]["requests_dropped"] == by_step[2]["requests_dropped"] == 0
+            metrics = c.get("/metrics").text
+            assert 'rl_insight_step_requests_dropped{experiment_name="cap",project="p"} 3.0' \
+                in metrics
+            why = explain.render(explain.explain(rows, 3, 1))
+            assert "3 request spans of this step were dropped" in why
+            assert "anatomy.max_requests_per_run" in why
+    finally:
+        state.close()
+
+
 def test_the_engines_exporter_gets_http_and_the_token_through_the_runtime_env(monkeypatch):
     """An engine's own OTLP exporter (vLLM's ``get_span_exporter``: gRPC unless
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says http/protobuf; its headers from

@@ -33,6 +33,7 @@ STEP_STATE = "train_step"
 MAX_SPANS_PER_LANE = 64
 MAX_PHASES = 32
 PREFIX = "rl_insight_step_"
+DROP_BUCKET_NS = 100_000_000
 RUN = ("project", "experiment_name")
 
 
@@ -44,6 +45,9 @@ class RunAnatomy:
         # engine requests not yet in a final step, and those that came too late for one
         self.requests: deque[Request] = deque(maxlen=max_requests)
         self.requests_dropped = 0
+        # of those, the ones no row has counted yet, by their end in 100 ms buckets (a
+        # step learns of its drops when it is made; ten buckets a second pending at most)
+        self.dropped_at: dict[int, int] = {}
         self.requests_late = 0
         self.lanes: dict[str, deque] = {}  # lane -> (state, start, end)
         self.last_end: dict[str, int] = {}
@@ -85,6 +89,8 @@ class RunAnatomy:
             return
         if len(self.requests) == self.requests.maxlen:
             self.requests_dropped += 1
+            bucket = self.requests[0].end_ns // DROP_BUCKET_NS
+            self.dropped_at[bucket] = self.dropped_at.get(bucket, 0) + 1
         self.requests.append(r)
 
     def _take_requests(self, start: int, end: int) -> list[Request]:
@@ -101,6 +107,15 @@ class RunAnatomy:
         self.requests.clear()
         self.requests.extend(keep)
         return mine
+
+    def _take_dropped(self, start: int, end: int) -> int:
+        """How many of the dropped requests ended in the step (start, end], to the
+        bucket; those ending before it are forgotten with it."""
+        n = 0
+        for bucket in [b for b in self.dropped_at if b * DROP_BUCKET_NS <= end]:
+            count = self.dropped_at.pop(bucket)
+            n += count if bucket * DROP_BUCKET_NS >= start else 0
+        return n
 
     def finalize(self, now_ns: int, settings: AnatomySettings, finished: bool
                  ) -> list[StepRow]:
@@ -122,6 +137,7 @@ class RunAnatomy:
             row = step_row(step, start, end, {lane: list(q) for lane, q in self.lanes.items()},
                            self._take_requests(start, end), settings.gpus_per_replica,
                            settings.gpus_per_rank)
+            row.requests_dropped = self._take_dropped(start, end)
             self.rows.append(row)
             out.append(row)
             self.final_end = end
@@ -293,6 +309,9 @@ class _Families:
                                      "generated",
         "request_preemptions": "Preemptions of the step's engine requests of this role",
         "tail_share": "Share of the step after 90% of its engine requests had finished",
+        "requests_dropped": "Engine request spans of the step the server could not hold "
+                            "(over anatomy.max_requests_per_run): its request figures are "
+                            "short by these",
         "gpu_seconds": "GPU-seconds of the step per role, busy or idle (weight_sync: the "
                        "ranks' update_weights)",
         "tokens_per_gpu_second": "Tokens generated per GPU-second of the step",
@@ -327,6 +346,8 @@ class _Families:
                 one["slowest_replica"] = int(number)
         if r.staleness is not None:
             one["staleness"] = r.staleness
+        if r.requests_dropped:
+            one["requests_dropped"] = r.requests_dropped
         for name, value in one.items():
             self.add(name, self.DOCS[name], run, float(value), ts=ts)
         for rep, v in r.replicas.items():
