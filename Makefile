@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.rl-insight-installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup system-deps test test-fast lint demo bench bench-quick bench-scale bench-tier \
-        bench-intake pictures soak clean
+        bench-intake bench-requests pictures soak clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -67,6 +67,12 @@ bench-tier: setup system-deps
 # the server's intake at saturation beside the code before the lane tier changed
 bench-intake: setup system-deps
 	./scripts/private-net.sh $(BIN)/python bench/intake.py $(BENCH_INTAKE_ARGS)
+
+# engine request spans from 128 replicas into one server: 100,000 a minute for 10
+# minutes against the same run without them, then a ramp to where it stops (about 25
+# minutes; docs/scaling.md); BENCH_REQUESTS_ARGS="--minutes 1" for a 4-minute try
+bench-requests: setup system-deps
+	./scripts/private-net.sh $(BIN)/python bench/request_spans.py $(BENCH_REQUESTS_ARGS)
 
 pictures: setup system-deps
 	$(BIN)/python -m pip install -q -e '.[test,docs]'

@@ -336,6 +336,13 @@ class Watch:
                                  (row.get("requests") or {}).values())
                 for row in got.json().get("steps", [])}
 
+    def held(self) -> dict:
+        """The run's requests the anatomy held, dropped (over its cap) and took late."""
+        got = requests.get(self.url + "/api/v1/anatomy/runs", timeout=30).json()["runs"]
+        mine = [r for r in got if r["experiment_name"] == self.run.experiment_name]
+        return {k: mine[0][k] for k in ("pending_requests", "dropped_requests",
+                                        "late_requests")} if mine else {}
+
     async def watch(self, load: Load, until: list[bool]) -> None:
         cpu0, t_prev = sum(self.proc.cpu_times()[:2]), time.monotonic()
         next_sample = time.monotonic() + 5
@@ -380,6 +387,7 @@ def phase(url: str, pid: int, name: str, rate: float, seconds: float, args) -> d
           f"{args.step_seconds:.0f} s", flush=True)
     asyncio.run(go())
     end = watch.counters()
+    held = watch.held()
     busy = [s for s in watch.samples[1:]]  # the first sample holds the start-up
     ready = sorted(watch.step_ready.values())
     out = {"phase": name, "rate_per_min": rate, "seconds": seconds, **load.stats,
@@ -395,6 +403,7 @@ def phase(url: str, pid: int, name: str, rate: float, seconds: float, args) -> d
            "server_cpu_s_per_s_max": max((s["cpu_s_per_s"] for s in busy), default=0.0),
            "server_rss_mb_max": max((s["rss_mb"] for s in watch.samples), default=0.0),
            "server_rss_mb_end": watch.samples[-1]["rss_mb"] if watch.samples else 0.0,
+           "anatomy": held,
            "steps": len(load.step_ends), "steps_with_all_requests": len(ready),
            "step_ready_s_median": ready[len(ready) // 2] if ready else None,
            "step_ready_s_max": ready[-1] if ready else None}
