@@ -29,7 +29,12 @@ class _Handler(BaseHTTPRequestHandler):
                          "auth": self.headers.get("Authorization"),
                          "type": self.headers.get("Content-Type")})
         status, extra = srv.answers.pop(0) if srv.answers else (200, {})
-        out = json.dumps({"results": [{"status": 200}], "n": len(srv.seen)}).encode()
+        try:
+            groups = len(json.loads(body)["groups"])
+        except (ValueError, KeyError, TypeError):
+            groups = 1
+        out = extra.pop("body", None) or json.dumps(
+            {"results": [{"status": 200}] * groups, "n": len(srv.seen)}).encode()
         self.send_response(status)
         for k, v in extra.items():
             self.send_header(k, v)
@@ -96,3 +101,50 @@ def test_the_sender_backs_off_after_503_and_sends_again(server):
         time.sleep(0.05)
     assert sender.push_groups([("j", {"a": "b"}, "x 1\n", True)]) == [True]
     assert [s["auth"] for s in server.seen] == ["Bearer tok"] * 2
+
+
+OURS = "X-RL-Insight-Started"  # every answer of this project's server carries it
+
+
+def groups(n: int) -> list[tuple[str, dict, str, bool]]:
+    return [("j", {"instance": str(i)}, f"x {i}\n", False) for i in range(n)]
+
+
+def test_a_batch_answer_that_does_not_parse_delivers_nothing(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    sender = Sender(url)
+    server.answers.append((200, {OURS: "1", "body": b"<html>gateway</html>"}))
+    assert sender.push_groups(groups(3)) == [False] * 3  # kept, sent again
+    server.answers.append((200, {OURS: "1"}))
+    assert sender.push_groups(groups(3)) == [True] * 3
+    assert [len(json.loads(s["body"])["groups"]) for s in server.seen] == [3, 3]
+
+
+def test_a_batch_too_large_is_split_until_each_part_passes(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    sender = Sender(url)
+    server.answers += [(413, {OURS: "1"}), (413, {OURS: "1"})]  # 8 groups, then 4
+    assert sender.push_groups(groups(8)) == [True] * 8
+    sizes = [len(json.loads(s["body"])["groups"]) for s in server.seen]
+    assert sizes == [8, 4, 2, 2, 4]
+    delivered = sorted(g["grouping"]["instance"] for s in server.seen[-3:]
+                       for g in json.loads(s["body"])["groups"])
+    assert delivered == [str(i) for i in range(8)]
+
+
+def test_one_group_too_large_alone_is_refused_for_good_and_said(server, caplog):
+    url = f"http://127.0.0.1:{server.server_port}"
+    sender = Sender(url)
+    server.answers += [(413, {OURS: "1"}), (413, {OURS: "1"})]
+    assert sender.push_groups(groups(1)) == [True]  # refused for good: not kept
+    assert server.seen[-1]["path"].startswith("/metrics/job@base64/")
+    assert any("refused: 413" in r.getMessage() for r in caplog.records)
+
+
+def test_a_404_without_this_servers_header_keeps_the_batch_route(server):
+    """A proxy's 404 while the server restarts is no sign of an older server."""
+    url = f"http://127.0.0.1:{server.server_port}"
+    sender = Sender(url)
+    server.answers.append((404, {}))
+    assert sender.push_groups(groups(2)) == [False, False]
+    assert sender.batch_route

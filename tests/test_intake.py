@@ -153,3 +153,79 @@ def test_a_finished_runs_lanes_and_spans_are_forgotten_after_its_grace(state):
     assert len(state.lanes.list("p", "going")) == 3
     assert len(state.recent.spans("p", "going")) == 3
 
+
+
+class CommitRefused:
+    """The store's connection with a disk that refuses every COMMIT (a full or failing
+    disk), everything else passed through to the real one."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str, *args):
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def push_body(value: int) -> bytes:
+    return f"# TYPE x gauge\nx {value}\n".encode()
+
+
+def test_a_batch_whose_commit_fails_leaves_metrics_and_experiments_as_stored(state):
+    b = intake.Batches(state)
+    grouping = "job/j/project/p/experiment_name/{}"
+    got = asyncio.run(together(b, [(intake.accept_push, state, grouping.format("old"),
+                                    "text/plain", push_body(1), True)]))
+    assert got == [None]
+    before = state.pushes.exposition([])
+    experiments = {(e["project"], e["experiment_name"]) for e in state.experiments.list()}
+    real = state.store.db
+    state.store.db = CommitRefused(real)
+    try:
+        got = asyncio.run(together(b, [
+            (intake.accept_push, state, grouping.format("old"), "text/plain", push_body(2),
+             False),  # a new value for a stored group
+            (intake.accept_push, state, grouping.format("new"), "text/plain", push_body(3),
+             True),  # a new group of a new run
+            (intake.accept_spans, state, spans("rank_0", 2), PROTOBUF, "")]))
+    finally:
+        state.store.db = real
+    assert all(isinstance(g, HttpError) and g.status == 503 for g in got), got
+    assert "nothing was stored" in str(got[0])
+    # what is served is what the database holds: the client was told the truth
+    assert state.pushes.exposition([]) == before
+    assert {(e["project"], e["experiment_name"]) for e in state.experiments.list()} == \
+        experiments
+    assert len(state.spool) == 0
+    got = asyncio.run(together(b, [(intake.accept_push, state, grouping.format("new"),
+                                    "text/plain", push_body(3), True)]))
+    assert got == [None] and b'experiment_name="new"' in state.pushes.exposition([])
+
+
+def test_the_intake_answers_on_after_reading_the_spool_back_fails(state, monkeypatch):
+    b = intake.Batches(state)
+
+    def broken() -> None:
+        raise sqlite3.OperationalError("disk I/O error while reading the spool back")
+
+    monkeypatch.setattr(state.spool, "resync", broken)
+    real = state.store.db
+
+    async def answered(calls: list[tuple]) -> list:
+        # a wedged intake never answers: each wait has a deadline
+        return await asyncio.wait_for(together(b, calls), timeout=30)
+
+    state.store.db = CommitRefused(real)
+    try:
+        got = asyncio.run(answered([(intake.accept_spans, state, spans("rank_0", 1),
+                                     PROTOBUF, "")]))
+    finally:
+        state.store.db = real
+    assert isinstance(got[0], HttpError) and got[0].status == 503
+    # the same Batches, as the server keeps one
+    assert asyncio.run(answered([(intake.accept_push, state, "job/j", "text/plain",
+                                  push_body(1), True)])) == [None]

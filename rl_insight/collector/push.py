@@ -38,9 +38,13 @@ def group_path(job: str, labels: dict[str, str]) -> str:
     return "/".join(parts)
 
 
-# servers this process found not to be of this project (said once), and the lock of the
-# one probe per server
-_FOREIGN: dict[str, bool] = {}
+# servers this process found not to be of this project: server url -> monotonic time
+# the verdict holds until (a port can change hands: an ingress or another program on it
+# while the server restarts); the lock of the one probe per server; the servers the
+# verdict was said of (said once, again only after the server was seen to be ours)
+FOREIGN_RECHECK_S = 10.0
+_FOREIGN: dict[str, float] = {}
+_FOREIGN_SAID: set[str] = set()
 _FOREIGN_LOCK = threading.Lock()
 
 
@@ -75,10 +79,12 @@ class Sender:
         self.retry_at = 0.0  # monotonic time before which an overloaded server is spared
         self.backoffs = 0  # 429/503 answers with Retry-After, counted
         self.batch_route = True  # False once the server answered 404 to BATCH_PATH
-        self.foreign: bool | None = None  # the server is not of this project (None: unknown)
+        self.foreign = False  # the server was last found not to be of this project
 
     def _seen(self, response) -> None:
         started = response.headers.get("X-RL-Insight-Started")
+        if started and self.foreign:
+            self._ours_again()
         if started and started != self.server_started:
             restarted = self.server_started is not None
             self.server_started = started
@@ -102,36 +108,62 @@ class Sender:
         return False
 
     def _is_foreign(self, r, url: str) -> bool:
-        """On a 404 or 405 from the server: is it another kind of server (upstream
-        rl-insight 0.3, or no RL-Insight at all)? Asked once per server and process (the
-        senders of a process share the answer), and said once."""
-        if self.foreign is not None:
-            return self.foreign
+        """On a 404 or 405 without this project's header: is the server another kind
+        (upstream rl-insight 0.3, an ingress, another program on the port)? Probed once per
+        server for the process (its senders share the answer), asked again after
+        FOREIGN_RECHECK_S; meanwhile nothing is sent, and what was not taken is kept."""
         if r.headers.get("X-RL-Insight-Started"):  # ours (an older version, maybe)
             return False
         with _FOREIGN_LOCK:  # one probe; the other threads wait for its answer
-            known = _FOREIGN.get(self.server_url)
-            if known is None:
-                known = _FOREIGN[self.server_url] = self._probe(r.status_code, url)
-        self.foreign = known
-        return known
+            now = time.monotonic()
+            until = _FOREIGN.get(self.server_url, 0.0)
+            if until <= now:
+                until = now + FOREIGN_RECHECK_S if self._probe(r.status_code, url) else 0.0
+                _FOREIGN[self.server_url] = until
+        self.foreign = until > now
+        if self.foreign:
+            self.retry_at = max(self.retry_at, until)
+        return self.foreign
+
+    def _ours_again(self) -> None:
+        """The server answers as ours: whatever was said of a foreign one is over."""
+        self.foreign = False
+        with _FOREIGN_LOCK:
+            _FOREIGN.pop(self.server_url, None)
+            if self.server_url in _FOREIGN_SAID:
+                _FOREIGN_SAID.discard(self.server_url)
+                log.info("rl-insight: %s answers as an RL-Insight server now; sending what "
+                         "was kept", self.server_url)
 
     def _probe(self, status: int, url: str) -> bool:
-        """Say what the server is (it has no route of ours, nor our header)."""
+        """Is the server another kind? It is ours if its status route answers with our
+        header (the 404 came from something else, or was a real 404 of ours). The caller
+        holds the lock."""
         try:
-            body = self.session.get(self.server_url + "/api/v1/services",
-                                    timeout=self.timeout).json()
-        except (requests.RequestException, ValueError):
+            got = self.session.get(self.server_url + "/api/v1/services",
+                                   timeout=self.timeout)
+        except requests.RequestException:
+            return False  # unreachable now: an ordinary failure, retried
+        if got.headers.get("X-RL-Insight-Started"):
+            return False
+        try:
+            body = got.json()
+        except ValueError:
             body = None
         upstream = isinstance(body, dict) and "otlp_port" in body and "server" not in body
-        log.error(
-            "rl-insight: %s is %s: it has no route for this client's pushes and spans (%s "
-            "%s), so nothing this process measures reaches it. Start this package's server "
-            "(`rl-insight server start`) and point RL_INSIGHT_SERVER_URL at it%s. This is "
-            "said once; later refusals are not logged.", self.server_url,
-            "an upstream rl-insight 0.3 server (it takes scrape targets only)" if upstream
-            else "not an RL-Insight server", status, urlsplit(url).path,
-            ", or run upstream's client with that server" if upstream else "")
+        if self.server_url not in _FOREIGN_SAID:
+            _FOREIGN_SAID.add(self.server_url)
+            log.error(
+                "rl-insight: %s is %s: it has no route for this client's pushes and spans "
+                "(%s %s). This process keeps what it measures (the oldest dropped when its "
+                "buffers fill) and asks again every %.0f s. Start this package's server "
+                "(`rl-insight server start`) and point RL_INSIGHT_SERVER_URL at it%s. "
+                "This is said once, and again only after it answered as ours.",
+                self.server_url,
+                "an upstream rl-insight 0.3 server (it takes scrape targets only)" if
+                upstream else "not an RL-Insight server", status, urlsplit(url).path,
+                FOREIGN_RECHECK_S,
+                ", or run upstream's client with that server" if upstream else "")
         return True
 
     def _backing_off(self) -> bool:
@@ -173,12 +205,16 @@ class Sender:
             except ValueError:
                 msg = r.text
             self.last_error = f"{r.status_code}: {msg[:300]}"
-            if r.status_code in (404, 405) and self.server_url and \
-                    url.startswith(self.server_url) and self._is_foreign(r, url):
+            on_server = bool(self.server_url) and url.startswith(self.server_url)
+            if r.status_code in (404, 405) and on_server and self._is_foreign(r, url):
                 self.ok = False
-                return True, r  # it will never take this: dropped, said once above
-            if r.status_code == 404 and url.endswith(BATCH_PATH):
-                return False, r  # an older server: the caller pushes group by group
+                return False, r  # not this project's server (now): kept, asked again
+            if r.status_code in (404, 413) and url.endswith(BATCH_PATH):
+                return False, r  # an older server, or too large: the caller sees to it
+            if on_server and not r.headers.get("X-RL-Insight-Started"):
+                # something else answered for the server (a proxy, a port changing
+                # hands): no verdict on the data; kept and sent again
+                return self._note(False, what), r
             if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
                 # the server will never take this body; say so loudly, do not retry
                 log.error("rl-insight: %s refused: %s", what, self.last_error)
@@ -209,38 +245,49 @@ class Sender:
     def push_groups(self, groups: Sequence[tuple[str, dict[str, str], str, bool]]
                     ) -> list[bool]:
         """Several groups, (job, grouping, text, replace) each, in one request; per group,
-        whether the server has it (or refused it for good: kept would never pass). A
-        server without the batch route gets one request per group, as before."""
+        whether the server has it (or refused it for good: kept would never pass). A batch
+        too large for the server is split in halves; a server without the batch route gets
+        one request per group, as before."""
         if not self.server_url or not groups:
             return [True] * len(groups)
-        if self.batch_route:
-            body = json.dumps({"groups": [
-                {"job": job, "grouping": grouping, "text": text, "replace": replace}
-                for job, grouping, text, replace in groups]})
-            ok, r = self._call("POST", self.server_url + BATCH_PATH, "metrics push",
-                               data=body.encode(),
-                               headers={"Content-Type": "application/json"})
-            if r is not None and r.status_code == 404 and self.foreign:
-                return [True] * len(groups)  # refused for good: said once
-            if r is not None and r.status_code == 404:
-                log.info("rl-insight: the server has no %s; pushing group by group",
-                         BATCH_PATH)
-                self.batch_route = False
-            elif not ok or r is None or r.status_code >= 400:
-                return [ok] * len(groups)
-            else:
-                return self._batch_results(r, groups)
-        return [self.push(job, grouping, text, replace)
-                for job, grouping, text, replace in groups]
+        if not self.batch_route:
+            return [self.push(job, grouping, text, replace)
+                    for job, grouping, text, replace in groups]
+        body = json.dumps({"groups": [
+            {"job": job, "grouping": grouping, "text": text, "replace": replace}
+            for job, grouping, text, replace in groups]})
+        ok, r = self._call("POST", self.server_url + BATCH_PATH, "metrics push",
+                           data=body.encode(), headers={"Content-Type": "application/json"})
+        if r is None or (r.status_code >= 400 and not r.headers.get("X-RL-Insight-Started")):
+            return [ok] * len(groups)  # not delivered (or not to this server): kept
+        if r.status_code == 413:  # each half may pass; one group alone says why not
+            if len(groups) == 1:
+                job, grouping, text, replace = groups[0]
+                return [self.push(job, grouping, text, replace)]
+            half = len(groups) // 2
+            return self.push_groups(groups[:half]) + self.push_groups(groups[half:])
+        if r.status_code == 404:
+            log.info("rl-insight: the server has no %s; pushing group by group", BATCH_PATH)
+            self.batch_route = False
+            return self.push_groups(groups)
+        if r.status_code >= 400:
+            return [ok] * len(groups)
+        return self._batch_results(r, groups)
 
     def _batch_results(self, r, groups) -> list[bool]:
+        """Per group, from the server's answer; an answer that does not parse delivered
+        nothing anyone can be sure of: every group is kept and sent again (a push holds
+        values, not increments, so sending one twice is harmless)."""
         try:
             results = r.json()["results"]
-        except (ValueError, KeyError, TypeError):
-            return [True] * len(groups)
+            statuses = [int(res.get("status", 200)) for res in results]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            self.last_error = f"{r.status_code} with an answer that does not parse: " \
+                              f"{r.text[:200]!r}"
+            self._note(False, "metrics push")
+            return [False] * len(groups)
         out = []
-        for (job, _, _, _), res in zip(groups, results, strict=False):
-            status = int(res.get("status", 200))
+        for (job, _, _, _), res, status in zip(groups, results, statuses, strict=False):
             for_good = 400 <= status < 500 and status not in (408, 429)
             if for_good:  # the server will never take it: say so, do not retry
                 log.error("rl-insight: push to %s refused: %s: %s", job, status,

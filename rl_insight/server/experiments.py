@@ -69,6 +69,13 @@ class ExperimentStore:
                 e = Experiment(project, experiment_name, first_seen=now, last_seen=now)
                 self._write([e])
                 self._items[key] = e
+                self.store.on_rollback(lambda: self._forget_new(key, e))
+
+    def _forget_new(self, key: tuple[str, str], e: Experiment) -> None:
+        """Undo ``touch``'s new experiment: its write was rolled back."""
+        with self._lock:
+            if self._items.get(key) is e:
+                del self._items[key]
 
     def touch_labels(self, labels: Mapping[str, str]) -> None:
         if labels.get("project") and labels.get("experiment_name"):

@@ -150,36 +150,64 @@ class Batches:
             job = loop.run_in_executor(self.state.intake_pool, self._batch, items)
             job.add_done_callback(lambda done: self._answer(loop, items, done))
 
-    def _batch(self, items: list[tuple]) -> list[tuple[bool, object]]:
+    def _batch(self, items: list[tuple]) -> tuple[list[tuple[bool, object]], str | None]:
+        """On the intake thread: each request's work in a savepoint of the batch's one
+        transaction; (results, None), or (nothing, why) when the commit failed. Then
+        nothing of the batch is stored, its memory changes are undone with it
+        (Store.on_rollback), and the spool is read back from the database, here rather
+        than on the event loop."""
         out = []
-        with self.state.store.batch():
-            for fn, args, _ in items:
-                try:
-                    out.append((True, fn(*args)))
-                except Exception as exc:  # this request's answer, not the batch's
-                    out.append((False, exc))
-        return out
+        try:
+            with self.state.store.batch():
+                for fn, args, _ in items:
+                    try:
+                        with self.state.store.transaction():  # undone alone if it fails
+                            out.append((True, fn(*args)))
+                    except Exception as exc:  # this request's answer, not the batch's
+                        out.append((False, exc))
+        except Exception as exc:
+            why = f"{exc.__class__.__name__}: {exc}"
+            log.error("the intake could not commit a batch of %d requests: %s", len(items),
+                      why)
+            try:
+                self.state.spool.resync()  # what it holds in memory, as the database has it
+            except Exception:
+                log.exception("reading the spool back after a failed commit failed")
+            return [], why
+        return out, None
 
     def _answer(self, loop, items: list[tuple], job: asyncio.Future) -> None:
-        failed = None if not job.cancelled() and job.exception() is None else \
-            "the server is stopping" if job.cancelled() else str(job.exception())
-        if failed:
-            log.error("the intake could not commit a batch of %d requests: %s", len(items),
-                      failed)
-            self.state.spool.resync()  # what it holds in memory, as the database has it
-        results = job.result() if not failed else [(False, None)] * len(items)
-        for (ok, value), (_, _, fut) in zip(results, items, strict=True):
-            if fut.done():
-                continue
-            if ok:
-                fut.set_result(value)
-            elif value is None:
-                fut.set_exception(HttpError(503, f"the server cannot store this ({failed}); "
-                                                 "nothing was stored: send again, and check "
-                                                 f"the disk of {self.state.store.path}"))
+        """Answer the batch's requests, then start the next batch, whatever happens here
+        (a batch that is never followed would leave every later request waiting)."""
+        try:
+            if job.cancelled():
+                results, failed = [], "the server is stopping"
+            elif job.exception() is not None:
+                results, failed = [], str(job.exception())
             else:
-                fut.set_exception(value)
-        self._next(loop)
+                results, failed = job.result()
+            for i, (_, _, fut) in enumerate(items):
+                if fut.done():
+                    continue
+                if failed:
+                    fut.set_exception(HttpError(
+                        503, f"the server cannot store this ({failed}); nothing was stored: "
+                             f"send again, and check the disk of {self.state.store.path}"))
+                    continue
+                ok, value = results[i]
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+        except Exception:
+            log.exception("answering a batch of %d intake requests failed", len(items))
+            for _, _, fut in items:
+                if not fut.done():
+                    fut.set_exception(HttpError(500, "the server failed on this request; "
+                                                     "its log (rl-insight server logs) says "
+                                                     "why"))
+        finally:
+            self._next(loop)
 
 
 _WANTED = (b"content-type", b"content-length", b"content-encoding")

@@ -328,7 +328,7 @@ class PushStore:
                                      "(push.max_series_total); delete finished groups")
             group = Group(dict(grouping), merged, time.time(), blocks)
             self._write([group], [])  # committed before the push is acknowledged
-            self._replace(key, old, group)
+            self._change(key, old, group)
             self.pushes += 1
 
     def _parse(self, key: GroupKey, body: str, grouping: Mapping[str, str]
@@ -362,7 +362,7 @@ class PushStore:
             if old is None:
                 return False
             self._write([], [key])
-            self._replace(key, old, None)
+            self._change(key, old, None)
             return True
 
     @contextmanager
@@ -406,6 +406,17 @@ class PushStore:
             if other:
                 raise PushError(409, f"metric {name!r} is pushed as {fam.type} but another "
                                      f"group holds it as {other[0]}; one name, one type")
+
+    def _change(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
+        """``_replace`` inside the write's transaction, undone with it: a group the
+        database did not keep (its batch's COMMIT failed) is not served."""
+        self._replace(key, old, new)
+
+        def undo() -> None:
+            with self._lock:
+                self._replace(key, new, old)
+                self._shapes.pop(key, None)
+        self.store.on_rollback(undo)
 
     def _replace(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
         for group, step in ((old, -1), (new, 1)):
@@ -520,7 +531,7 @@ class PushStore:
             if keys:
                 self._write([], keys)
             for k in keys:
-                self._replace(k, self.groups[k], None)
+                self._change(k, self.groups[k], None)
         if keys:
             log.info("expired %d pushed groups", len(keys))
         return len(keys)

@@ -17,11 +17,14 @@ to recover; it is never overwritten.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2  # 2: targets, bindings and experiments moved in from JSON files
 FILE_NAME = "rl-insight.db"
@@ -60,6 +63,9 @@ class Store:
         state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread whose transaction is open
+        # per open transaction and savepoint of the owner, how to undo the memory changes
+        # made in it (on_rollback): a write the database does not keep is not served
+        self._undo: list[list[Callable[[], None]]] = []
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint_lock = threading.Lock()
         try:
@@ -97,8 +103,15 @@ class Store:
         undone alone if it fails. Lock order: a thread that also takes a lock of its own
         takes the transaction first, so no two threads wait on each other."""
         if self._owner == threading.get_ident():
-            return _Savepoint(self.db)
+            return _Savepoint(self)
         return _Transaction(self)
+
+    def on_rollback(self, undo: Callable[[], None]) -> None:
+        """Inside this thread's transaction: ``undo`` runs if it (or the savepoint it
+        was made in) is rolled back, newest first, so memory changed beside a write that
+        the disk refused (a failed group COMMIT) goes back to what the database holds."""
+        if self._owner == threading.get_ident() and self._undo:
+            self._undo[-1].append(undo)
 
     def batch(self):
         """``with store.batch():`` the transactions this thread opens meanwhile commit
@@ -160,35 +173,54 @@ class _Transaction:
             self.store._lock.release()
             raise
         self.store._owner = threading.get_ident()
+        self.store._undo = [[]]
         return self.store.db
 
     def __exit__(self, kind, exc, tb) -> None:
-        self.store._owner = None
+        store = self.store
         try:
             if kind is None:
                 try:
-                    self.store.db.execute("COMMIT")
+                    store.db.execute("COMMIT")
                 except BaseException:
-                    _rollback(self.store.db)
+                    _rollback(store.db)
+                    _undo([u for level in store._undo for u in level])
                     raise
             else:
-                _rollback(self.store.db)
+                _rollback(store.db)
+                _undo([u for level in store._undo for u in level])
         finally:
-            self.store._lock.release()
+            store._owner = None
+            store._undo = []
+            store._lock.release()
 
 
 class _Savepoint:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
     def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("SAVEPOINT op")
-        return self.db
+        self.store.db.execute("SAVEPOINT op")
+        self.store._undo.append([])
+        return self.store.db
 
     def __exit__(self, kind, exc, tb) -> None:
+        mine = self.store._undo.pop()
         if kind is not None:
-            self.db.execute("ROLLBACK TO op")
-        self.db.execute("RELEASE op")
+            self.store.db.execute("ROLLBACK TO op")
+            _undo(mine)
+        else:
+            self.store._undo[-1].extend(mine)  # undone with the transaction, if it is
+        self.store.db.execute("RELEASE op")
+
+
+def _undo(undos: list[Callable[[], None]]) -> None:
+    """Run undo callbacks newest first; one that fails is logged, the rest still run."""
+    for undo in reversed(undos):
+        try:
+            undo()
+        except Exception:
+            log.exception("undoing a memory change of a rolled-back write failed")
 
 
 def _rollback(db: sqlite3.Connection) -> None:
