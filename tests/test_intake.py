@@ -229,3 +229,20 @@ def test_the_intake_answers_on_after_reading_the_spool_back_fails(state, monkeyp
     # the same Batches, as the server keeps one
     assert asyncio.run(answered([(intake.accept_push, state, "job/j", "text/plain",
                                   push_body(1), True)])) == [None]
+
+
+def test_a_run_that_finishes_as_another_is_restored_is_forgotten(state):
+    """Forgetting compares the runs past their grace, not their number."""
+    state.relay.stop()
+    for exp in ("a", "b"):
+        intake.accept_spans(state, encode([(Identity("p", exp), "t", Span(
+            "gen", 10**9, 2 * 10**9, "rank_0", (), 0, 1, 0, True))]), PROTOBUF, "")
+    state.experiments.set_status("p", "a", "finished")
+    later = time.time() + state.settings.push.finished_ttl_s + 1
+    state.forget_finished(later)
+    assert state.lanes.list("p", "a") == [] and len(state.lanes.list("p", "b")) == 1
+    # in one round: a is restored (running again), b finishes
+    state.experiments.set_status("p", "a", "running")
+    state.experiments.set_status("p", "b", "finished")
+    state.forget_finished(time.time() + state.settings.push.finished_ttl_s + 1)
+    assert state.lanes.list("p", "b") == [] and state.recent.spans("p", "b") == []

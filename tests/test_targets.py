@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -309,3 +310,48 @@ def test_a_body_naming_one_target_twice_is_registered_and_removed_once(tmp_path)
     store.register(twice)
     assert len(store.list()) == 2
     assert store.remove(twice) == 2 and store.list() == []
+
+
+def test_discovery_files_are_written_after_the_commit_not_under_the_stores_lock(
+        tmp_path, monkeypatch):
+    """Their fsyncs would hold every intake commit back; a change the disk refused
+    would be shown to Prometheus."""
+    store = Store(tmp_path)
+    targets = TargetStore(store, tmp_path / "sd")
+    held = []
+    real = os.fsync
+
+    def fsync(fd):
+        held.append(store._owner is not None)  # inside a transaction of the store
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    targets.register(parse_registration({"job_name": "vllm", "targets": ["a:1"]}))
+    targets.bind("ray:s:1", "p", "e")
+    targets.register(parse_registration({"job_name": "vllm", "targets": ["b:2"],
+                                         "owner": "ray:s:1"}))
+    targets.remove(parse_registration({"job_name": "vllm", "targets": ["a:1"]}))
+    assert held and not any(held), held
+    assert [g["targets"] for g in sd_groups(tmp_path / "sd")] == [["b:2"]]
+
+
+def test_a_registration_whose_commit_fails_is_neither_listed_nor_discovered(tmp_path):
+    from tests.test_intake import CommitRefused
+
+    store = Store(tmp_path)
+    targets = TargetStore(store, tmp_path / "sd", unbound_grace_s=60)
+    targets.register(parse_registration({"job_name": "vllm", "targets": ["a:1"],
+                                         "owner": "ray:s:1"}))
+    real = store.db
+    store.db = CommitRefused(real)
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            targets.register(parse_registration({"job_name": "vllm", "targets": ["b:2"]}))
+        with pytest.raises(sqlite3.OperationalError):
+            targets.bind("ray:s:1", "p", "e")
+    finally:
+        store.db = real
+    assert [(r["target"], r["project"]) for r in targets.list()] == [("a:1", "")]
+    assert targets.binding("ray:s:1") is None
+    assert sd_groups(tmp_path / "sd") == []  # a:1 still awaits its run
+    assert targets.bind("ray:s:1", "p", "e")[0].target == "a:1"

@@ -98,7 +98,7 @@ class ServerState:
         self.metrics = ServerMetrics(self)
         self.pushes.reserved = lambda: self.metrics.types
         self._stop = threading.Event()
-        self._forgotten_runs = 0  # finished runs past their grace at the last look
+        self._forgotten_runs: set[tuple[str, str]] = set()  # past their grace at the last look
         self._thread = supervised("rl-insight-maintain", self._maintain, self._stop)
         # the intake's work, in arrival order, off the event loop (server/intake.py)
         self.intake_pool = ThreadPoolExecutor(1, thread_name_prefix="rl-insight-intake")
@@ -140,11 +140,12 @@ class ServerState:
         been finished for ``push.finished_ttl_s`` (as its pushed groups are): a server
         that lives for weeks of runs keeps what the live ones need."""
         runs = self.experiments.finished_before(now - self.settings.push.finished_ttl_s)
-        if len(runs) > self._forgotten_runs:  # a run's grace ended since the last look
+        if runs - self._forgotten_runs:  # some run's grace ended since the last look
             self.lanes.forget(runs)
             self.recent.forget(runs)
             self.requests.forget(runs)
-        self._forgotten_runs = len(runs)
+        # as a set: a run restored in the round another finished changes no count
+        self._forgotten_runs = runs
 
     def _maintain(self) -> None:
         next_gc = time.monotonic()

@@ -331,8 +331,9 @@ def parse_binding(body: Any) -> tuple[str, str, str]:
 
 class TargetStore:
     """Targets keyed by (job, target, project, experiment); thread-safe. Kept in the
-    server's database, each change committed before it is answered (and before the
-    discovery files Prometheus reads are written from it)."""
+    server's database, each change committed before it is answered; the discovery files
+    Prometheus reads are written from memory after the commit, outside the database's
+    lock (their fsyncs never hold up the intake), a burst of changes in a few writes."""
 
     MAX_BINDINGS = 10_000
 
@@ -351,6 +352,11 @@ class TargetStore:
         self._bindings: dict[str, tuple[str, str]] = {}  # owner -> (project, experiment)
         self._waiting = False  # some target is held back awaiting its run
         self._lock = threading.RLock()
+        # discovery files: the change generation wanted and the one on disk; one writer
+        # at a time, and a writer that finds a newer generation written skips
+        self._sd_wanted = 0
+        self._sd_written = 0
+        self._sd_lock = threading.Lock()
 
     def load(self) -> int:
         rows = self.store.read(lambda db: db.execute("SELECT row FROM targets").fetchall())
@@ -414,18 +420,36 @@ class TargetStore:
                     changed[t.key] = t
             if not changed:
                 return 0
-            fresh = [k for k in changed if k not in self._registered_at]
-            for k in fresh:
-                self._registered_at[k] = now
-            try:
-                self._store(db, changed.values(), [])
-            except BaseException:
-                for k in fresh:
-                    del self._registered_at[k]
-                raise
+            self._undoable(changed)
+            for k in changed:
+                self._registered_at.setdefault(k, now)
+            self._store(db, changed.values(), [])
             self._targets.update(changed)
-            self.write_sd()
-            return len(changed)
+        self.changed()
+        return len(changed)
+
+    def _undoable(self, keys: Iterable[tuple], bindings: bool = False) -> None:
+        """Memory of these keys (and the bindings) as it is now, put back if the
+        transaction is rolled back (its COMMIT failed): what Prometheus is shown and
+        what is listed stay what the database holds. Call inside the transaction."""
+        targets = {k: self._targets.get(k) for k in keys}
+        registered = {k: self._registered_at.get(k) for k in keys}
+        before = dict(self._bindings) if bindings else None
+
+        def undo() -> None:
+            with self._lock:
+                for k, t in targets.items():
+                    if t is None:
+                        self._targets.pop(k, None)
+                    else:
+                        self._targets[k] = t
+                    if registered[k] is None:
+                        self._registered_at.pop(k, None)
+                    else:
+                        self._registered_at[k] = registered[k]
+                if before is not None:
+                    self._bindings = before
+        self.store.on_rollback(undo)
 
     def _bound(self, t: Target) -> Target:
         if t.project or not t.owner or t.owner not in self._bindings:
@@ -437,33 +461,28 @@ class TargetStore:
         """The owner's run is named: its targets without a run move to that run, and so
         do the ones it registers later. Returns the targets that moved."""
         with self.store.transaction() as db, self._lock:  # the lock order of store.py
-            before = dict(self._bindings)
+            moves = [(key, replace(t, project=project, experiment_name=experiment_name))
+                     for key, t in self._targets.items() if t.owner == owner and not t.project]
+            self._undoable([k for move in moves for k in (move[0], move[1].key)],
+                           bindings=True)
             self._bindings.pop(owner, None)
             self._bindings[owner] = (project, experiment_name)
             evicted = []
             while len(self._bindings) > self.MAX_BINDINGS:  # the oldest go first
                 evicted.append(next(iter(self._bindings)))
                 self._bindings.pop(evicted[-1])
-            moves = [(key, self._bound(t)) for key, t in self._targets.items()
-                     if t.owner == owner and not t.project]
             at = {new.key: self._registered_at.get(key, time.time()) for key, new in moves}
             self._registered_at.update(at)  # what _store writes for the moved targets
-            try:
-                self._store_bindings(db, [*evicted, owner])
-                self._store(db, [new for _, new in moves], [key for key, _ in moves])
-            except BaseException:
-                self._bindings = before
-                for k in at:
-                    self._registered_at.pop(k, None)
-                raise
+            self._store_bindings(db, [*evicted, owner])
+            self._store(db, [new for _, new in moves], [key for key, _ in moves])
             for key, new in moves:
                 del self._targets[key]
                 self._registered_at.pop(key, None)
                 self._targets[new.key] = new
                 self._registered_at[new.key] = at[new.key]
-            if moves:
-                self.write_sd()
-            return [new for _, new in moves]
+        if moves:
+            self.changed()
+        return [new for _, new in moves]
 
     def binding(self, owner: str) -> tuple[str, str] | None:
         with self._lock:
@@ -486,12 +505,13 @@ class TargetStore:
             gone = list(dict.fromkeys(t.key for t in targets if t.key in self._targets))
             if not gone:
                 return 0
+            self._undoable(gone)
             self._store(db, [], gone)
             for k in gone:
                 del self._targets[k]
                 self._registered_at.pop(k, None)
-            self.write_sd()
-            return len(gone)
+        self.changed()
+        return len(gone)
 
     def list(self, project: str | None = None, experiment_name: str | None = None
              ) -> list[dict]:
@@ -526,23 +546,42 @@ class TargetStore:
                 groups.append({"targets": [t.target], "labels": t.sd_labels()})
         return sorted(groups, key=lambda g: json.dumps(g, sort_keys=True)), waiting
 
+    def changed(self) -> None:
+        """After a committed change (never inside the transaction: the files' fsyncs
+        would hold the database's lock, and a rolled-back change would be shown): the
+        discovery files, written once for however many changes came meanwhile."""
+        with self._lock:
+            self._sd_wanted += 1
+            wanted = self._sd_wanted
+        with self._sd_lock:
+            if self._sd_written >= wanted:
+                return  # a writer after this change wrote it
+            self._write_sd()
+
     def write_sd(self) -> None:
         """One file_sd JSON per job; files of jobs with no visible target are removed."""
+        with self._sd_lock:
+            self._write_sd()
+
+    def _write_sd(self) -> None:
+        """The files from memory as it is now; the caller holds ``_sd_lock``."""
         with self._lock:
-            by_job: dict[str, list[dict]] = {}
+            generation = self._sd_wanted
             groups, self._waiting = self._visible()
-            for group in groups:
-                by_job.setdefault(group["labels"]["job"], []).append(group)
-            self.sd_dir.mkdir(parents=True, exist_ok=True)
-            wanted = {sd_file_name(job): groups for job, groups in by_job.items()}
-            for name, groups in wanted.items():
-                path = self.sd_dir / name
-                text = json.dumps(groups, indent=1)
-                if not path.exists() or path.read_text() != text:
-                    write_atomic(path, text)
-            for path in self.sd_dir.glob("*.json"):
-                if path.name not in wanted:
-                    path.unlink(missing_ok=True)
+        by_job: dict[str, list[dict]] = {}
+        for group in groups:
+            by_job.setdefault(group["labels"]["job"], []).append(group)
+        self.sd_dir.mkdir(parents=True, exist_ok=True)
+        wanted = {sd_file_name(job): groups for job, groups in by_job.items()}
+        for name, groups in wanted.items():
+            path = self.sd_dir / name
+            text = json.dumps(groups, indent=1)
+            if not path.exists() or path.read_text() != text:
+                write_atomic(path, text)
+        for path in self.sd_dir.glob("*.json"):
+            if path.name not in wanted:
+                path.unlink(missing_ok=True)
+        self._sd_written = max(self._sd_written, generation)
 
 
 def sd_file_name(job: str) -> str:
