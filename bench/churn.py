@@ -64,6 +64,13 @@ def start_server(home: Path, sink: Sink) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"the server did not become ready; see {home}/logs")
 
 
+def server_kept(url: str) -> dict[str, int]:
+    """What the server keeps per lane and run, from its own API."""
+    lanes = requests.get(url + "/api/v1/lanes", timeout=30).json()["lanes"]
+    anatomy = requests.get(url + "/api/v1/anatomy/runs", timeout=30).json()["runs"]
+    return {"server_lanes": len(lanes), "server_anatomy_runs": len(anatomy)}
+
+
 def one_run(rl, i: int, trajectories: int) -> None:
     rl.init(project="churn", experiment_name=f"run-{i}")
     for step in (1, 2):
@@ -116,7 +123,8 @@ def main() -> int:
                     "server_rss_mb": round(server.memory_info().rss / 2**20, 1),
                     "hub_runs": len(t.hub.runs.identities()), "hub_jobs": len(t.hub.jobs),
                     "lane_runs": len(t.lanes.runs.identities()),
-                    "lanes": len(t.lanes.lanes), "senders": t.hub.marks.senders()})
+                    "lanes": len(t.lanes.lanes), "senders": t.hub.marks.senders(),
+                    **server_kept(url)})
                 print(json.dumps(samples[-1]), flush=True)
     finally:
         rl.finish()

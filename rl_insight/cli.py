@@ -397,7 +397,14 @@ def cmd_prometheus_config(args: argparse.Namespace) -> int:
         print("rl-insight: no server URL: pass --server-url http://<server-ip>:18080 or set "
               "RL_INSIGHT_SERVER_URL", file=sys.stderr)
         return 2
-    print(external_config_text(url, args.refresh_interval), end="")
+    from rl_insight.secret import loopback_only
+
+    host = url.split("//", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+    if not args.token_file and not loopback_only(host):
+        print("rl-insight: note: a server beyond loopback wants its token for reads too; "
+              "put RL_INSIGHT_TOKEN in a file only Prometheus reads and pass --token-file "
+              "PATH", file=sys.stderr)
+    print(external_config_text(url, args.refresh_interval, args.token_file), end="")
     return 0
 
 
@@ -594,6 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(default: $RL_INSIGHT_SERVER_URL)")
     p.add_argument("--refresh-interval", default="30s",
                    help="how often it asks the server for targets (default 30s)")
+    p.add_argument("--token-file", default="",
+                   help="where that Prometheus keeps the server's token (a file holding "
+                        "RL_INSIGHT_TOKEN): sent with the scrape and the target discovery")
     p.set_defaults(func=cmd_prometheus_config)
 
     targets = sub.add_parser("targets", help="registered scrape targets")

@@ -335,7 +335,13 @@ def test_prometheus_loads_the_rules_and_sends_to_the_managed_alertmanager(settin
     prom = SERVICES["prometheus"]
     data = prom.render(settings, alertmanager=True)
     assert data["rule_files"] == [str(alert_rules.rule_file(settings))]
+    # beyond loopback (the default host) Alertmanager wants its password: from its file
     assert data["alerting"]["alertmanagers"] == [
+        {"api_version": "v2", "static_configs": [{"targets": ["127.0.0.1:9093"]}],
+         "basic_auth": {"username": "rl-insight", "password_file":
+                        str(settings.state_dir / "alertmanager.password")}}]
+    settings.alertmanager.host = "127.0.0.1"
+    assert prom.render(settings, alertmanager=True)["alerting"]["alertmanagers"] == [
         {"api_version": "v2", "static_configs": [{"targets": ["127.0.0.1:9093"]}]}]
     assert "alerting" not in prom.render(settings, alertmanager=False)
     config.set_key(settings, "alertmanager.enabled", "false")

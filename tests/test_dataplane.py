@@ -368,8 +368,8 @@ def test_bad_input_is_refused_with_reasons_and_stored_data_survives(cli, exporte
     reg = {"job_name": "vllm", "targets": [exporter], "project": "p", "experiment_name": "e"}
     assert requests.post(url + "/api/v1/prometheus/targets", json=reg,
                          headers=auth).status_code == 200
-    before_metrics = _series_named(url, "kept_metric")
-    before_targets = requests.get(url + "/api/v1/prometheus/targets").json()
+    before_metrics = _series_named(url, "kept_metric", auth)
+    before_targets = requests.get(url + "/api/v1/prometheus/targets", headers=auth).json()
 
     cases = [
         ("PUT", "/metrics/job/x", b"this is not valid\n", {}, 400, "parsing error"),
@@ -406,7 +406,8 @@ def test_bad_input_is_refused_with_reasons_and_stored_data_survives(cli, exporte
         assert r.status_code == status, (path, body[:40], r.status_code, r.text)
         assert reason in r.json()["error"], (path, r.text)
 
-    # without the token, or with a wrong one, every write is refused; reads stay open
+    # without the token, or with a wrong one, every write is refused, and every read of
+    # run data; liveness and the service ports stay open
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
         for method, path in (("PUT", "/metrics/job/keep"), ("DELETE", "/metrics/job/keep"),
                              ("POST", "/api/v1/prometheus/targets"), ("POST", "/v1/traces"),
@@ -415,19 +416,23 @@ def test_bad_input_is_refused_with_reasons_and_stored_data_survives(cli, exporte
                                  headers=headers, timeout=5)
             assert r.status_code == 401, (method, path, headers, r.status_code)
             assert "RL_INSIGHT_TOKEN" in r.json()["error"]
-    assert requests.get(url + "/metrics", timeout=5).status_code == 200
+    assert requests.get(url + "/metrics", timeout=5).status_code == 401
+    assert requests.get(url + "/metrics", headers=auth, timeout=5).status_code == 200
     assert requests.get(url + "/healthz", timeout=5).status_code == 200
+    assert requests.get(url + "/api/v1/services", timeout=5).status_code == 200
 
-    assert _series_named(url, "kept_metric") == before_metrics == {"keep": 42.0}
-    assert requests.get(url + "/api/v1/prometheus/targets").json() == before_targets
+    assert _series_named(url, "kept_metric", auth) == before_metrics == {"keep": 42.0}
+    assert requests.get(url + "/api/v1/prometheus/targets", headers=auth).json() == \
+        before_targets
     cli.stop()
     url = cli.start("prometheus.enabled=false")
-    assert _series_named(url, "kept_metric") == {"keep": 42.0}, "groups persist"
+    assert _series_named(url, "kept_metric", auth) == {"keep": 42.0}, "groups persist"
 
 
-def _series_named(url: str, name: str) -> dict:
+def _series_named(url: str, name: str, headers: dict | None = None) -> dict:
     out = {}
-    for fam in text_string_to_metric_families(requests.get(url + "/metrics").text):
+    for fam in text_string_to_metric_families(requests.get(url + "/metrics",
+                                                           headers=headers).text):
         for s in fam.samples:
             if s.name == name:
                 out[s.labels["job"]] = s.value

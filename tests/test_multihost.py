@@ -37,6 +37,7 @@ RUN = {"project": "multi", "experiment_name": "two-nodes"}
 # what `server start` told the user to export on every host (the server listens beyond
 # loopback, so it made a write token)
 EXPORTED: dict[str, str] = {}
+PROM_AUTH: dict[str, tuple[str, str]] = {}
 
 
 def client_env(**extra: str) -> dict[str, str]:
@@ -126,6 +127,10 @@ def world(tmp_path_factory):
         line = next(x for x in r.stdout.splitlines() if x.startswith("SIMULATION "))
         run = json.loads(line[len("SIMULATION "):])
         run.update(t_start=t_start, t_done=time.time())
+        # Prometheus listens beyond loopback: with the password the server made for it
+        # (README, the table of ports), as an operator reads it on the monitoring host
+        PROM_AUTH["auth"] = ("rl-insight", (home / "state" / "prometheus.password")
+                             .read_text().strip())
         yield topo, url, f"http://{mon.address}:9090", run
     finally:
         subprocess.run([PY, "-m", "rl_insight.cli", "server", "stop"],
@@ -139,11 +144,13 @@ def test_the_guide_on_two_nodes_gives_the_dashboards_data(world):
     topo, _, prom, run = world
     worker, head = topo["worker"].address, topo["head"].address
     # the engines run on the worker node and were scraped there, under the run
+    auth = PROM_AUTH["auth"]
     series = query_range(prom, f'up{{job="vllm",project="{run["project"]}"}}',
-                         run["t_start"], run["t_done"])
+                         run["t_start"], run["t_done"], auth)
     assert {s["metric"]["instance"].rsplit(":", 1)[0] for s in series} == {worker}
     # hardware agents on both nodes, scraped from the monitoring host
-    nodes = query_range(prom, 'up{job="node-exporter"} == 1', run["t_start"], run["t_done"])
+    nodes = query_range(prom, 'up{job="node-exporter"} == 1', run["t_start"], run["t_done"],
+                        auth)
     assert {s["metric"]["instance"].rsplit(":", 1)[0] for s in nodes} == {head, worker}
     empty, checked = [], 0
     for d in build.dashboards():
@@ -162,7 +169,7 @@ def test_the_guide_on_two_nodes_gives_the_dashboards_data(world):
                     checked += 1
                     run_vars = None if d.uid == "rl-insight-hardware" else run
                     if not query_range(prom, substitute(q.expr, run_vars),
-                                       run["t_start"] - 5, run["t_done"] + 5):
+                                       run["t_start"] - 5, run["t_done"] + 5, auth):
                         empty.append(f"{d.uid} / {panel.title}")
     assert checked > 60
     assert not empty, "panels without data on two nodes:\n" + "\n".join(empty)
@@ -194,9 +201,9 @@ def test_targets_naming_the_registering_host_are_kept_under_its_address(world):
     checks = doctor(topo["mon"], url)
     assert checks["target addresses"]["status"] == "problem"
     assert "3 target(s)" in checks["target addresses"]["detail"]
-    page = requests.get(url + "/", timeout=10).text
+    page = requests.get(url + "/", timeout=10, headers=auth()).text
     assert "named the registering machine itself" in page
-    metrics = requests.get(url + "/metrics", timeout=10).text
+    metrics = requests.get(url + "/metrics", timeout=10, headers=auth()).text
     assert "rl_insight_targets_rewritten_total 3.0" in metrics
     assert "rl_insight_targets_refused_total 1.0" in metrics
 
@@ -249,7 +256,8 @@ def test_an_engine_prometheus_cannot_scrape_is_named_with_host_port_and_error(wo
     assert r.status_code == 200, r.text
 
     def health() -> str:
-        res = requests.get(prom + "/api/v1/targets", timeout=10).json()["data"]
+        res = requests.get(prom + "/api/v1/targets", timeout=10,
+                           auth=PROM_AUTH["auth"]).json()["data"]
         return next((t["health"] for t in res["activeTargets"]
                      if t["labels"].get("instance") == target), "")
 

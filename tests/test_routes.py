@@ -99,11 +99,16 @@ def test_http_sd_answers_prometheus_format_with_filters_and_without_archived_run
     ok = c.post("/api/v1/experiments/archive", json={"project": "p", "experiment_name": "e"})
     assert ok.status_code == 200, ok.text
     assert targets() == ["10.0.0.7:9000"]  # the archived run's targets are not scraped
-    # with a token, a Prometheus still reads it without one (a GET), writes still need it
+    # with a token, reads of run data need it too (a Prometheus sends it: `authorization`
+    # in its http_sd config); liveness and the service ports stay open
     state.settings.server.token = "tok"
     with TestClient(create_app(state)) as guarded:
-        assert guarded.get("/api/v1/prometheus/sd").json() == [
+        assert guarded.get("/api/v1/prometheus/sd").status_code == 401
+        assert guarded.get("/api/v1/prometheus/sd", headers={
+            "Authorization": "Bearer tok"}).json() == [
             g for g in groups if g["labels"]["experiment_name"] == "e2"]
+        assert guarded.get("/healthz").status_code == 200
+        assert guarded.get("/api/v1/services").status_code == 200
         refused = guarded.post("/api/v1/prometheus/targets", json=GOOD)
         assert refused.status_code == 401  # and it says which scheme (RFC 9110, 11.6.1)
         assert refused.headers["www-authenticate"] == 'Bearer realm="rl-insight"'

@@ -44,8 +44,13 @@ def test_every_write_route_in_the_schema_needs_the_token(cli):
     ok = requests.post(url + "/api/v1/experiments/archive", data=b"{}",
                        headers={"Authorization": "Bearer s3cret-t0ken"}, timeout=5)
     assert ok.status_code == 400  # past the token check, refused for its body
-    for path in ("/healthz", "/metrics", "/api/v1/services", "/api/v1/experiments"):
+    # reads: liveness and the service ports open, run data behind the token
+    for path in ("/healthz", "/api/v1/services"):
         assert requests.get(url + path, timeout=5).status_code == 200
+    for path in ("/metrics", "/api/v1/experiments", "/", "/api/v1/prometheus/targets"):
+        assert requests.get(url + path, timeout=5).status_code == 401, path
+        assert requests.get(url + path, timeout=5, headers={
+            "Authorization": "Bearer s3cret-t0ken"}).status_code == 200, path
 
 
 def test_secrets_stay_out_of_logs_command_lines_and_status(cli):

@@ -85,17 +85,24 @@ def test_tempo_config_for_one_binary_on_any_bind_host(settings, home):
     assert data["overrides"]["defaults"]["metrics_generator"]["processors"] == [
         "service-graphs", "span-metrics"]
 
-    # a routable bind host: the listeners users reach move there, the internal gRPC
-    # server (what Tempo dials itself) stays on loopback and is port-checked there
+    # a routable bind host: Tempo checks no credential, so every listener of it stays on
+    # loopback (spans come through the server, Grafana reads it locally)
     settings.host = "10.1.2.3"
     data = SERVICES["tempo"].render(settings)
-    assert data["server"]["http_listen_address"] == "10.1.2.3"
+    assert data["server"]["http_listen_address"] == "127.0.0.1"
     assert data["server"]["grpc_listen_address"] == "127.0.0.1"
     assert data["distributor"]["receivers"]["otlp"]["protocols"]["grpc"] == {
-        "endpoint": "10.1.2.3:4317"}
+        "endpoint": "127.0.0.1:4317"}
     ports = {p.key: p.host for p in SERVICES["tempo"].ports(settings)}
-    assert ports == {"tempo.port": "10.1.2.3", "tempo.grpc_port": "127.0.0.1",
-                     "tempo.otlp_grpc_port": "10.1.2.3", "tempo.otlp_http_port": "10.1.2.3"}
+    assert set(ports.values()) == {"127.0.0.1"}
+    # and Prometheus beyond loopback wants its password for the generator's writes
+    assert data["metrics_generator"]["storage"]["remote_write"][0]["basic_auth"] == {
+        "username": "rl-insight",
+        "password_file": str(settings.state_dir / "prometheus.password")}
+    settings.tempo.host = "0.0.0.0"
+    with pytest.raises(config.ConfigError, match="Tempo checks no credential"):
+        SERVICES["tempo"].render(settings)
+    settings.tempo.host = ""
 
     settings.tempo.metrics_generator = False
     assert "metrics_generator" not in SERVICES["tempo"].render(settings)

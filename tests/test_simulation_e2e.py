@@ -125,9 +125,11 @@ def substitute(expr: str, run: dict | None) -> str:
     return expr
 
 
-def query_range(prom: str, expr: str, start: float, end: float) -> list:
+def query_range(prom: str, expr: str, start: float, end: float,
+                auth: tuple[str, str] | None = None) -> list:
+    """``auth``: a Prometheus beyond loopback wants the server-made password."""
     r = requests.get(prom + "/api/v1/query_range", params={
-        "query": expr, "start": start, "end": end, "step": "1s"}, timeout=20)
+        "query": expr, "start": start, "end": end, "step": "1s"}, timeout=20, auth=auth)
     body = r.json()
     assert body.get("status") == "success", f"{expr}: {body.get('error')}"
     return body["data"]["result"]

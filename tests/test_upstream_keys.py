@@ -83,6 +83,8 @@ def test_every_prometheus_key_and_flag_is_in_that_version(settings, version, tmp
         assert rendered["global"]["scrape_protocols"] == TEXT_FIRST
     for scrape in rendered["scrape_configs"]:
         assert set(scrape) <= keys("ScrapeConfig"), scrape
+        assert set(scrape.get("basic_auth", {})) <= keys("BasicAuth"), scrape
+        assert set(scrape.get("authorization", {})) <= keys("Authorization"), scrape
         for item in scrape.get("static_configs", []):
             assert set(item) <= keys("static_configs")
         for item in scrape.get("file_sd_configs", []):
@@ -96,7 +98,10 @@ def test_every_prometheus_key_and_flag_is_in_that_version(settings, version, tmp
     with_am = SERVICES["prometheus"].render(settings, version, alertmanager=True)
     assert set(with_am["alerting"]) <= set(alerting["AlertingConfig (alerting:)"])
     for am in with_am["alerting"]["alertmanagers"]:
-        assert set(am) <= set(alerting["AlertmanagerConfig (alerting.alertmanagers[])"]), am
+        # HTTPClientConfig is inlined (prometheus/common): basic_auth beyond loopback
+        assert set(am) <= set(alerting["AlertmanagerConfig (alerting.alertmanagers[])"]) | \
+            keys("HTTPClientConfig"), am
+        assert set(am.get("basic_auth", {})) <= keys("BasicAuth"), am
         assert am["api_version"] in alerting["alertmanager_api_versions"]
         for item in am["static_configs"]:
             assert set(item) <= keys("static_configs")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rl_insight import netaddr
 from rl_insight.config import Settings
 from rl_insight.server import promapi
+from rl_insight.server.services import doors
 
 if TYPE_CHECKING:
     from rl_insight.server.state import ServiceInfo
@@ -82,7 +83,8 @@ def report(settings: Settings, services: Mapping[str, ServiceInfo],
                         "`rl-insight server status` shows what runs")
         return out
     try:
-        raw = promapi.alerts(prometheus_url(settings), timeout)
+        raw = promapi.alerts(prometheus_url(settings), timeout,
+                             doors.basic_auth(settings, "prometheus"))
     except promapi.ApiUnavailable as exc:
         out["prometheus"] = str(exc)
         out["error"] = (f"cannot tell which alerts fire: {exc}. Prometheus may be starting "
@@ -98,8 +100,8 @@ def report(settings: Settings, services: Mapping[str, ServiceInfo],
                               "not delivered"
     else:
         try:
-            notified = _notification(promapi.alertmanager_alerts(alertmanager_url(settings),
-                                                                 timeout))
+            notified = _notification(promapi.alertmanager_alerts(
+                alertmanager_url(settings), timeout, doors.basic_auth(settings, "alertmanager")))
         except promapi.ApiUnavailable as exc:
             out["alertmanager"] = str(exc)
     for row in rows:

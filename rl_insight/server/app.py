@@ -132,13 +132,20 @@ class Guard:
                                       (b"x-rl-insight-started", self.started)]
             await send(message)
 
-        if not auth.allowed(method, _header(scope, b"authorization"), self.token):
-            await answer_error(sending, 401, "this server needs `Authorization: Bearer "
-                                             "<token>` for writes; set RL_INSIGHT_TOKEN to "
-                                             "the token `rl-insight server start` printed "
-                                             "(on the server's host: the file state/token "
-                                             "under its RL_INSIGHT_HOME)",
-                               extra=((b"www-authenticate", b'Bearer realm="rl-insight"'),))
+        if not auth.allowed(method, scope["path"], _header(scope, b"authorization"),
+                            self.token):
+            # a browser asking for a page gets the basic-auth prompt (the token as the
+            # password); programs get the bearer challenge
+            browser = method == "GET" and "text/html" in (_header(scope, b"accept") or "")
+            challenge = b'Basic realm="rl-insight"' if browser else b'Bearer realm="rl-insight"'
+            await answer_error(sending, 401, "this server needs its token for writes and "
+                                             "for reads of run data: `Authorization: Bearer "
+                                             "<token>` (a browser: any user name, the token "
+                                             "as the password); set RL_INSIGHT_TOKEN to the "
+                                             "token `rl-insight server start` printed (on "
+                                             "the server's host: the file state/token under "
+                                             "its RL_INSIGHT_HOME)",
+                               extra=((b"www-authenticate", challenge),))
         elif intake and self.inflight >= self.limit:
             self.state.metrics.intake_refused.inc()
             await answer_error(sending, 503, f"the server is busy ({self.inflight} intake "

@@ -271,13 +271,25 @@ def token_advice(settings: Settings, how: str, show: bool = True) -> list[str]:
     if how == "none":
         return []
     if how == "configured":
-        return ["  export RL_INSIGHT_TOKEN=<your server.token>"]
+        return ["  export RL_INSIGHT_TOKEN=<your server.token>", *door_advice(settings)]
     path = secret.token_path(settings)
     note = (f"  # the server listens on {settings.bind_host('server') or '0.0.0.0'}, beyond "
             f"this machine, so writes need this token ({'made now' if how == 'made' else 'kept'}"
             f" in {path}, mode 0600; set server.token or bind host=127.0.0.1 instead)")
     value = secret.local_token(settings) if show else f"$(cat {path})"
-    return [f"  export RL_INSIGHT_TOKEN={value}", note]
+    return [f"  export RL_INSIGHT_TOKEN={value}", note, *door_advice(settings)]
+
+
+def door_advice(settings: Settings) -> list[str]:
+    """Where the passwords of the services beyond loopback are (never the passwords)."""
+    from rl_insight.server.services import doors
+
+    out = []
+    for service in doors.GUARDED:
+        if getattr(settings, service).enabled and doors.guarded(settings, service):
+            out.append(f"  # {service} beyond loopback wants user {doors.USER} and the "
+                       f"password in {doors.password_path(settings, service)}")
+    return out
 
 
 def summary(report: dict, token_lines: Sequence[str] = ()) -> str:

@@ -14,11 +14,13 @@ class ApiUnavailable(RuntimeError):
 
 
 def get_json(base_url: str, path: str, params: dict | None = None,
-             timeout: float = 3.0) -> Any:
-    """GET ``base_url + path`` and return the decoded JSON; raise ApiUnavailable."""
+             timeout: float = 3.0, auth: tuple[str, str] | None = None) -> Any:
+    """GET ``base_url + path`` and return the decoded JSON; raise ApiUnavailable.
+    ``auth``: the service's basic auth (services/doors.py), when it listens beyond
+    loopback."""
     url = base_url.rstrip("/") + path
     try:
-        r = requests.get(url, params=params, timeout=timeout)
+        r = requests.get(url, params=params, timeout=timeout, auth=auth)
         r.raise_for_status()
         return r.json()
     except requests.HTTPError as exc:
@@ -29,12 +31,13 @@ def get_json(base_url: str, path: str, params: dict | None = None,
         raise ApiUnavailable(f"{url} did not answer JSON") from None
 
 
-def target_health(prom_url: str, timeout: float = 3.0) -> dict[tuple[str, str], dict] | None:
+def target_health(prom_url: str, timeout: float = 3.0, auth: tuple[str, str] | None = None
+                  ) -> dict[tuple[str, str], dict] | None:
     """(job, instance) -> {health, last_error, last_scrape}; None when Prometheus does
     not answer."""
     try:
         data = get_json(prom_url, "/api/v1/targets", {"state": "active"},
-                        timeout)["data"]["activeTargets"]
+                        timeout, auth)["data"]["activeTargets"]
     except (ApiUnavailable, KeyError, TypeError):
         return None
     out = {}
@@ -49,20 +52,23 @@ def target_health(prom_url: str, timeout: float = 3.0) -> dict[tuple[str, str], 
     return out
 
 
-def alerts(prom_url: str, timeout: float = 3.0) -> list[dict]:
+def alerts(prom_url: str, timeout: float = 3.0, auth: tuple[str, str] | None = None
+           ) -> list[dict]:
     """Prometheus' pending and firing alerts (``GET /api/v1/alerts``), as it gives them:
     labels, annotations, state, activeAt, value. Raises ApiUnavailable."""
     try:
-        return list(get_json(prom_url, "/api/v1/alerts", timeout=timeout)["data"]["alerts"])
+        return list(get_json(prom_url, "/api/v1/alerts", timeout=timeout, auth=auth
+                             )["data"]["alerts"])
     except (KeyError, TypeError):
         raise ApiUnavailable(f"{prom_url}/api/v1/alerts did not answer Prometheus' "
                              "alerts") from None
 
 
-def alertmanager_alerts(am_url: str, timeout: float = 3.0) -> list[dict]:
+def alertmanager_alerts(am_url: str, timeout: float = 3.0,
+                        auth: tuple[str, str] | None = None) -> list[dict]:
     """The alerts Alertmanager holds (``GET /api/v2/alerts``): labels, status.state
     (active, suppressed, unprocessed), receivers. Raises ApiUnavailable."""
-    data = get_json(am_url, "/api/v2/alerts", timeout=timeout)
+    data = get_json(am_url, "/api/v2/alerts", timeout=timeout, auth=auth)
     if not isinstance(data, list):
         raise ApiUnavailable(f"{am_url}/api/v2/alerts did not answer a list of alerts")
     return data

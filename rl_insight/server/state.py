@@ -53,13 +53,27 @@ class ServiceInfo:
 def relay_url(settings: Settings) -> str:
     if settings.traces.relay_url:
         return settings.traces.relay_url
-    host = netaddr.local_host(settings.bind_host("tempo"))
-    return netaddr.http_url(host, settings.tempo.otlp_http_port, "/v1/traces")
+    from rl_insight.server.services.tempo import listen_host
+
+    return netaddr.http_url(listen_host(settings), settings.tempo.otlp_http_port,
+                            "/v1/traces")
+
+
+# a burst of registrations is written to the discovery files once, this long after its
+# first change (targets.py start_writer); Prometheus re-reads them every 5 s anyway
+DISCOVERY_DELAY_S = 0.2
 
 
 def prometheus_url(settings: Settings) -> str:
     return netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
                             settings.prometheus.port)
+
+
+def prometheus_auth(settings: Settings) -> tuple[str, str] | None:
+    """What a request to the managed Prometheus carries (services/doors.py)."""
+    from rl_insight.server.services import doors
+
+    return doors.basic_auth(settings, "prometheus")
 
 
 class ServerState:
@@ -100,6 +114,7 @@ class ServerState:
         self._stop = threading.Event()
         self._forgotten_runs: set[tuple[str, str]] = set()  # past their grace at the last look
         self._thread = supervised("rl-insight-maintain", self._maintain, self._stop)
+        self._discovery: threading.Thread | None = None
         # the intake's work, in arrival order, off the event loop (server/intake.py)
         self.intake_pool = ThreadPoolExecutor(1, thread_name_prefix="rl-insight-intake")
         # seconds between full collections: set by the server process, which tunes its
@@ -121,11 +136,15 @@ class ServerState:
                  n_exp, n_targets, n_groups, self.spool.spans)
         self.relay.start()
         self._thread.start()
+        self._discovery = self.targets.start_writer(self._stop, DISCOVERY_DELAY_S)
 
     def close(self) -> None:
         self.intake_pool.shutdown(wait=True, cancel_futures=True)
         self._stop.set()
         self._thread.join(timeout=5)
+        if self._discovery is not None:
+            self._discovery.join(timeout=5)
+            self.targets.write_sd()  # what the writer had not written yet
         self.relay.stop()
         self.persist()
         self.store.close()
@@ -170,13 +189,10 @@ class ServerState:
     # -- reports ---------------------------------------------------------------------
     def client_urls(self) -> dict[str, str]:
         base = netaddr.http_url(self.advertise_host, self.settings.server.port)
-        t = self.settings.tempo
-        return {
+        return {  # Tempo listens on loopback only: spans come through the server
             "server_url": base,
             "metrics_push": base + "/metrics/job/",
             "otlp_traces": base + "/v1/traces",
-            "tempo_otlp_http": netaddr.http_url(self.advertise_host, t.otlp_http_port),
-            "tempo_otlp_grpc": netaddr.join_host_port(self.advertise_host, t.otlp_grpc_port),
             "address_reason": self.advertise_reason,
             "other_addresses": self.other_addresses,
         }

@@ -185,9 +185,9 @@ def child_env(environ: Mapping[str, str]) -> dict[str, str]:
             if k in CHILD_ENV or k.startswith(CHILD_ENV_PREFIXES)}
 
 
-def _probe(url: str) -> bool:
+def _probe(url: str, auth: tuple[str, str] | None = None) -> bool:
     try:
-        return requests.get(url, timeout=1.0).status_code == 200
+        return requests.get(url, timeout=1.0, auth=auth).status_code == 200
     except requests.RequestException:
         return False
 
@@ -244,7 +244,8 @@ class Supervisor:
                         due.append((child, child.pid, url))
             # up to a second each: outside the lock that status(), /metrics and the
             # status page take
-            answers = [(child, pid, _probe(url)) for child, pid, url in due]
+            answers = [(child, pid, _probe(url, child.launch.ready_auth))
+                       for child, pid, url in due]
             with self._lock:
                 for child, pid, ok in answers:
                     child.probed(pid, ok)

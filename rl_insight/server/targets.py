@@ -357,6 +357,7 @@ class TargetStore:
         self._sd_wanted = 0
         self._sd_written = 0
         self._sd_lock = threading.Lock()
+        self._sd_wake: threading.Event | None = None  # set: a writer thread writes them
 
     def load(self) -> int:
         rows = self.store.read(lambda db: db.execute("SELECT row FROM targets").fetchall())
@@ -553,10 +554,38 @@ class TargetStore:
         with self._lock:
             self._sd_wanted += 1
             wanted = self._sd_wanted
+        if self._sd_wake is not None:
+            self._sd_wake.set()  # the writer thread's (start_writer)
+            return
         with self._sd_lock:
             if self._sd_written >= wanted:
                 return  # a writer after this change wrote it
             self._write_sd()
+
+    def start_writer(self, stop: threading.Event, delay_s: float) -> threading.Thread:
+        """From now on the discovery files are written by a thread of their own,
+        ``delay_s`` after a change, once for every change meanwhile: a burst of
+        registrations is answered as fast as its commits, not a file write each (the
+        files list every target of a job: one write each would make a burst of n
+        registrations write n times n targets). Prometheus re-reads them within its
+        file_sd refresh anyway."""
+        from rl_insight.server.threads import supervised
+
+        wake = self._sd_wake = threading.Event()
+
+        def body() -> None:
+            while not stop.is_set():
+                if not wake.wait(0.5):
+                    continue
+                stop.wait(delay_s)  # the rest of the burst
+                wake.clear()
+                with self._sd_lock:
+                    if self._sd_written < self._sd_wanted:
+                        self._write_sd()
+
+        thread = supervised("rl-insight-discovery", body, stop)
+        thread.start()
+        return thread
 
     def write_sd(self) -> None:
         """One file_sd JSON per job; files of jobs with no visible target are removed."""

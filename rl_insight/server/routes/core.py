@@ -18,10 +18,11 @@ def router(state: ServerState) -> APIRouter:
     def status_page() -> HTMLResponse:
         from rl_insight import netaddr
         from rl_insight.server import alerts, promapi, statuspage
-        from rl_insight.server.state import prometheus_url
+        from rl_insight.server.state import prometheus_auth, prometheus_url
 
         report = state.services_report()
-        health = promapi.target_health(prometheus_url(state.settings), timeout=1.0) or {}
+        health = promapi.target_health(prometheus_url(state.settings), timeout=1.0,
+                                       auth=prometheus_auth(state.settings)) or {}
         targets = []
         for t in state.targets.list():
             h = health.get((t["job_name"], t["target"]))

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from rl_insight.server import promapi
 from rl_insight.server.routes import schema
 from rl_insight.server.routes.common import HttpError, json_body
-from rl_insight.server.state import ServerState, prometheus_url
+from rl_insight.server.state import ServerState, prometheus_auth, prometheus_url
 
 
 async def identity(request: Request) -> tuple[str, str]:
@@ -45,7 +45,8 @@ def router(state: ServerState) -> APIRouter:
         if exp is None:
             raise HttpError(404, f"no experiment {project}/{experiment_name}; "
                                  "GET /api/v1/experiments lists them")
-        health = promapi.target_health(prometheus_url(state.settings))
+        health = promapi.target_health(prometheus_url(state.settings),
+                                       auth=prometheus_auth(state.settings))
         rows = []
         for t in state.targets.list(project, experiment_name):
             h = (health or {}).get((t["job_name"], t["target"]))

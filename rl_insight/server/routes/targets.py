@@ -102,7 +102,7 @@ def router(state: ServerState) -> APIRouter:
                                                "answers one it cannot parse"})) -> dict:
         import requests
 
-        from rl_insight.server.state import prometheus_url
+        from rl_insight.server.state import prometheus_auth, prometheus_url
 
         prom = state.services.get("prometheus")
         # switched off by configuration, there is nothing to query here (404); switched
@@ -116,7 +116,8 @@ def router(state: ServerState) -> APIRouter:
                                  "`rl-insight server status` shows why")
         try:
             r = requests.get(prometheus_url(state.settings) + "/api/v1/query",
-                             params={"query": query}, timeout=10)
+                             params={"query": query}, timeout=10,
+                             auth=prometheus_auth(state.settings))
             body = r.json()
         except (requests.RequestException, ValueError) as exc:
             raise HttpError(503, f"Prometheus does not answer: {exc.__class__.__name__}; "

@@ -16,6 +16,7 @@ import yaml
 from rl_insight import netaddr
 from rl_insight.config import ConfigError, Settings
 from rl_insight.server.alert_rules import duration
+from rl_insight.server.services import doors
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
 
 RECEIVER = "rl-insight"
@@ -119,5 +120,9 @@ class Alertmanager(Service):
             f"--web.listen-address={netaddr.join_host_port(host, port)}",
             "--cluster.listen-address=",  # one instance: no gossip port (9094) at all
         ]
+        web = doors.web_config(settings, self.name, self.work_dir(settings))
+        if web is not None:  # beyond loopback: silences and alerts need the password
+            argv.append(f"--web.config.file={web}")
         ready = netaddr.http_url(netaddr.local_host(host), port, "/-/ready")
-        return Launch(self.name, argv, ready, port, cwd=str(self.work_dir(settings)))
+        return Launch(self.name, argv, ready, port, cwd=str(self.work_dir(settings)),
+                      ready_auth=doors.basic_auth(settings, self.name))

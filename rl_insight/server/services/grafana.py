@@ -17,6 +17,7 @@ import yaml
 
 from rl_insight import netaddr, resources
 from rl_insight.config import Settings
+from rl_insight.server.services import doors
 from rl_insight.server.services.base import (
     Launch,
     PortUse,
@@ -25,6 +26,7 @@ from rl_insight.server.services.base import (
     write_atomic,
 )
 from rl_insight.server.services.tempo import Tempo
+from rl_insight.server.services.tempo import listen_host as tempo_host
 
 log = logging.getLogger(__name__)
 FOLDER = "RL-Insight"
@@ -113,8 +115,15 @@ class Grafana(Service):
     def render_datasources(self, settings: Settings) -> dict:
         prom = netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
                                 settings.prometheus.port)
-        tempo = netaddr.http_url(netaddr.local_host(settings.bind_host("tempo")),
-                                 settings.tempo.port)
+        tempo = netaddr.http_url(tempo_host(settings), settings.tempo.port)
+        # a Prometheus beyond loopback wants its password: Grafana reads it from the
+        # file at start ($__file{}), so the provisioning file holds no secret
+        prom_auth: dict = {}
+        if doors.guarded(settings, "prometheus"):
+            doors.password(settings, "prometheus")
+            prom_auth = {"basicAuth": True, "basicAuthUser": doors.USER, "secureJsonData": {
+                "basicAuthPassword":
+                    f"$__file{{{doors.password_path(settings, 'prometheus')}}}"}}
         return {
             "apiVersion": 1,
             "datasources": [
@@ -122,6 +131,7 @@ class Grafana(Service):
                     "name": "Prometheus", "type": "prometheus", "uid": "prometheus",
                     "access": "proxy", "url": prom, "isDefault": True, "editable": False,
                     "jsonData": {"timeInterval": settings.prometheus.scrape_interval},
+                    **prom_auth,
                 },
                 {
                     "name": "Tempo", "type": "tempo", "uid": "tempo", "access": "proxy",

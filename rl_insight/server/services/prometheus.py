@@ -18,7 +18,9 @@ import yaml
 
 from rl_insight import netaddr
 from rl_insight.config import ConfigError, Settings
+from rl_insight.secret import loopback_only
 from rl_insight.server import alert_rules
+from rl_insight.server.services import doors
 from rl_insight.server.services.base import (
     Launch,
     PortUse,
@@ -56,6 +58,7 @@ SD_PATH = "/api/v1/prometheus/sd"
 # files beside prometheus.yml holding the remote-write credentials (mode 0600)
 PASSWORD_FILE = "remote_write_password"
 TOKEN_FILE = "remote_write_bearer_token"
+SERVER_TOKEN_FILE = "server_token"  # the server's token, for scraping its /metrics
 
 
 def _csv(text: str) -> list[str]:
@@ -68,14 +71,19 @@ def _http_url(key: str, value: str) -> str:
     return value
 
 
-def external_scrape_configs(server_url: str, refresh_interval: str = "30s") -> list[dict]:
+def external_scrape_configs(server_url: str, refresh_interval: str = "30s",
+                            token_file: str = "") -> list[dict]:
     """The scrape configs a Prometheus the server does not manage adds to scrape what the
     managed one would: the server's own /metrics (pushed run metrics; honor_labels keeps
     their job and instance) and every registered target through HTTP service discovery
-    (one block for every job: each group carries its `job`)."""
+    (one block for every job: each group carries its `job`). ``token_file``: where that
+    Prometheus keeps the server's token (a server beyond loopback wants it for reads)."""
     parts = urlsplit(_http_url("--server-url", server_url.strip()))
     prefix = parts.path.rstrip("/")
-    server: dict = {"job_name": SERVER_JOB, "honor_labels": True}
+    # Prometheus v2.42.0 and v2.54.1 scrape_config and http_sd_config `authorization`
+    auth = {"authorization": {"type": "Bearer", "credentials_file": token_file}} \
+        if token_file else {}
+    server: dict = {"job_name": SERVER_JOB, "honor_labels": True, **auth}
     if parts.scheme == "https":
         server["scheme"] = "https"
     if prefix:
@@ -88,19 +96,23 @@ def external_scrape_configs(server_url: str, refresh_interval: str = "30s") -> l
             "job_name": TARGETS_JOB,
             # Prometheus v2.42.0 and v2.54.1 discovery/http/http.go SDConfig: url,
             # refresh_interval (default 60s)
-            "http_sd_configs": [{"url": base + SD_PATH, "refresh_interval": refresh_interval}],
+            "http_sd_configs": [{"url": base + SD_PATH, "refresh_interval": refresh_interval,
+                                 **auth}],
             "metric_relabel_configs": ENGINE_NAME_RELABEL,
         },
     ]
 
 
-def external_config_text(server_url: str, refresh_interval: str = "30s") -> str:
+def external_config_text(server_url: str, refresh_interval: str = "30s",
+                         token_file: str = "") -> str:
     """``external_scrape_configs`` as the YAML an operator pastes into prometheus.yml
     (README and the test use this same text)."""
     body = yaml.safe_dump({"scrape_configs": external_scrape_configs(
-        server_url, refresh_interval)}, sort_keys=False)
+        server_url, refresh_interval, token_file)}, sort_keys=False)
+    where = f"# {token_file} holds the server's token (RL_INSIGHT_TOKEN), readable by " \
+            "Prometheus only\n" if token_file else ""
     return (f"# RL-Insight at {server_url}: add these jobs to your prometheus.yml\n"
-            "# (under an existing scrape_configs: only the two list entries)\n" + body)
+            "# (under an existing scrape_configs: only the two list entries)\n" + where + body)
 
 
 class Prometheus(Service):
@@ -147,7 +159,8 @@ class Prometheus(Service):
                 netaddr.local_host(settings.bind_host("alertmanager")),
                 settings.alertmanager.port)
             out["alerting"] = {"alertmanagers": [
-                {"api_version": "v2", "static_configs": [{"targets": [am]}]}]}
+                {"api_version": "v2", "static_configs": [{"targets": [am]}],
+                 **doors.client_config(settings, "alertmanager")}]}
         return {
             **out,
             "scrape_configs": [
@@ -155,8 +168,10 @@ class Prometheus(Service):
                     "job_name": SERVER_JOB,
                     "honor_labels": True,
                     "static_configs": [{"targets": [server]}],
+                    **self.server_auth(settings),
                 },
-                {"job_name": "prometheus", "static_configs": [{"targets": [own]}]},
+                {"job_name": "prometheus", "static_configs": [{"targets": [own]}],
+                 **doors.client_config(settings, "prometheus")},
                 {
                     # The server writes one file per job; a group's `job` label names it.
                     "job_name": TARGETS_JOB,
@@ -167,6 +182,17 @@ class Prometheus(Service):
                 },
             ],
         }
+
+    def server_auth(self, settings: Settings) -> dict:
+        """The server's /metrics holds the runs' data: with a token (configured, or made
+        because the server listens beyond loopback) the scrape sends it, from a file
+        (``write_secrets``; Prometheus v2.42.0 and v2.54.1 scrape_config
+        ``authorization``: type, credentials_file)."""
+        if not (settings.server.token or
+                not loopback_only(settings.bind_host("server"))):
+            return {}
+        return {"authorization": {"type": "Bearer", "credentials_file":
+                                  str(self.work_dir(settings) / SERVER_TOKEN_FILE)}}
 
     def remote_write(self, settings: Settings) -> list[dict]:
         """One remote_write section per URL of ``prometheus.remote_write_urls``. The
@@ -215,6 +241,14 @@ class Prometheus(Service):
                 os.chmod(path, 0o600)
             else:
                 path.unlink(missing_ok=True)
+        path = work / SERVER_TOKEN_FILE
+        if self.server_auth(settings):
+            from rl_insight.secret import server_token
+
+            write_atomic(path, server_token(settings)[0])
+            os.chmod(path, 0o600)
+        else:
+            path.unlink(missing_ok=True)
 
     def launch(self, settings: Settings, binary: Path) -> Launch:
         p = settings.prometheus
@@ -242,8 +276,14 @@ class Prometheus(Service):
             f"--storage.tsdb.path={data}",
             f"--storage.tsdb.retention.time={p.retention}",
             f"--web.listen-address={netaddr.join_host_port(host, p.port)}",
+            # the server reloads, Tempo's generator writes: beyond loopback, both behind
+            # the web config's password like every other request
             "--web.enable-lifecycle",
             "--web.enable-remote-write-receiver",
         ]
+        web = doors.web_config(settings, self.name, work)
+        if web is not None:
+            argv.append(f"--web.config.file={web}")
         ready = netaddr.http_url(netaddr.local_host(host), p.port, "/-/ready")
-        return Launch(self.name, argv, ready, p.port, cwd=str(work))
+        return Launch(self.name, argv, ready, p.port, cwd=str(work),
+                      ready_auth=doors.basic_auth(settings, self.name))

@@ -11,7 +11,9 @@ from pathlib import Path
 import yaml
 
 from rl_insight import netaddr
-from rl_insight.config import Settings
+from rl_insight.config import ConfigError, Settings
+from rl_insight.secret import loopback_only
+from rl_insight.server.services import doors
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
 
 # Tempo 2.6.1 with target `all` pins its ingester and generator rings to 127.0.0.1
@@ -20,6 +22,10 @@ from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, 
 # internal gRPC server listens on loopback, where those calls arrive. Nothing outside the
 # process uses it (Grafana talks HTTP; OTLP has its own listeners).
 INTERNAL_GRPC_HOST = "127.0.0.1"
+# Tempo checks no credential on any port (its HTTP API and OTLP receivers take anything
+# from anyone), so all of them listen on loopback, whatever `host` says: spans arrive
+# through the server's /v1/traces (its token) and its relay; Grafana queries it locally
+LOOPBACK = "127.0.0.1"
 
 
 class Tempo(Service):
@@ -32,7 +38,7 @@ class Tempo(Service):
     )
 
     def ports(self, settings: Settings) -> list[PortUse]:
-        t, host = settings.tempo, settings.bind_host("tempo")
+        t, host = settings.tempo, listen_host(settings)
         return [
             PortUse("tempo.port", host, t.port),
             PortUse("tempo.grpc_port", INTERNAL_GRPC_HOST, t.grpc_port),
@@ -47,7 +53,7 @@ class Tempo(Service):
     def render(self, settings: Settings) -> dict:
         """tempo.yaml as plain data (keys checked against Tempo 2.6.1's config structs by
         tests/test_upstream_keys.py; Tempo refuses unknown keys)."""
-        t, host = settings.tempo, settings.bind_host("tempo")
+        t, host = settings.tempo, listen_host(settings)
         data = self.data_dir(settings)
         out: dict = {
             "target": "all",
@@ -88,7 +94,8 @@ class Tempo(Service):
                                     settings.prometheus.port, "/api/v1/write")
             out["metrics_generator"] = {
                 "storage": {"path": str(data / "generator" / "wal"),
-                            "remote_write": [{"url": prom}]},
+                            "remote_write": [{"url": prom,
+                                              **doors.client_config(settings, "prometheus")}]},
                 # span metrics per run, as every RL-Insight series is (span attributes)
                 "processor": {"span_metrics": {"dimensions": ["project", "experiment_name"]}},
             }
@@ -101,7 +108,18 @@ class Tempo(Service):
         config = work / "tempo.yaml"
         write_atomic(config, yaml.safe_dump(self.render(settings), sort_keys=False))
         self.data_dir(settings).mkdir(parents=True, exist_ok=True)
-        host = netaddr.local_host(settings.bind_host("tempo"))
+        host = listen_host(settings)
         return Launch(self.name, [str(binary), f"-config.file={config}"],
                       netaddr.http_url(host, settings.tempo.port, "/ready"),
                       settings.tempo.port, cwd=str(work))
+
+
+def listen_host(settings: Settings) -> str:
+    """Loopback (``LOOPBACK``); a ``tempo.host`` beyond it is refused, saying why."""
+    own = settings.tempo.host
+    if own and not loopback_only(own):
+        raise ConfigError(f"tempo.host={own}: Tempo checks no credential, so it listens "
+                          "on loopback only; training processes send spans to the server "
+                          "(its /v1/traces, with the token) and Grafana reads Tempo on "
+                          "this machine. Remove tempo.host")
+    return own or LOOPBACK

@@ -1,0 +1,162 @@
+"""A burst of 1,000 engine registrations while lane actors push: does the intake wait on
+the registrations' discovery files?
+
+    python bench/registrations.py [--baseline REF] [--seconds 30] [--rate 400]
+
+For each server (the checkout, then REF in a git worktree: by default the commit before
+the discovery files left the database's transaction; each started with the CLI as the
+tests start it, Prometheus, Tempo and Grafana off, on CPU 0), the lane load is open loop
+on CPU 1: LaneCore's own bodies (spans, run metrics, own counters) at ``--rate``
+requests a second over 16 keep-alive connections, each request's latency counted from
+the moment it was due (a late start is latency too). Two phases of ``--seconds`` each:
+the load alone, then the load while 8 senders register 1,000 targets (one engine
+endpoint each, with their run, as ``register_rollout_replicas`` sends them) as fast as
+they are answered. The figure is the intake's p99 with the burst over its p99 without,
+per server: 1.0 is no interference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.common import save  # noqa: E402
+from bench.intake import Sink, lane_requests, server_pid, start_server, worktree  # noqa: E402
+from bench.scale_lanes import Conn  # noqa: E402
+
+BASELINE = "b9f1b14"  # discovery files written inside the transaction, under its lock
+CONNECTIONS = 16
+SENDERS = 8
+
+
+def pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+async def lane_load(host: str, port: int, rate: float, seconds: float) -> list[float]:
+    plans = [r for plan in lane_requests(400) for r in plan]
+    lat: list[float] = []
+    start = time.monotonic() + 0.2
+    each = CONNECTIONS / rate  # the gap between one connection's requests
+
+    async def conn(c: int) -> None:
+        k = Conn(host, port, 30.0)
+        i = 0
+        while True:
+            due = start + c * each / CONNECTIONS + i * each
+            if due > start + seconds:
+                break
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            method, path, body, ctype = plans[(c + i * CONNECTIONS) % len(plans)]
+            status = await k.request(method, path, body, ctype)
+            lat.append(time.monotonic() - due if 200 <= status < 300 else float("inf"))
+            i += 1
+        k.close()
+
+    await asyncio.gather(*(conn(c) for c in range(CONNECTIONS)))
+    return lat
+
+
+async def burst(host: str, port: int, n: int) -> dict:
+    done, t0 = [0, 0], time.monotonic()
+
+    async def sender(s: int) -> None:
+        k = Conn(host, port, 60.0)
+        for i in range(s, n, SENDERS):
+            body = json.dumps({"job_name": "vllm",
+                               "targets": [f"10.{i // 250}.{i % 250}.1:8000"],
+                               "labels": {"replica": str(i)}, "project": "bench",
+                               "experiment_name": "registrations"}).encode()
+            status = await k.request("POST", "/api/v1/prometheus/targets", body,
+                                     "application/json")
+            done[0 if 200 <= status < 300 else 1] += 1
+        k.close()
+
+    await asyncio.sleep(1.0)  # inside the lane load's phase
+    await asyncio.gather(*(sender(s) for s in range(SENDERS)))
+    return {"registered": done[0], "failed": done[1], "burst_s": time.monotonic() - t0 - 1}
+
+
+def phase(url: str, args, registrations: int) -> dict:
+    host, port = url.split("//", 1)[1].split(":")
+
+    async def go():
+        jobs = [lane_load(host, int(port), args.rate, args.seconds)]
+        if registrations:
+            jobs.append(burst(host, int(port), registrations))
+        return await asyncio.gather(*jobs)
+
+    got = asyncio.run(go())
+    lat = got[0]
+    out = {"requests": len(lat), "failed": sum(x == float("inf") for x in lat),
+           "p50_ms": 1000 * pct(lat, 0.5), "p99_ms": 1000 * pct(lat, 0.99),
+           "max_ms": 1000 * max(lat)}
+    if registrations:
+        out.update(got[1])
+    return out
+
+
+def measure(code: Path, label: str, args, sink: Sink) -> dict:
+    home = Path(tempfile.mkdtemp(prefix="rli-registrations-"))
+    proc, url = start_server(code, home, sink, plain_http=False)
+    try:
+        server_pid(home)
+        phase(url, argparse.Namespace(**{**vars(args), "seconds": 5.0}), 0)  # warm-up
+        alone = phase(url, args, 0)
+        with_burst = phase(url, args, args.registrations)
+        row = {"code": label, "alone": alone, "with_burst": with_burst,
+               "p99_ratio": with_burst["p99_ms"] / alone["p99_ms"]}
+        print(json.dumps(row), flush=True)
+        return row
+    finally:
+        subprocess.run([sys.executable, "-m", "rl_insight.cli", "server", "stop"],
+                       env={**os.environ, "RL_INSIGHT_HOME": str(home),
+                            "PYTHONPATH": str(code)}, cwd=code, capture_output=True)
+        proc.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", default=BASELINE, help="git ref to compare ('' for none)")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--rate", type=float, default=400.0, help="lane requests a second")
+    ap.add_argument("--registrations", type=int, default=1000)
+    args = ap.parse_args()
+    if not shutil.which("taskset"):
+        print("bench/registrations.py needs taskset (util-linux)", file=sys.stderr)
+        return 2
+    os.sched_setaffinity(0, {1})
+    sink = Sink()
+    rows = [measure(REPO, "checkout", args, sink)]
+    if args.baseline:
+        base = worktree(args.baseline)
+        try:
+            rows.append(measure(base, f"baseline {args.baseline}", args, sink))
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                            str(base)], capture_output=True)
+    for r in rows:
+        print(f"{r['code']}: intake p99 {r['alone']['p99_ms']:.1f} ms alone, "
+              f"{r['with_burst']['p99_ms']:.1f} ms during {args.registrations} "
+              f"registrations ({r['with_burst'].get('burst_s', 0):.1f} s): "
+              f"x{r['p99_ratio']:.2f}")
+    path = save("registrations", {"args": vars(args), "rows": rows})
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

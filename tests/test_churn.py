@@ -1,0 +1,44 @@
+"""Runs come and go for weeks: 2,000 runs of 50 trajectories each (100,000 trajectory
+lanes) through the real client, hub and lane cores against a real server, as
+``bench/churn.py`` drives them; what the client and the server keep per run and lane
+stays flat (the bench's samples: runs, lanes, jobs, senders on both sides). The RSS
+growth it also records is the bench's figure (docs/scaling.md), not asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+RUNS = 2000
+TRAJECTORIES = 50  # bench/churn.py's default; each run also has 2 replica and 1 rank lane
+
+
+def test_what_is_kept_per_run_and_lane_does_not_grow_with_runs(tmp_path):
+    out = tmp_path / "churn.json"
+    r = subprocess.run([sys.executable, "bench/churn.py", "--runs", str(RUNS), "--out",
+                        str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    samples = got["samples"]
+    assert samples[-1]["runs"] == RUNS and len(samples) >= 8
+    quarter = len(samples) // 4
+    warm, last = samples[quarter:2 * quarter], samples[-quarter:]
+    for key in ("hub_runs", "lane_runs", "lanes", "hub_jobs", "senders", "server_lanes"):
+        ceiling = max(s[key] for s in warm)
+        top = max(s[key] for s in last)
+        # flat: what the last quarter keeps is what the second kept (a run's worth of
+        # slack), never the growth of a quarter of the runs
+        assert top <= ceiling * 1.5 + 3, (key, ceiling, top, samples[-1])
+    # a run's trajectory lanes are forgotten with it: the client keeps a few runs' worth
+    # (client.forget_after_s, 2 s here), the server the runs of its grace
+    # (push.finished_ttl_s, 5 s here), out of the 53 lanes of each of the 2,000 runs
+    made = RUNS * (TRAJECTORIES + 3)
+    assert samples[-1]["lanes"] < RUNS // 4 * 3, samples[-1]
+    assert samples[-1]["server_lanes"] < made // 4, samples[-1]
