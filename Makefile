@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.rl-insight-installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup system-deps test test-fast lint demo bench bench-quick bench-scale bench-tier \
-        bench-intake bench-requests pictures soak clean
+        bench-intake bench-requests bench-registrations pictures soak clean
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -73,6 +73,11 @@ bench-intake: setup system-deps
 # minutes; docs/scaling.md); BENCH_REQUESTS_ARGS="--minutes 1" for a 4-minute try
 bench-requests: setup system-deps
 	./scripts/private-net.sh $(BIN)/python bench/request_spans.py $(BENCH_REQUESTS_ARGS)
+
+# the intake's p99 during a burst of 1,000 registrations, beside the code before the
+# discovery files left the database's transaction (about 3 minutes; docs/scaling.md)
+bench-registrations: setup system-deps
+	./scripts/private-net.sh $(BIN)/python bench/registrations.py $(BENCH_REGISTRATIONS_ARGS)
 
 pictures: setup system-deps
 	$(BIN)/python -m pip install -q -e '.[test,docs]'
