@@ -1,24 +1,24 @@
 """A kept-alive HTTP connection for the collector's frequent requests: the lane actors'
 and the hub's pushes and span exports. ``requests`` spent about two thirds of a lane
-actor's tick preparing each request (hooks, cookies, settings merged again); this
-sends the same bytes with ``http.client`` on one connection per sender. Used only for
+actor's tick preparing each request (hooks, cookies, settings merged again); this sends
+the same bytes through urllib3's connection pool (what ``requests`` uses underneath), one
+kept-alive connection per origin, opened again when the server closed it. Used only for
 plain HTTP where no proxy applies; proxied and HTTPS senders keep ``requests``."""
 
 from __future__ import annotations
 
-import http.client
 import json as jsonlib
-import select
-import threading
 from urllib.parse import urlsplit
 
-HttpError = (OSError, http.client.HTTPException)  # what a request can raise
+import urllib3
+
+HttpError = (OSError, urllib3.exceptions.HTTPError)  # what a request can raise
 
 
 class Response:
     """What the sender reads of an answer (the part of ``requests.Response`` it uses)."""
 
-    def __init__(self, status: int, headers: http.client.HTTPMessage, content: bytes) -> None:
+    def __init__(self, status: int, headers, content: bytes) -> None:
         self.status_code = status
         self.headers = headers  # case-insensitive get()
         self.content = content
@@ -32,29 +32,17 @@ class Response:
 
 
 class Connection:
-    """One connection to one origin, opened again when the server closed it; one
-    request at a time (a sender may be called from two threads)."""
+    """One origin's pool of one connection: one request at a time (a sender may be
+    called from two threads; the second waits for the connection), no retries (the
+    caller keeps its data and sends again)."""
 
     def __init__(self, base_url: str, timeout: float, headers: dict[str, str]) -> None:
         parts = urlsplit(base_url)
-        self.host, self.port = parts.hostname or "localhost", parts.port
+        self.pool = urllib3.HTTPConnectionPool(
+            parts.hostname or "localhost", parts.port, maxsize=1, block=True,
+            timeout=urllib3.Timeout(connect=timeout, read=timeout), retries=False,
+            headers={"User-Agent": "rl-insight", **headers})
         self.timeout = timeout
-        self.headers = {"User-Agent": "rl-insight", **headers}
-        self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()
-
-    def _open(self) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-
-    def _stale(self) -> bool:
-        """The server closed the idle connection (readable with nothing to read)."""
-        sock = self._conn.sock if self._conn is not None else None
-        if sock is None:
-            return True
-        try:
-            return bool(select.select([sock], [], [], 0)[0])
-        except (OSError, ValueError):
-            return True
 
     def request(self, method: str, url: str, data: bytes | None = None,
                 headers: dict[str, str] | None = None, json: object = None) -> Response:
@@ -64,26 +52,10 @@ class Connection:
             headers = {**(headers or {}), "Content-Type": "application/json"}
         parts = urlsplit(url)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = {**self.headers, **(headers or {})}
-        if data is not None:
-            head["Content-Length"] = str(len(data))
-        with self._lock:
-            if self._conn is not None and self._stale():
-                self.close()
-            if self._conn is None:
-                self._conn = self._open()
-            try:
-                self._conn.request(method, path, body=data, headers=head)
-                r = self._conn.getresponse()
-                content = r.read()
-            except HttpError:
-                self.close()
-                raise
-            if r.will_close:
-                self.close()
-            return Response(r.status, r.headers, content)
+        head = {**self.pool.headers, **(headers or {})}
+        r = self.pool.urlopen(method, path, body=data, headers=head, retries=False,
+                              redirect=False, pool_timeout=self.timeout)
+        return Response(r.status, r.headers, r.data)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self.pool.close()
