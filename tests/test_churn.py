@@ -1,4 +1,4 @@
-"""Runs come and go for weeks: 2,000 runs of 50 trajectories each (100,000 trajectory
+"""Runs come and go for weeks: 1,200 runs of 50 trajectories each (60,000 trajectory
 lanes) through the real client, hub and lane cores against a real server, as
 ``bench/churn.py`` drives them; what the client and the server keep per run and lane
 stays flat (the bench's samples: runs, lanes, jobs, senders on both sides). The RSS
@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
-RUNS = 2000
+RUNS = 1200  # bench/churn.py's default is 2,000: the same rates, 40 % less time
 TRAJECTORIES = 50  # bench/churn.py's default; each run also has 2 replica and 1 rank lane
 
 
@@ -38,7 +38,8 @@ def test_what_is_kept_per_run_and_lane_does_not_grow_with_runs(tmp_path):
         assert top <= ceiling * 1.5 + 3, (key, ceiling, top, samples[-1])
     # a run's trajectory lanes are forgotten with it: the client keeps a few runs' worth
     # (client.forget_after_s, 2 s here), the server the runs of its grace
-    # (push.finished_ttl_s, 5 s here), out of the 53 lanes of each of the 2,000 runs
-    made = RUNS * (TRAJECTORIES + 3)
+    # (push.finished_ttl_s, 5 s here), out of the 53 lanes of each run
     assert samples[-1]["lanes"] < RUNS // 4 * 3, samples[-1]
-    assert samples[-1]["server_lanes"] < made // 4, samples[-1]
+    per_s = samples[-1]["runs"] / samples[-1]["t_s"]  # runs finished a second
+    grace = 5 + 5 + 2  # the ttl, the housekeeping round that forgets, a sample's lag
+    assert samples[-1]["server_lanes"] <= per_s * grace * (TRAJECTORIES + 3), samples[-1]

@@ -71,7 +71,7 @@ def test_status_answers_while_a_readiness_probe_hangs(tmp_path, monkeypatch):
 
     held, release = threading.Event(), threading.Event()
 
-    def hanging_probe(url):
+    def hanging_probe(url, auth=None):
         held.set()
         release.wait(30)
         return True

@@ -57,10 +57,14 @@ def create_app(state: ServerState) -> FastAPI:
         """Starlette's own refusals as ``{"error": ...}``; a 405's Allow names the methods
         of every route on the path (Starlette names the first route's only)."""
         headers = dict(exc.headers or {})
-        if exc.status_code == 405:
-            headers["Allow"] = ", ".join(allowed_methods(app, request.scope))
-        return error(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}"
-                     + (f"; this path takes {headers['Allow']}" if exc.status_code == 405
+        status, detail = exc.status_code, exc.detail
+        allowed = allowed_methods(app, request.scope) if status in (404, 405) else []
+        if status == 404 and allowed:  # a path only the intake's own route takes
+            status, detail = 405, "Method Not Allowed"
+        if status == 405:
+            headers["Allow"] = ", ".join(allowed)
+        return error(status, f"{detail}: {request.method} {request.url.path}"
+                     + (f"; this path takes {headers['Allow']}" if status == 405
                         else ""), headers)
 
     @app.exception_handler(RequestValidationError)
@@ -91,7 +95,8 @@ def allowed_methods(app: FastAPI, scope) -> list[str]:
             inner = getattr(getattr(route, "original_router", None), "routes", None)
             yield from leaves(inner) if inner is not None else (route,)
 
-    methods: set[str] = set()
+    # the intake's methods, answered by the Guard before the app (server/intake.py)
+    methods = {m for m in ("PUT", "POST") if Direct.route(m, scope["path"])}
     for route in leaves(app.routes):
         if getattr(route, "methods", None) and route.matches(scope)[0] != Match.NONE:
             methods |= route.methods

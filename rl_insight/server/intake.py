@@ -1,9 +1,10 @@
 """The intake: span exports (``POST /v1/traces``) and pushes (``PUT``/``POST /metrics/...``),
 most of what the server is sent.
 
-``accept_spans`` and ``accept_push`` do the work, for the app's routes (which document
-them in the OpenAPI schema) and for ``Direct``, the path the Guard sends these requests
-down: read the body, do the work on the intake's own thread, answer. It skips the
+``accept_spans`` and ``accept_push`` do the work for ``Direct``, the one path the Guard
+sends these requests down (the app has no route for them; routes/schema.py
+``INTAKE_PATHS`` documents them): read the body, do the work on the intake's own thread,
+answer. It skips the
 framework's routing, middleware stack and per-request thread hand-off, which cost more
 than a lane actor's push itself once its shape is known (docs/performance.md).
 """

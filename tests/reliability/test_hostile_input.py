@@ -236,5 +236,5 @@ def test_floods_huge_and_truncated_bodies_and_slow_clients(server):
     FIGURES["requests"] += tried
     assert served_in < 10, "slow clients starved the others"
     assert proc.is_running()
-    text = s.get(url + "/metrics").text
+    text = s.get(url + "/metrics", headers=auth).text  # run data: behind the token
     assert "kept{" in text, "what was stored before is intact"

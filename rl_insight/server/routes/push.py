@@ -1,17 +1,17 @@
-"""The Pushgateway-compatible intake: PUT, POST and DELETE /metrics/job/<job>{/<l>/<v>},
-and POST /api/v1/push/batch: several groups in one request, each applied with the same
-rules and answered on its own. The Guard answers PUT and POST on the intake's own path
-(server/intake.py); these routes document them and do the same work."""
+"""The Pushgateway-compatible routes the app answers: DELETE /metrics/job/<job>{/<l>/<v>}
+and POST /api/v1/push/batch (several groups in one request, each applied with the same
+rules and answered on its own). PUT and POST /metrics/... never reach the app: the Guard
+answers them on the intake's own path (server/intake.py); the schema documents them
+(routes/schema.py ``INTAKE_PATHS``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from rl_insight.server import intake
 from rl_insight.server.pushstore import PushError, check_grouping, parse_grouping_key
 from rl_insight.server.routes import schema
-from rl_insight.server.routes.common import HttpError, json_body, read_body
+from rl_insight.server.routes.common import HttpError, json_body
 from rl_insight.server.state import ServerState
 
 MAX_BATCH_GROUPS = 10_000
@@ -34,12 +34,6 @@ BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json": 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
     limit = state.settings.push.max_body_bytes
-
-    async def _push(request: Request, path: str, replace: bool) -> Response:
-        body = await read_body(request, limit, "push.max_body_bytes")
-        await run_in_threadpool(intake.accept_push, state, path,
-                                request.headers.get("content-type", ""), body, replace)
-        return Response(status_code=200)
 
     def _shape(groups: list) -> list[tuple[dict, str, bool]]:
         """Each group's labels, text and mode; a group of the wrong shape refuses the
@@ -93,20 +87,7 @@ def router(state: ServerState) -> APIRouter:
         """The whole grouping key (the documented ``{job}`` is its first pair)."""
         return request.scope["path"][len("/metrics/"):]
 
-    documented = {"openapi_extra": schema.PUSH_BODY, "description": schema.PUSH_PATH,
-                  "response_class": Response, "responses": {
-                      200: {"description": "stored; an empty body"},
-                      **schema.answers(*schema.WRITE, 409, 415, 429)}}
     job_param = Path(json_schema_extra=schema.JOB_VALUE)
-
-    @r.put("/metrics/job/{job}", summary="Replace a group (Pushgateway PUT)", **documented)
-    async def put(request: Request, job: str = job_param) -> Response:
-        return await _push(request, _group_path(request), replace=True)
-
-    @r.post("/metrics/job/{job}",
-            summary="Replace the pushed families in a group (Pushgateway POST)", **documented)
-    async def post(request: Request, job: str = job_param) -> Response:
-        return await _push(request, _group_path(request), replace=False)
 
     @r.delete("/metrics/job/{job}", summary="Delete a group (Pushgateway DELETE)",
               status_code=202, description=schema.PUSH_PATH, response_class=Response,
@@ -122,15 +103,7 @@ def router(state: ServerState) -> APIRouter:
         return Response(status_code=202)
 
     # the grouping key's further pairs and the @base64 forms: the same work, described
-    # by the operations above
-    @r.put("/metrics/{path:path}", include_in_schema=False)
-    async def put_any(path: str, request: Request) -> Response:
-        return await _push(request, path, replace=True)
-
-    @r.post("/metrics/{path:path}", include_in_schema=False)
-    async def post_any(path: str, request: Request) -> Response:
-        return await _push(request, path, replace=False)
-
+    # by the operation above
     @r.delete("/metrics/{path:path}", status_code=202, include_in_schema=False)
     def delete_any(path: str) -> Response:
         return _delete(path)

@@ -21,7 +21,8 @@ ERROR = {"type": "object", "required": ["error"],
                                                                    "what to do"}}}
 WHY = {
     400: "malformed: a field, parameter or body the server cannot read",
-    401: "a write without the server's token (`WWW-Authenticate: Bearer`)",
+    401: "a write, or a read of run data, without the server's token "
+         "(`WWW-Authenticate`)",
     403: "a target outside server.allowed_networks",
     404: "no such run, experiment or service here",
     409: "conflicts with what is stored: an archived run, a metric of another type",
@@ -41,7 +42,7 @@ def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
             for c in codes}
 
 
-READ = (400,)  # a query parameter the route cannot read
+READ = (400, 401)  # a query parameter the route cannot read; no token (with one set)
 WRITE = (400, 401, 413, 503)  # bad body, no token, too big, store or intake busy
 
 
@@ -118,9 +119,42 @@ PUSH_PATH = ("The group's labels: the job, then Pushgateway's grouping key, furt
              "base64url value, `=` for empty); /metrics/job@base64/<job> likewise.")
 
 
+OTLP_BODY = {"required": True, "content": {
+    "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+    "application/json": {"schema": {"type": "object"}}}}
+
+
+def _push_operation(summary: str, operation_id: str) -> dict[str, Any]:
+    return {"summary": summary, "description": PUSH_PATH, "operationId": operation_id,
+            "parameters": [{"name": "job", "in": "path", "required": True,
+                            "schema": {**JOB_VALUE, "title": "Job"}}],
+            **PUSH_BODY,
+            "responses": {"200": {"description": "stored; an empty body"},
+                          **{str(c): v for c, v in answers(*WRITE, 409, 415, 429).items()}}}
+
+
+# The intake's routes: answered by the Guard on the intake's own path (server/intake.py),
+# never by the app, so described here, once
+INTAKE_PATHS: dict[str, dict[str, Any]] = {
+    "/metrics/job/{job}": {
+        "put": _push_operation("Replace a group (Pushgateway PUT)", "push_put"),
+        "post": _push_operation("Replace the pushed families in a group (Pushgateway "
+                                "POST)", "push_post")},
+    "/v1/traces": {"post": {
+        "summary": "OTLP/HTTP trace export (protobuf or JSON, gzip)",
+        "operationId": "otlp_traces", "requestBody": OTLP_BODY,
+        "responses": {"200": {"description": "an ExportTraceServiceResponse, in the "
+                                             "request's encoding"},
+                      **{str(c): v for c, v in answers(*WRITE, 415).items()}}}},
+}
+
+
 def finish(doc: dict[str, Any]) -> dict[str, Any]:
-    """FastAPI documents its own 422 for parameters it cannot read; this server answers
-    those with 400 and ``{"error": ...}`` (app.py), so the schema says 400."""
+    """The intake's routes added (``INTAKE_PATHS``). FastAPI documents its own 422 for
+    parameters it cannot read; this server answers those with 400 and ``{"error": ...}``
+    (app.py), so the schema says 400."""
+    for path, ops in INTAKE_PATHS.items():
+        doc.setdefault("paths", {}).setdefault(path, {}).update(ops)
     for ops in doc.get("paths", {}).values():
         for op in ops.values():
             responses = op.get("responses", {})

@@ -1,36 +1,20 @@
-"""OTLP/HTTP trace intake (/v1/traces), relayed to Tempo through the spool, and the
-per-lane statistics gathered on the way. The Guard answers span exports on the intake's
-own path (server/intake.py); this route documents it and does the same work."""
+"""What the server read from the spans it took: the recent lane states and engine
+requests of a run, and per-lane statistics. The spans themselves (POST /v1/traces) never
+reach the app: the Guard answers them on the intake's own path (server/intake.py); the
+schema documents that route (routes/schema.py ``INTAKE_PATHS``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Query
 
-from rl_insight.server import intake
 from rl_insight.server.routes import schema
-from rl_insight.server.routes.common import read_body
 from rl_insight.server.state import ServerState
 
 TEN_YEARS_S = 10 * 365 * 86400
-OTLP_BODY = {"requestBody": {"content": {
-    "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-    "application/json": {"schema": {"type": "object"}}}, "required": True}}
 
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
-    limit = state.settings.traces.max_body_bytes
-
-    @r.post("/v1/traces", summary="OTLP/HTTP trace export (protobuf or JSON, gzip)",
-            openapi_extra=OTLP_BODY, responses=schema.answers(*schema.WRITE, 415))
-    async def traces(request: Request) -> Response:
-        ctype = request.headers.get("content-type", "")
-        body = await read_body(request, limit, "traces.max_body_bytes")
-        content, media = await run_in_threadpool(  # an OtlpError answers itself
-            intake.accept_spans, state, body, ctype,
-            request.headers.get("content-encoding", ""))
-        return Response(content, media_type=media)
 
     @r.get("/api/v1/traces/recent",
            summary="The run's recent state spans and engine requests (for export where no "
