@@ -43,7 +43,8 @@ test: setup system-deps lint
 
 # for every edit: the tests that start no process (a test that does fails, naming it)
 test-fast: setup
-	RL_INSIGHT_FAST_TIER=1 $(BIN)/python -m pytest -q -m "not integration" --durations=5
+	RL_INSIGHT_FAST_TIER=1 $(BIN)/python -m pytest -q -m "not integration" -n $(PYTEST_WORKERS) \
+	    --durations=5
 
 demo: setup system-deps
 	$(BIN)/python examples/demo.py
