@@ -124,10 +124,8 @@ class Client:
                 cfg = actor_config(self.settings, self.server_url, self.token, self.otlp_url)
                 if self.identity is not None:  # named in the hub's repr, if it starts it
                     cfg["run"] = f"{self.identity.project}/{self.identity.experiment_name}"
-                if want_ray:  # Ray's side of the boundary, only when Ray is up
-                    import importlib
-
-                    kind = importlib.import_module("rl_insight.ray.transport").RayTransport
+                if want_ray:  # Ray's side of the boundary, loaded only when Ray is up
+                    from rl_insight.ray.transport import RayTransport as kind
                 else:
                     kind = DirectTransport
                 t = self._transport = kind(cfg, self.process)

@@ -16,7 +16,7 @@ from rl_insight.config import Settings
 from rl_insight.server.anatomy import AnatomyStore
 from rl_insight.server.engine_requests import RequestMetrics
 from rl_insight.server.experiments import ExperimentStore
-from rl_insight.server.lanes import LaneStats
+from rl_insight.server.lane_stats import LaneStats
 from rl_insight.server.pushstore import PushStore
 from rl_insight.server.recent import RecentSpans
 from rl_insight.server.relay import Relay

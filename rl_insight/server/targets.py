@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rl_insight import laneid, netaddr
+from rl_insight.files import migrated, read_state_json, write_atomic
 from rl_insight.server.pushstore import valid_label_name
-from rl_insight.server.services.base import migrated, read_state_json, write_atomic
 from rl_insight.server.store import Store
 
 RESERVED_LABELS = ("project", "experiment_name", "job")

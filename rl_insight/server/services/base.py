@@ -3,13 +3,9 @@ reports a version, which ports it takes, and how it is launched from generated c
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import platform
 import re
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,27 +35,6 @@ def machine_arch() -> str:
         return "arm64"
     raise RuntimeError(f"no upstream release for CPU {m!r}; use binaries built for it "
                        "(set <service>.binary in the config)")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so readers never see half a file; the file
-    and then its directory are synced, so after a power loss the path holds the old
-    text or the new one, never an empty file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        sync_dir(path.parent)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 @dataclass(frozen=True)
@@ -156,42 +131,3 @@ class Service:
 
     def data_dir(self, settings: Settings) -> Path:
         return settings.data_dir / self.name
-
-
-def sync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (where the platform allows it)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def migrated(path: Path, rows: int, into: Path) -> None:
-    """A state file of an earlier version, read into the database: kept beside it."""
-    path.rename(path.with_name(path.name + ".migrated"))
-    log.info("moved %d entries from %s into %s", rows, path, into)
-
-
-def read_state_json(path: Path, empty: object) -> object:
-    """A state file's JSON, or ``empty`` when it does not exist. A damaged one (cut short
-    by a crash of an older version, edited by hand) is moved aside, named in the log
-    with how to recover, and the server starts without it instead of failing at every
-    start."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return empty
-    except (ValueError, UnicodeDecodeError) as exc:
-        aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
-        os.replace(path, aside)
-        log.error(
-            "%s could not be read (%s); it was moved to %s and the server starts without "
-            "it. To restore it: stop the server, repair the JSON in %s, move it back to "
-            "%s and start the server again.", path, exc, aside, aside, path)
-        return empty

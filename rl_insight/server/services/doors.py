@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from rl_insight.config import Settings
+from rl_insight.files import write_atomic
 from rl_insight.secret import loopback_only
-from rl_insight.server.services.base import write_atomic
 
 USER = "rl-insight"
 WEB_CONFIG = "web.yml"

@@ -17,13 +17,13 @@ import yaml
 
 from rl_insight import netaddr, resources
 from rl_insight.config import Settings
+from rl_insight.files import write_atomic
 from rl_insight.server.services import doors
 from rl_insight.server.services.base import (
     Launch,
     PortUse,
     Service,
     Upstream,
-    write_atomic,
 )
 from rl_insight.server.services.tempo import Tempo
 from rl_insight.server.services.tempo import listen_host as tempo_host

@@ -18,6 +18,7 @@ import yaml
 
 from rl_insight import netaddr
 from rl_insight.config import ConfigError, Settings
+from rl_insight.files import write_atomic
 from rl_insight.secret import loopback_only
 from rl_insight.server import alert_rules
 from rl_insight.server.services import doors
@@ -27,7 +28,6 @@ from rl_insight.server.services.base import (
     Service,
     Upstream,
     version_at_least,
-    write_atomic,
 )
 
 SERVER_JOB = "rl_insight_server"

@@ -12,9 +12,10 @@ import yaml
 
 from rl_insight import netaddr
 from rl_insight.config import ConfigError, Settings
+from rl_insight.files import write_atomic
 from rl_insight.secret import loopback_only
 from rl_insight.server.services import doors
-from rl_insight.server.services.base import Launch, PortUse, Service, Upstream, write_atomic
+from rl_insight.server.services.base import Launch, PortUse, Service, Upstream
 
 # Tempo 2.6.1 with target `all` pins its ingester and generator rings to 127.0.0.1
 # (cmd/tempo/main.go L210-220) and dials 127.0.0.1:<grpc port> for pushes and for the
