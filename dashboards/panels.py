@@ -673,7 +673,7 @@ TIMELINE_TEMPO = (
        kind="table", width=24, height=8),
 )
 
-# -- step anatomy (rl_insight/server/anatomy.py: one sample per step, at the step's end) ---
+# -- step anatomy (server/analyses/anatomy.py: one sample per step, at the step's end) ---
 ST = "rl_insight_step_"
 
 

@@ -63,7 +63,7 @@ def _passthrough(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from rl_insight.server.installer import Installer, InstallError
+    from rl_insight.server.services.installer import Installer, InstallError
 
     settings = _settings(args)
     if args.sha256 and len(args.services or []) != 1:
@@ -182,7 +182,7 @@ def cmd_targets_add(args: argparse.Namespace) -> int:
     upstream rl-insight's form (``jobs:`` holding the list)."""
     import yaml
 
-    from rl_insight.server.targets import TargetError, parse_many
+    from rl_insight.server.ingest.targets import TargetError, parse_many
 
     try:
         data = yaml.safe_load(Path(args.file).read_text())
@@ -361,7 +361,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_alerts(args: argparse.Namespace) -> int:
     """The alerts pending and firing; exit 1 when some fire, 2 when it cannot tell."""
     from rl_insight.api_client import ApiError
-    from rl_insight.server.alerts import run_of
+    from rl_insight.server.analyses.alerts import run_of
 
     try:
         got = _client(args).get("/api/v1/alerts", project=args.project,

@@ -136,7 +136,7 @@ class TraceSettings:
     retry_max_s: float = 5.0
     max_lanes: int = 100_000
     # the text of spans (prompts, completions, reasoning): off (removed), redacted (a
-    # hash and length), full (up to text_max_bytes): rl_insight/server/textpolicy.py
+    # hash and length), full (up to text_max_bytes): rl_insight/server/ingest/textpolicy.py
     text_policy: str = "off"
     text_max_bytes: int = 4096
 
@@ -226,7 +226,7 @@ class AnatomySettings:
 @dataclass
 class AlertSettings:
     """Alerting rules generated for the managed Prometheus (the thresholds of each alert;
-    see rl_insight/server/alert_rules.py)."""
+    see rl_insight/server/analyses/alert_rules.py)."""
 
     enabled: bool = True  # the rule file is written and loaded
     pending_for: str = "1m"  # how long a condition holds before an alert fires (`for:`)

@@ -18,7 +18,7 @@ import requests
 from rl_insight import laneid, netaddr
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
 from rl_insight.secret import TOKEN_ENV
-from rl_insight.server.targets import describe_local_targets
+from rl_insight.server.ingest.targets import describe_local_targets
 
 # the jobs verl registers rollout engines under (rollout_config.name)
 ENGINE_JOBS = ("vllm", "sglang", "vllm_omni")

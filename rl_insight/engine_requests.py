@@ -3,7 +3,7 @@ read as plain records, and what a step's requests say: per role, the latency bre
 and tokens, and the slowest requests (the tail) with their ids and trace ids.
 
 Plain data in and out, no clock and no I/O (as :mod:`rl_insight.anatomy`): the server
-reads the spans (rl_insight/server/engine_requests.py), the step anatomy joins them to
+reads the spans (rl_insight/server/ingest/engine_requests.py), the step anatomy joins them to
 steps, the report and the dashboards show them.
 
 Attributes, as the engines write them:

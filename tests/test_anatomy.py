@@ -21,10 +21,10 @@ from rl_insight.client.steps import StepClock
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
 from rl_insight.export import report
-from rl_insight.server.anatomy import AnatomyStore
+from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.app import create_app
+from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
-from rl_insight.server.supervisor import Supervisor
 
 S = 1_000_000_000  # one second in ns
 
@@ -324,7 +324,7 @@ def test_route_and_report_over_otlp(server):
 def test_a_run_without_step_marks_holds_a_bounded_number_of_spans():
     """Nothing is finalized without marks, so nothing is pruned: the per-lane bound is
     what keeps thousands of busy lanes from growing the server."""
-    from rl_insight.server.anatomy import MAX_SPANS_PER_LANE
+    from rl_insight.server.analyses.anatomy import MAX_SPANS_PER_LANE
 
     store, _ = _store()
     for k in range(MAX_SPANS_PER_LANE + 50):

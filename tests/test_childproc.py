@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rl_insight.server import supervisor
+from rl_insight.server.services import supervisor
 from tests.conftest import REPO, wait_for
 
 PARENT = (

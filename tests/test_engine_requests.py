@@ -29,8 +29,8 @@ from rl_insight import config, explain
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
 from rl_insight.server.app import create_app
+from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
-from rl_insight.server.supervisor import Supervisor
 
 S = 1_000_000_000
 T0 = (int(time.time()) - 120) * S  # the steps ended within the hour: their rows export

@@ -21,7 +21,8 @@ def fresh_python(code: str) -> None:
 
 @pytest.mark.integration  # starts a process
 def test_the_cli_and_the_package_load_no_client_stack_until_used():
-    code = ("import sys, rl_insight.cli, rl_insight.server.supervisor, rl_insight.childproc\n"
+    code = ("import sys, rl_insight.cli, rl_insight.server.services.supervisor, "
+            "rl_insight.childproc\n"
             "heavy = [m for m in sys.modules if m.startswith(('rl_insight.client', "
             "'opentelemetry', 'ray'))]\n"
             "assert not heavy, heavy\n"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rl_insight import config
-from rl_insight.server import binaries
-from rl_insight.server.installer import Installer, parse_checksums
+from rl_insight.server.services import binaries
 from rl_insight.server.services.base import machine_arch
+from rl_insight.server.services.installer import Installer, parse_checksums
 from tests import archives
 
 ARCH = machine_arch()

@@ -1,4 +1,4 @@
-"""The intake's group commit (server/intake.py ``Batches``, store ``batch()``): the
+"""The intake's group commit (server/ingest/intake.py ``Batches``, store ``batch()``): the
 requests of one batch are answered each on its own, a refused one changes nothing and
 takes nothing from the others, a failed commit stores none of them and says so, and the
 spool keeps arrival order; what the server keeps of a finished run goes after its grace.
@@ -16,12 +16,12 @@ import pytest
 from rl_insight import config
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
-from rl_insight.server import intake
-from rl_insight.server.pushstore import PushError
+from rl_insight.server.ingest import intake
+from rl_insight.server.ingest.pushstore import PushError
+from rl_insight.server.ingest.store import Store
 from rl_insight.server.routes.common import HttpError
+from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
-from rl_insight.server.store import Store
-from rl_insight.server.supervisor import Supervisor
 
 PROTOBUF = "application/x-protobuf"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from rl_insight.server import otlp
-from rl_insight.server.lane_stats import LaneStats
+from rl_insight.server.ingest import otlp
+from rl_insight.server.ingest.lane_stats import LaneStats
 
 
 def request(span_ids: list[bytes]) -> ExportTraceServiceRequest:

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
-from rl_insight.server.pushshape import Shape
-from rl_insight.server.pushstore import (
+from rl_insight.server.ingest.pushshape import Shape
+from rl_insight.server.ingest.pushstore import (
     PushError,
     PushStore,
     parse_body,
@@ -19,7 +19,7 @@ from rl_insight.server.pushstore import (
     render_blocks,
     split_blocks,
 )
-from rl_insight.server.store import Store
+from rl_insight.server.ingest.store import Store
 from tests.test_textformat import NAMES, VALUES, bodies
 
 

@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 
 from rl_insight import config
 from rl_insight.server.app import create_app
+from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
-from rl_insight.server.supervisor import Supervisor
 
 GOOD = {"job_name": "vllm", "targets": ["10.0.0.5:8000"], "labels": {"replica": "0"},
         "project": "p", "experiment_name": "e"}

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from rl_insight.server.store import FILE_NAME, SCHEMA_VERSION, Store, StoreError
+from rl_insight.server.ingest.store import FILE_NAME, SCHEMA_VERSION, Store, StoreError
 
 
 @pytest.mark.parametrize("content", [b"", b"not a database" * 100, b"SQLite format 3\x00"

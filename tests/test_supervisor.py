@@ -10,7 +10,7 @@ import pytest
 from rl_insight import netaddr
 from rl_insight.config import SupervisorSettings
 from rl_insight.server.services.base import Launch
-from rl_insight.server.supervisor import Supervisor
+from rl_insight.server.services.supervisor import Supervisor
 from tests.conftest import wait_for
 
 FAST = SupervisorSettings(backoff_initial_s=0.2, backoff_max_s=0.8, stable_after_s=60,
@@ -67,7 +67,7 @@ def test_status_answers_while_a_readiness_probe_hangs(tmp_path, monkeypatch):
     status() (and with it /metrics and the status page) does not wait for it."""
     import threading
 
-    from rl_insight.server import supervisor
+    from rl_insight.server.services import supervisor
 
     held, release = threading.Event(), threading.Event()
 

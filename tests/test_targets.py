@@ -8,9 +8,9 @@ import sqlite3
 
 import pytest
 
-from rl_insight.server.experiments import ExperimentStore
-from rl_insight.server.store import Store
-from rl_insight.server.targets import (
+from rl_insight.server.ingest.experiments import ExperimentStore
+from rl_insight.server.ingest.store import Store
+from rl_insight.server.ingest.targets import (
     LocalTargetLog,
     TargetError,
     TargetStore,
@@ -141,7 +141,7 @@ def test_an_owner_that_never_names_its_run_is_scraped_after_the_grace(tmp_path):
     ({"owner": "ray:s:1", "project": "p"}, "experiment_name must be"),
 ])
 def test_bad_bindings_say_what_is_wrong(body, msg):
-    from rl_insight.server.targets import parse_binding
+    from rl_insight.server.ingest.targets import parse_binding
 
     with pytest.raises(TargetError, match=msg):
         parse_binding(body)

@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rl_insight import config
-from rl_insight.server import otlp
 from rl_insight.server.app import create_app
+from rl_insight.server.ingest import otlp
+from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
-from rl_insight.server.supervisor import Supervisor
 
 PROMPT = "Solve: what is 17 * 23? Think step by step. " * 40  # 1,800 bytes
 REASONING = "17 * 23 = 17 * 20 + 17 * 3 = 340 + 51 = 391. ü"

@@ -11,9 +11,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from rl_insight.config import TraceSettings
 from rl_insight.server import threads
-from rl_insight.server.relay import Relay
-from rl_insight.server.spool import Spool
-from rl_insight.server.store import Store
+from rl_insight.server.ingest.relay import Relay
+from rl_insight.server.ingest.spool import Spool
+from rl_insight.server.ingest.store import Store
 from tests.conftest import wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 

@@ -22,7 +22,7 @@ import yaml
 
 from dashboards import build
 from rl_insight import config
-from rl_insight.server import alert_rules
+from rl_insight.server.analyses import alert_rules
 from rl_insight.server.services import SERVICES
 from rl_insight.server.services.prometheus import TEXT_FIRST
 

@@ -19,7 +19,7 @@ nothing on those spans says whose they are. So, on that first block:
   added). A process with no engine is left alone.
 
 The server reads span attributes first, then the resource's
-(rl_insight/server/engine_requests.py). Spans of a process that never runs a replica
+(rl_insight/server/ingest/engine_requests.py). Spans of a process that never runs a replica
 lane's ``trace_state`` are not stamped; their run comes from the resource, or they are
 counted as unattributed.
 """

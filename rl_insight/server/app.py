@@ -17,9 +17,10 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rl_insight.server import auth
-from rl_insight.server.intake import Direct, answer_error
-from rl_insight.server.otlp import OtlpError
-from rl_insight.server.pushstore import PushError
+from rl_insight.server.ingest.intake import Direct, answer_error
+from rl_insight.server.ingest.otlp import OtlpError
+from rl_insight.server.ingest.pushstore import PushError
+from rl_insight.server.ingest.targets import TargetError
 from rl_insight.server.routes import (
     alerts,
     anatomy,
@@ -32,7 +33,6 @@ from rl_insight.server.routes import (
 )
 from rl_insight.server.routes.common import ClientGone, HttpError, error
 from rl_insight.server.state import ServerState
-from rl_insight.server.targets import TargetError
 from rl_insight.version import __version__
 
 
@@ -95,7 +95,7 @@ def allowed_methods(app: FastAPI, scope) -> list[str]:
             inner = getattr(getattr(route, "original_router", None), "routes", None)
             yield from leaves(inner) if inner is not None else (route,)
 
-    # the intake's methods, answered by the Guard before the app (server/intake.py)
+    # the intake's methods, answered by the Guard before the app (server/ingest/intake.py)
     methods = {m for m in ("PUT", "POST") if Direct.route(m, scope["path"])}
     for route in leaves(app.routes):
         if getattr(route, "methods", None) and route.matches(scope)[0] != Match.NONE:
@@ -109,7 +109,7 @@ INTAKE = ("/v1/traces", "/metrics/", "/api/v1/push/batch")  # writes that carry 
 class Guard:
     """Token check, intake back-pressure, start-time header, request counting: plain
     ASGI (a fraction of what an ``http`` middleware costs per request). Span exports
-    and pushes go down the intake's own path (server/intake.py), the rest to the app."""
+    and pushes go down the intake's own path (server/ingest/intake.py), the rest to the app."""
 
     def __init__(self, app, state: ServerState, token: str, started: str) -> None:
         self.app = app

@@ -20,12 +20,12 @@ import requests
 
 from rl_insight import netaddr, secret
 from rl_insight.config import Settings, env_name
-from rl_insight.server import binaries, runfile
+from rl_insight.server import runfile
 from rl_insight.server.app import create_app
-from rl_insight.server.services import SERVICES
+from rl_insight.server.services import SERVICES, binaries
 from rl_insight.server.services.base import Launch, PortUse
+from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import FULL_GC_EVERY_S, ServerState, ServiceInfo
-from rl_insight.server.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]

@@ -13,18 +13,18 @@ from dataclasses import dataclass
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
-from rl_insight.server.anatomy import AnatomyStore
-from rl_insight.server.engine_requests import RequestMetrics
-from rl_insight.server.experiments import ExperimentStore
-from rl_insight.server.lane_stats import LaneStats
-from rl_insight.server.pushstore import PushStore
-from rl_insight.server.recent import RecentSpans
-from rl_insight.server.relay import Relay
+from rl_insight.server.analyses.anatomy import AnatomyStore
+from rl_insight.server.ingest.engine_requests import RequestMetrics
+from rl_insight.server.ingest.experiments import ExperimentStore
+from rl_insight.server.ingest.lane_stats import LaneStats
+from rl_insight.server.ingest.pushstore import PushStore
+from rl_insight.server.ingest.recent import RecentSpans
+from rl_insight.server.ingest.relay import Relay
+from rl_insight.server.ingest.spool import Spool
+from rl_insight.server.ingest.store import Store
+from rl_insight.server.ingest.targets import LocalTargetLog, TargetStore
 from rl_insight.server.services.prometheus import Prometheus
-from rl_insight.server.spool import Spool
-from rl_insight.server.store import Store
-from rl_insight.server.supervisor import Supervisor
-from rl_insight.server.targets import LocalTargetLog, TargetStore
+from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.threads import supervised
 from rl_insight.version import __version__
 
@@ -107,7 +107,7 @@ class ServerState:
         self.recent = RecentSpans()
         self.anatomy = AnatomyStore(settings.anatomy, finished=self.run_ended)
         self.requests = RequestMetrics()  # rl_insight_request_*
-        from rl_insight.server.selfmetrics import ServerMetrics
+        from rl_insight.server.analyses.selfmetrics import ServerMetrics
 
         self.metrics = ServerMetrics(self)
         self.pushes.reserved = lambda: self.metrics.types
@@ -115,7 +115,7 @@ class ServerState:
         self._forgotten_runs: set[tuple[str, str]] = set()  # past their grace at the last look
         self._thread = supervised("rl-insight-maintain", self._maintain, self._stop)
         self._discovery: threading.Thread | None = None
-        # the intake's work, in arrival order, off the event loop (server/intake.py)
+        # the intake's work, in arrival order, off the event loop (server/ingest/intake.py)
         self.intake_pool = ThreadPoolExecutor(1, thread_name_prefix="rl-insight-intake")
         # seconds between full collections: set by the server process, which tunes its
         # collector for them (lifecycle._tune_gc); a state embedded elsewhere leaves the

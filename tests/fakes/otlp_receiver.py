@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from rl_insight.server.otlp import iter_spans
+from rl_insight.server.ingest.otlp import iter_spans
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
-from rl_insight.server import otlp
-from rl_insight.server.pushstore import PushError, PushStore
-from rl_insight.server.store import Store
+from rl_insight.server.ingest import otlp
+from rl_insight.server.ingest.pushstore import PushError, PushStore
+from rl_insight.server.ingest.store import Store
 from tests.conftest import Cli, free_port_overrides
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from rl_insight.server import alerts
+from rl_insight.server.analyses import alerts
 from rl_insight.server.state import ServerState
 
 

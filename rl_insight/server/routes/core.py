@@ -1,5 +1,5 @@
 """Liveness, the services report, and /metrics (the server's own metrics merged with
-every pushed group: rl_insight.server.pushstore.PushStore.exposition)."""
+every pushed group: rl_insight.server.ingest.pushstore.PushStore.exposition)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def router(state: ServerState) -> APIRouter:
     @r.get("/", summary="The status page (HTML)", response_class=HTMLResponse)
     def status_page() -> HTMLResponse:
         from rl_insight import netaddr
-        from rl_insight.server import alerts, promapi, statuspage
+        from rl_insight.server.analyses import alerts, promapi, statuspage
         from rl_insight.server.state import prometheus_auth, prometheus_url
 
         report = state.services_report()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from rl_insight.server import promapi
+from rl_insight.server.analyses import promapi
 from rl_insight.server.routes import schema
 from rl_insight.server.routes.common import HttpError, json_body
 from rl_insight.server.state import ServerState, prometheus_auth, prometheus_url

@@ -1,7 +1,7 @@
 """The Pushgateway-compatible routes the app answers: DELETE /metrics/job/<job>{/<l>/<v>}
 and POST /api/v1/push/batch (several groups in one request, each applied with the same
 rules and answered on its own). PUT and POST /metrics/... never reach the app: the Guard
-answers them on the intake's own path (server/intake.py); the schema documents them
+answers them on the intake's own path (server/ingest/intake.py); the schema documents them
 (routes/schema.py ``INTAKE_PATHS``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from rl_insight.server.pushstore import PushError, check_grouping, parse_grouping_key
+from rl_insight.server.ingest.pushstore import PushError, check_grouping, parse_grouping_key
 from rl_insight.server.routes import schema
 from rl_insight.server.routes.common import HttpError, json_body
 from rl_insight.server.state import ServerState

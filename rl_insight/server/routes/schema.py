@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl_insight.server.targets import HARDWARE_JOBS, JOB_RE, OWNER_RE, RESERVED_LABELS
+from rl_insight.server.ingest.targets import HARDWARE_JOBS, JOB_RE, OWNER_RE, RESERVED_LABELS
 
 # [a-zA-Z_][a-zA-Z0-9_]* not starting with "__", written without a lookahead
 LABEL_NAME = r"^(?:[a-zA-Z][a-zA-Z0-9_]*|_[a-zA-Z0-9][a-zA-Z0-9_]*|_)$"
@@ -133,7 +133,7 @@ def _push_operation(summary: str, operation_id: str) -> dict[str, Any]:
                           **{str(c): v for c, v in answers(*WRITE, 409, 415, 429).items()}}}
 
 
-# The intake's routes: answered by the Guard on the intake's own path (server/intake.py),
+# The intake's routes: answered by the Guard on the intake's own path (server/ingest/intake.py),
 # never by the app, so described here, once
 INTAKE_PATHS: dict[str, dict[str, Any]] = {
     "/metrics/job/{job}": {

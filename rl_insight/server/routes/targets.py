@@ -5,10 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from rl_insight.server.routes import schema
-from rl_insight.server.routes.common import HttpError, json_body
-from rl_insight.server.state import ServerState
-from rl_insight.server.targets import (
+from rl_insight.server.ingest.targets import (
     LocalTargetLog,
     TargetError,
     check_allowed,
@@ -17,6 +14,9 @@ from rl_insight.server.targets import (
     parse_registration,
     resolve_local,
 )
+from rl_insight.server.routes import schema
+from rl_insight.server.routes.common import HttpError, json_body
+from rl_insight.server.state import ServerState
 
 MAX_BODY = 4 * 1024 * 1024
 

@@ -1,6 +1,6 @@
 """What the server read from the spans it took: the recent lane states and engine
 requests of a run, and per-lane statistics. The spans themselves (POST /v1/traces) never
-reach the app: the Guard answers them on the intake's own path (server/intake.py); the
+reach the app: the Guard answers them on the intake's own path (server/ingest/intake.py); the
 schema documents that route (routes/schema.py ``INTAKE_PATHS``)."""
 
 from __future__ import annotations

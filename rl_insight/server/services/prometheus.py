@@ -20,7 +20,7 @@ from rl_insight import netaddr
 from rl_insight.config import ConfigError, Settings
 from rl_insight.files import write_atomic
 from rl_insight.secret import loopback_only
-from rl_insight.server import alert_rules
+from rl_insight.server.analyses import alert_rules
 from rl_insight.server.services import doors
 from rl_insight.server.services.base import (
     Launch,
@@ -256,8 +256,8 @@ class Prometheus(Service):
         self.targets_dir(settings).mkdir(parents=True, exist_ok=True)
         config = work / "prometheus.yml"
         self.write_secrets(settings)
-        from rl_insight.server.binaries import locate, probe_version
         from rl_insight.server.services.alertmanager import Alertmanager
+        from rl_insight.server.services.binaries import locate, probe_version
 
         if settings.alerts.enabled:
             alert_rules.write(settings)

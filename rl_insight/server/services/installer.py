@@ -19,8 +19,7 @@ from pathlib import Path
 import requests
 
 from rl_insight.config import Settings
-from rl_insight.server import binaries
-from rl_insight.server.services import SERVICES
+from rl_insight.server.services import SERVICES, binaries
 from rl_insight.server.services.base import Service, machine_arch, version_at_least
 
 Say = Callable[[str], None]

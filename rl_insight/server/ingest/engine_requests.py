@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from rl_insight import laneid
 from rl_insight.engine_requests import Request
-from rl_insight.server.otlp import value_of
+from rl_insight.server.ingest.otlp import value_of
 
 REQUEST_SPANS = ("llm_request",)
 MARK = "gen_ai.latency.e2e"  # an engine's request span, whatever its name

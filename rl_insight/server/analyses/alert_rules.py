@@ -178,7 +178,7 @@ def target_down(settings: Settings) -> dict:
 def dropping_events(settings: Settings, for_: str) -> dict:
     w = duration("alerts.dropped_window", settings.alerts.dropped_window, nonzero=True)
     # the hub's (collector/hub.py), the lane actors' (collector/lanes.py) and the
-    # server's own (server/selfmetrics.py) drop counters; a `counter` label tells them
+    # server's own (server/analyses/selfmetrics.py) drop counters; a `counter` label tells them
     # apart, as increase() drops the names
     parts = [f'label_replace(increase({name}[{w}]) > 0, "counter", "{label}", "", "")'
              for name, label in (("rl_insight_hub_events_dropped_total", "hub_events"),

@@ -199,7 +199,7 @@ class AnatomyStore:
                 self._run((project, experiment)).add_span(lane, state, start, end, step)
 
     def add_requests(self, rows: Iterable[tuple[str, str, Request]]) -> None:
-        """Engine request spans of runs (rl_insight/server/engine_requests.py), held until
+        """Engine request spans of runs (rl_insight/server/ingest/engine_requests.py), held until
         the step they ended in is final."""
         if not self.settings.enabled:
             return

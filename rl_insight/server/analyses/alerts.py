@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
-from rl_insight.server import promapi
+from rl_insight.server.analyses import promapi
 from rl_insight.server.services import doors
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import Any
 
 from rl_insight import laneid, netaddr
 from rl_insight.files import migrated, read_state_json, write_atomic
-from rl_insight.server.pushstore import valid_label_name
-from rl_insight.server.store import Store
+from rl_insight.server.ingest.pushstore import valid_label_name
+from rl_insight.server.ingest.store import Store
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
 HARDWARE_JOBS = ("node-exporter", "dcgm-exporter", "npu-exporter")

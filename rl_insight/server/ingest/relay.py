@@ -18,8 +18,8 @@ import time
 import requests
 
 from rl_insight.config import TraceSettings
-from rl_insight.server.otlp import PROTOBUF
-from rl_insight.server.spool import Spool
+from rl_insight.server.ingest.otlp import PROTOBUF
+from rl_insight.server.ingest.spool import Spool
 from rl_insight.server.threads import supervised
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ import asyncio
 import json
 import logging
 
-from rl_insight.server import engine_requests, otlp, textpolicy
-from rl_insight.server.otlp import OtlpError
-from rl_insight.server.pushstore import PushError, parse_grouping_key
+from rl_insight.server.ingest import engine_requests, otlp, textpolicy
+from rl_insight.server.ingest.otlp import OtlpError
+from rl_insight.server.ingest.pushstore import PushError, parse_grouping_key
 from rl_insight.server.routes.common import ClientGone, HttpError, read_asgi_body, text_body
 from rl_insight.server.state import ServerState
 

@@ -28,9 +28,9 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from rl_insight.config import PushSettings
-from rl_insight.server import textformat
-from rl_insight.server.pushshape import Block, Shape, exposed_name, split
-from rl_insight.server.store import Store
+from rl_insight.server.ingest import textformat
+from rl_insight.server.ingest.pushshape import Block, Shape, exposed_name, split
+from rl_insight.server.ingest.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rl_insight.files import migrated, read_state_json
-from rl_insight.server.store import Store
+from rl_insight.server.ingest.store import Store
 
 
 @dataclass
