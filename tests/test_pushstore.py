@@ -179,7 +179,7 @@ def test_total_series_follows_every_change(tmp_path):
 def test_a_groups_blocks_are_what_generate_latest_writes(text):
     """The exposition a group caches (render_blocks) is prometheus_client's, line for
     line, for every body a push accepts."""
-    try:  # a body arrives as bytes the route decodes as strict UTF-8 (routes/common.py):
+    try:  # a body arrives as bytes the route decodes as strict UTF-8 (server/httpio.py):
         text.encode()  # a lone surrogate never reaches parse_body
     except UnicodeEncodeError:
         return

@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rl_insight.server import auth
+from rl_insight.server.httpio import ClientGone, HttpError, error
 from rl_insight.server.ingest.intake import Direct, answer_error
 from rl_insight.server.ingest.otlp import OtlpError
 from rl_insight.server.ingest.pushstore import PushError
@@ -31,7 +32,6 @@ from rl_insight.server.routes import (
     targets,
     traces,
 )
-from rl_insight.server.routes.common import ClientGone, HttpError, error
 from rl_insight.server.state import ServerState
 from rl_insight.version import __version__
 

@@ -282,7 +282,7 @@ def token_advice(settings: Settings, how: str, show: bool = True) -> list[str]:
 
 def door_advice(settings: Settings) -> list[str]:
     """Where the passwords of the services beyond loopback are (never the passwords)."""
-    from rl_insight.server.services import doors
+    from rl_insight.server import doors
 
     out = []
     for service in doors.GUARDED:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rl_insight import netaddr
 from rl_insight.config import Settings
 from rl_insight.server.analyses.anatomy import AnatomyStore
+from rl_insight.server.endpoints import relay_url
 from rl_insight.server.ingest.engine_requests import RequestMetrics
 from rl_insight.server.ingest.experiments import ExperimentStore
 from rl_insight.server.ingest.lane_stats import LaneStats
@@ -50,30 +51,9 @@ class ServiceInfo:
     message: str = ""
 
 
-def relay_url(settings: Settings) -> str:
-    if settings.traces.relay_url:
-        return settings.traces.relay_url
-    from rl_insight.server.services.tempo import listen_host
-
-    return netaddr.http_url(listen_host(settings), settings.tempo.otlp_http_port,
-                            "/v1/traces")
-
-
 # a burst of registrations is written to the discovery files once, this long after its
 # first change (targets.py start_writer); Prometheus re-reads them every 5 s anyway
 DISCOVERY_DELAY_S = 0.2
-
-
-def prometheus_url(settings: Settings) -> str:
-    return netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
-                            settings.prometheus.port)
-
-
-def prometheus_auth(settings: Settings) -> tuple[str, str] | None:
-    """What a request to the managed Prometheus carries (services/doors.py)."""
-    from rl_insight.server.services import doors
-
-    return doors.basic_auth(settings, "prometheus")
 
 
 class ServerState:

@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from rl_insight import netaddr
 from rl_insight.config import Settings
 from rl_insight.server.analyses import promapi
-from rl_insight.server.services import doors
+from rl_insight.server.endpoints import (
+    alertmanager_auth,
+    alertmanager_url,
+    prometheus_auth,
+    prometheus_url,
+)
 
 if TYPE_CHECKING:
     from rl_insight.server.state import ServiceInfo
@@ -24,11 +28,6 @@ OK = "ok"
 # Alertmanager's alert states (api/v2 alertStatus.state), in words
 NOTIFICATION = {"active": "sent to receivers", "suppressed": "silenced",
                 "unprocessed": "received, not yet routed"}
-
-
-def alertmanager_url(settings: Settings) -> str:
-    return netaddr.http_url(netaddr.local_host(settings.bind_host("alertmanager")),
-                            settings.alertmanager.port)
 
 
 def _runs(service: ServiceInfo | None) -> tuple[bool, str]:
@@ -71,7 +70,6 @@ def report(settings: Settings, services: Mapping[str, ServiceInfo],
            timeout: float = 3.0) -> dict:
     """Every pending and firing alert (of one run, if named), firing first; and whether
     Prometheus and Alertmanager answered."""
-    from rl_insight.server.state import prometheus_url
 
     out: dict = {"alerts": [], "prometheus": OK, "alertmanager": OK,
                  "rules": "loaded" if settings.alerts.enabled else
@@ -83,8 +81,7 @@ def report(settings: Settings, services: Mapping[str, ServiceInfo],
                         "`rl-insight server status` shows what runs")
         return out
     try:
-        raw = promapi.alerts(prometheus_url(settings), timeout,
-                             doors.basic_auth(settings, "prometheus"))
+        raw = promapi.alerts(prometheus_url(settings), timeout, prometheus_auth(settings))
     except promapi.ApiUnavailable as exc:
         out["prometheus"] = str(exc)
         out["error"] = (f"cannot tell which alerts fire: {exc}. Prometheus may be starting "
@@ -101,7 +98,7 @@ def report(settings: Settings, services: Mapping[str, ServiceInfo],
     else:
         try:
             notified = _notification(promapi.alertmanager_alerts(
-                alertmanager_url(settings), timeout, doors.basic_auth(settings, "alertmanager")))
+                alertmanager_url(settings), timeout, alertmanager_auth(settings)))
         except promapi.ApiUnavailable as exc:
             out["alertmanager"] = str(exc)
     for row in rows:

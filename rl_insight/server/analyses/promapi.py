@@ -16,7 +16,7 @@ class ApiUnavailable(RuntimeError):
 def get_json(base_url: str, path: str, params: dict | None = None,
              timeout: float = 3.0, auth: tuple[str, str] | None = None) -> Any:
     """GET ``base_url + path`` and return the decoded JSON; raise ApiUnavailable.
-    ``auth``: the service's basic auth (services/doors.py), when it listens beyond
+    ``auth``: the service's basic auth (server/doors.py), when it listens beyond
     loopback."""
     url = base_url.rstrip("/") + path
     try:

@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import TYPE_CHECKING
 
+from rl_insight.server.httpio import ClientGone, HttpError, read_asgi_body, text_body
 from rl_insight.server.ingest import engine_requests, otlp, textpolicy
 from rl_insight.server.ingest.otlp import OtlpError
 from rl_insight.server.ingest.pushstore import PushError, parse_grouping_key
-from rl_insight.server.routes.common import ClientGone, HttpError, read_asgi_body, text_body
-from rl_insight.server.state import ServerState
+
+if TYPE_CHECKING:  # the state the intake works on; it imports nothing of it
+    from rl_insight.server.state import ServerState
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from rl_insight.server.httpio import HttpError
 from rl_insight.server.routes import schema
-from rl_insight.server.routes.common import HttpError
 from rl_insight.server.state import ServerState
 
 

@@ -18,7 +18,7 @@ def router(state: ServerState) -> APIRouter:
     def status_page() -> HTMLResponse:
         from rl_insight import netaddr
         from rl_insight.server.analyses import alerts, promapi, statuspage
-        from rl_insight.server.state import prometheus_auth, prometheus_url
+        from rl_insight.server.endpoints import prometheus_auth, prometheus_url
 
         report = state.services_report()
         health = promapi.target_health(prometheus_url(state.settings), timeout=1.0,

@@ -7,9 +7,10 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server.analyses import promapi
+from rl_insight.server.endpoints import prometheus_auth, prometheus_url
+from rl_insight.server.httpio import HttpError, json_body
 from rl_insight.server.routes import schema
-from rl_insight.server.routes.common import HttpError, json_body
-from rl_insight.server.state import ServerState, prometheus_auth, prometheus_url
+from rl_insight.server.state import ServerState
 
 
 async def identity(request: Request) -> tuple[str, str]:

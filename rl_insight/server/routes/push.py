@@ -9,9 +9,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from rl_insight.server.httpio import HttpError, json_body
 from rl_insight.server.ingest.pushstore import PushError, check_grouping, parse_grouping_key
 from rl_insight.server.routes import schema
-from rl_insight.server.routes.common import HttpError, json_body
 from rl_insight.server.state import ServerState
 
 MAX_BATCH_GROUPS = 10_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
+from rl_insight.server.httpio import HttpError, json_body
 from rl_insight.server.ingest.targets import (
     LocalTargetLog,
     TargetError,
@@ -15,7 +16,6 @@ from rl_insight.server.ingest.targets import (
     resolve_local,
 )
 from rl_insight.server.routes import schema
-from rl_insight.server.routes.common import HttpError, json_body
 from rl_insight.server.state import ServerState
 
 MAX_BODY = 4 * 1024 * 1024
@@ -102,7 +102,7 @@ def router(state: ServerState) -> APIRouter:
                                                "answers one it cannot parse"})) -> dict:
         import requests
 
-        from rl_insight.server.state import prometheus_auth, prometheus_url
+        from rl_insight.server.endpoints import prometheus_auth, prometheus_url
 
         prom = state.services.get("prometheus")
         # switched off by configuration, there is nothing to query here (404); switched

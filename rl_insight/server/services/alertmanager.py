@@ -16,8 +16,8 @@ import yaml
 from rl_insight import netaddr
 from rl_insight.config import ConfigError, Settings
 from rl_insight.files import write_atomic
+from rl_insight.server import doors
 from rl_insight.server.analyses.alert_rules import duration
-from rl_insight.server.services import doors
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream
 
 RECEIVER = "rl-insight"

@@ -98,7 +98,7 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     # commands run once each time the service turns ready: (argv, text on stdin)
     after_ready: list[tuple[list[str], str]] = field(default_factory=list)
-    # (user, password) the readiness probe sends: services/doors.py
+    # (user, password) the readiness probe sends: server/doors.py
     ready_auth: tuple[str, str] | None = None
 
 

@@ -18,7 +18,8 @@ import yaml
 from rl_insight import netaddr, resources
 from rl_insight.config import Settings
 from rl_insight.files import write_atomic
-from rl_insight.server.services import doors
+from rl_insight.server import doors
+from rl_insight.server.endpoints import tempo_host
 from rl_insight.server.services.base import (
     Launch,
     PortUse,
@@ -26,7 +27,6 @@ from rl_insight.server.services.base import (
     Upstream,
 )
 from rl_insight.server.services.tempo import Tempo
-from rl_insight.server.services.tempo import listen_host as tempo_host
 
 log = logging.getLogger(__name__)
 FOLDER = "RL-Insight"

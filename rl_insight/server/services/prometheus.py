@@ -20,8 +20,8 @@ from rl_insight import netaddr
 from rl_insight.config import ConfigError, Settings
 from rl_insight.files import write_atomic
 from rl_insight.secret import loopback_only
+from rl_insight.server import doors
 from rl_insight.server.analyses import alert_rules
-from rl_insight.server.services import doors
 from rl_insight.server.services.base import (
     Launch,
     PortUse,

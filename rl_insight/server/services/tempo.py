@@ -11,10 +11,10 @@ from pathlib import Path
 import yaml
 
 from rl_insight import netaddr
-from rl_insight.config import ConfigError, Settings
+from rl_insight.config import Settings
 from rl_insight.files import write_atomic
-from rl_insight.secret import loopback_only
-from rl_insight.server.services import doors
+from rl_insight.server import doors
+from rl_insight.server.endpoints import tempo_host
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream
 
 # Tempo 2.6.1 with target `all` pins its ingester and generator rings to 127.0.0.1
@@ -23,10 +23,6 @@ from rl_insight.server.services.base import Launch, PortUse, Service, Upstream
 # internal gRPC server listens on loopback, where those calls arrive. Nothing outside the
 # process uses it (Grafana talks HTTP; OTLP has its own listeners).
 INTERNAL_GRPC_HOST = "127.0.0.1"
-# Tempo checks no credential on any port (its HTTP API and OTLP receivers take anything
-# from anyone), so all of them listen on loopback, whatever `host` says: spans arrive
-# through the server's /v1/traces (its token) and its relay; Grafana queries it locally
-LOOPBACK = "127.0.0.1"
 
 
 class Tempo(Service):
@@ -39,7 +35,7 @@ class Tempo(Service):
     )
 
     def ports(self, settings: Settings) -> list[PortUse]:
-        t, host = settings.tempo, listen_host(settings)
+        t, host = settings.tempo, tempo_host(settings)
         return [
             PortUse("tempo.port", host, t.port),
             PortUse("tempo.grpc_port", INTERNAL_GRPC_HOST, t.grpc_port),
@@ -54,7 +50,7 @@ class Tempo(Service):
     def render(self, settings: Settings) -> dict:
         """tempo.yaml as plain data (keys checked against Tempo 2.6.1's config structs by
         tests/test_upstream_keys.py; Tempo refuses unknown keys)."""
-        t, host = settings.tempo, listen_host(settings)
+        t, host = settings.tempo, tempo_host(settings)
         data = self.data_dir(settings)
         out: dict = {
             "target": "all",
@@ -109,18 +105,8 @@ class Tempo(Service):
         config = work / "tempo.yaml"
         write_atomic(config, yaml.safe_dump(self.render(settings), sort_keys=False))
         self.data_dir(settings).mkdir(parents=True, exist_ok=True)
-        host = listen_host(settings)
+        host = tempo_host(settings)
         return Launch(self.name, [str(binary), f"-config.file={config}"],
                       netaddr.http_url(host, settings.tempo.port, "/ready"),
                       settings.tempo.port, cwd=str(work))
 
-
-def listen_host(settings: Settings) -> str:
-    """Loopback (``LOOPBACK``); a ``tempo.host`` beyond it is refused, saying why."""
-    own = settings.tempo.host
-    if own and not loopback_only(own):
-        raise ConfigError(f"tempo.host={own}: Tempo checks no credential, so it listens "
-                          "on loopback only; training processes send spans to the server "
-                          "(its /v1/traces, with the token) and Grafana reads Tempo on "
-                          "this machine. Remove tempo.host")
-    return own or LOOPBACK

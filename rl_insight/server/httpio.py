@@ -1,4 +1,5 @@
-"""Helpers every route module uses: bounded body reading and error answers."""
+"""HTTP bodies read within their limits and refusals answered as {"error": ...}: what the
+routes and the intake's own ASGI path share (floor 1 of the server)."""
 
 from __future__ import annotations
 
