@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.rl-insight-installed
 
 # the integration tier in 2 xdist workers: on the project's 2-core machine the suite
 # waits on processes (Ray, Prometheus, simulated steps) more than it computes, and 2
-# workers took it from 17 to under 9 minutes (README, "Tests"); more did not pay there
+# workers took it from 17 to under 9 minutes (docs/development.md, "Tests"); more did not pay there
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup system-deps test test-fast lint demo bench bench-quick bench-scale bench-tier \

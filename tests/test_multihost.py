@@ -102,7 +102,7 @@ def world(tmp_path_factory):
         assert r.returncode == 0, r.stdout + r.stderr
         # Step 3, from the operator's machine: the runtime env, then the job
         env_file = tmp / "env.yaml"
-        # this server scrapes every second: the README says to set the lanes' tick as
+        # this server scrapes every second: docs/collecting.md says to set the lanes' tick as
         # short, or states shorter than the 5 s tick never reach the sampled timeline
         r = subprocess.run([PY, "-m", "rl_insight.cli", "ray-env", "--server-url", url],
                            env=client_env(RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="1"),

@@ -74,7 +74,7 @@ def platform(tmp_path_factory):
     env = cluster.env(RL_INSIGHT_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}/v1/traces",
                       RL_INSIGHT_HOME=str(tmp / "home"),
                       RL_INSIGHT_CLIENT_METRICS_PORT=str(hub_port),
-                      # the lanes tick as often as the platform scrapes (README)
+                      # the lanes tick as often as the platform scrapes (docs/collecting.md)
                       RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="1")
     try:
         r = subprocess.run(

@@ -397,7 +397,7 @@ def test_hub_and_lanes_are_inspectable_from_ray(stack, cluster):
 @pytest.mark.skipif(not __import__("shutil").which("chromium"),
                     reason="Debian's chromium is installed by `make system-deps`")
 def test_rays_own_dashboard_lists_the_hub_with_what_it_holds(stack, tmp_path):
-    """The README's picture, as a test: Ray's dashboard (its actors page, rendered by
+    """docs/collecting.md's picture, as a test: Ray's dashboard (its actors page, rendered by
     headless Chromium) shows the hub's repr. A cluster of its own: the page shows ten
     actors, and the shared cluster's lane actors would push the hub off it."""
     from tests.raycluster import RayCluster

@@ -276,8 +276,8 @@ def test_the_external_prometheus_block_passes_promtool(tmp_path):
     (https_server, _) = yaml.safe_load(external_config_text("https://mon.example/rli/"))[
         "scrape_configs"]
     assert (https_server["scheme"], https_server["metrics_path"]) == ("https", "/rli/metrics")
-    # the README shows exactly this block for its example address
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    # docs/server.md shows exactly this block for its example address
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "server.md").read_text()
     assert external_config_text("http://10.0.0.5:18080") in readme
     # the CLI prints exactly this text
     import contextlib

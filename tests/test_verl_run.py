@@ -101,7 +101,7 @@ os.environ["VERL_RL_INSIGHT_ENABLE"] = "1"
 ray.init(address="auto", runtime_env={"env_vars": {
     "VERL_RL_INSIGHT_ENABLE": "1", "RL_INSIGHT_SERVER_URL": URL,
     "TQ_METRICS_COLLECT_INTERVAL": "1",  # TransferQueue's gauges: every 1 s, not 10
-    # lanes tick as often as this server's Prometheus scrapes (1 s; README: the tick)
+    # lanes tick as often as this server's Prometheus scrapes (1 s; docs/collecting.md: the tick)
     "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"}})
 COLLECT_S = 1.0
 ray.cloudpickle.register_pickle_by_value(fake_engines)

@@ -77,7 +77,7 @@ def ray_world():
         cluster = RayCluster(work, extra_env={
             "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
             "TQ_METRICS_COLLECT_INTERVAL": "1",
-            # lanes tick as often as this world's Prometheus scrapes (README: the tick)
+            # lanes tick as often as this world's Prometheus scrapes (docs/collecting.md: the tick)
             "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"}).start()
         yield RayWorld(cli, url, cluster, tempo, hook)
     finally:

@@ -20,7 +20,7 @@ GROUP = "rl_insight"
 RULE_FILE = "rl-insight-alerts.yml"
 RUN = ("project", "experiment_name")
 ACTIVE = "rl_insight_experiment_active == 1"
-# the jobs of registered engine and TransferQueue targets (see the README's target table)
+# the jobs of registered engine and TransferQueue targets (docs/server.md, the target table)
 ENGINE_JOBS = ("vllm", "sglang", "vllm_omni", "transfer_queue", "transfer_queue_storage")
 # Prometheus' duration syntax (prometheus/common model.ParseDuration)
 _DURATION_RE = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")

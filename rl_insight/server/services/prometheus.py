@@ -106,7 +106,7 @@ def external_scrape_configs(server_url: str, refresh_interval: str = "30s",
 def external_config_text(server_url: str, refresh_interval: str = "30s",
                          token_file: str = "") -> str:
     """``external_scrape_configs`` as the YAML an operator pastes into prometheus.yml
-    (README and the test use this same text)."""
+    (docs/server.md and the test use this same text)."""
     body = yaml.safe_dump({"scrape_configs": external_scrape_configs(
         server_url, refresh_interval, token_file)}, sort_keys=False)
     where = f"# {token_file} holds the server's token (RL_INSIGHT_TOKEN), readable by " \
