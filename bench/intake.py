@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -114,6 +115,22 @@ def start_server(code: Path, home: Path, sink: Sink, plain_http: bool = False
         time.sleep(0.2)
     proc.kill()
     raise RuntimeError(f"the server in {code} did not become ready; see {home}/logs")
+
+
+@contextmanager
+def running_server(code: Path, sink: Sink, plain_http: bool = False):
+    """``(url, pid)`` of a server of ``code`` in a home of its own, stopped and its home
+    removed afterwards, whatever happened."""
+    home = Path(tempfile.mkdtemp(prefix="rli-bench-"))
+    proc, url = start_server(code, home, sink, plain_http)
+    try:
+        yield url, server_pid(home)
+    finally:
+        subprocess.run([sys.executable, "-m", "rl_insight.cli", "server", "stop"],
+                       env={**os.environ, "RL_INSIGHT_HOME": str(home),
+                            "PYTHONPATH": str(code)}, cwd=code, capture_output=True)
+        proc.kill()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def lane_requests(n: int) -> list[list[tuple[str, str, bytes, str]]]:
@@ -212,10 +229,7 @@ def server_pid(home: Path) -> int:
 
 
 def measure(code: Path, label: str, args, sink: Sink, overload: bool) -> dict:
-    home = Path(tempfile.mkdtemp(prefix="rli-intake-"))
-    proc, url = start_server(code, home, sink, plain_http=code != REPO)
-    try:
-        pid = server_pid(home)
+    with running_server(code, sink, plain_http=code != REPO) as (url, pid):
         # warm-up: imports, and every lane's groups exist before the measurement
         drive(url, pid, args.connections, args.lanes, max(3.0, args.lanes / 200), 0)
         row = {"code": label, **drive(url, pid, args.connections, args.lanes, args.seconds,
@@ -229,12 +243,6 @@ def measure(code: Path, label: str, args, sink: Sink, overload: bool) -> dict:
             print(json.dumps(over), flush=True)
             rows.append(over)
         return {"rows": rows}
-    finally:
-        subprocess.run([sys.executable, "-m", "rl_insight.cli", "server", "stop"],
-                       env={**os.environ, "RL_INSIGHT_HOME": str(home),
-                            "PYTHONPATH": str(code)}, cwd=code, capture_output=True)
-        proc.kill()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def main() -> int:

@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import save  # noqa: E402
-from bench.intake import Sink, lane_requests, server_pid, start_server, worktree  # noqa: E402
+from bench.intake import Sink, lane_requests, running_server, worktree  # noqa: E402
 from bench.scale_lanes import Conn  # noqa: E402
 
 BASELINE = "b9f1b14"  # discovery files written inside the transaction, under its lock
@@ -109,10 +108,7 @@ def phase(url: str, args, registrations: int) -> dict:
 
 
 def measure(code: Path, label: str, args, sink: Sink) -> dict:
-    home = Path(tempfile.mkdtemp(prefix="rli-registrations-"))
-    proc, url = start_server(code, home, sink, plain_http=False)
-    try:
-        server_pid(home)
+    with running_server(code, sink) as (url, _pid):
         phase(url, argparse.Namespace(**{**vars(args), "seconds": 5.0}), 0)  # warm-up
         alone = phase(url, args, 0)
         with_burst = phase(url, args, args.registrations)
@@ -120,12 +116,6 @@ def measure(code: Path, label: str, args, sink: Sink) -> dict:
                "p99_ratio": with_burst["p99_ms"] / alone["p99_ms"]}
         print(json.dumps(row), flush=True)
         return row
-    finally:
-        subprocess.run([sys.executable, "-m", "rl_insight.cli", "server", "stop"],
-                       env={**os.environ, "RL_INSIGHT_HOME": str(home),
-                            "PYTHONPATH": str(code)}, cwd=code, capture_output=True)
-        proc.kill()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def main() -> int:

@@ -36,9 +36,7 @@ import os
 import random
 import shutil
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -61,7 +59,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as Span_pb  # noqa: E402
 
 from bench.common import save  # noqa: E402
-from bench.intake import Sink, server_pid, start_server  # noqa: E402
+from bench.intake import Sink, running_server  # noqa: E402
 from bench.scale_lanes import Conn  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
 from rl_insight.events import Identity, Span  # noqa: E402
@@ -435,19 +433,11 @@ def main() -> int:
              ("with request spans", args.rate, args.minutes * 60, False)]
             + [(f"ramp {float(r):,.0f}/min", float(r), args.ramp_seconds, True)
                for r in args.ramp.split(",") if r]):
-        home = Path(tempfile.mkdtemp(prefix="rli-requests-"))
-        proc, url = start_server(REPO, home, sink)
-        try:
-            row = phase(url, server_pid(home), label.replace(" ", "-").replace(",", ""),
-                        rate, seconds, args)
+        with running_server(REPO, sink) as (url, pid):
+            row = phase(url, pid, label.replace(" ", "-").replace(",", ""), rate, seconds,
+                        args)
             row["label"] = label
             rows.append(row)
-        finally:
-            subprocess.run([sys.executable, "-m", "rl_insight.cli", "server", "stop"],
-                           env={**os.environ, "RL_INSIGHT_HOME": str(home)}, cwd=REPO,
-                           capture_output=True)
-            proc.kill()
-            shutil.rmtree(home, ignore_errors=True)
         if ramp and (row["lost"] or row["lost_at_server"]):
             break  # where it stops
     off, on = rows[0], rows[1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.server
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
@@ -79,10 +80,11 @@ class Engine:
         return encode_spans(spans).SerializeToString()
 
 
-@pytest.fixture
-def server(tmp_path):
+@contextmanager
+def in_process(tmp_path, *overrides: str):
+    """The server's app and state in this process, on the real database."""
     s = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
-                    overrides=["anatomy.settle_s=0", "anatomy.gpus_per_replica=2"])
+                    overrides=["anatomy.settle_s=0", *overrides])
     state = ServerState(s, Supervisor(s.supervisor, s.logs_dir))
     state.open()
     try:
@@ -90,6 +92,12 @@ def server(tmp_path):
             yield c, state
     finally:
         state.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    with in_process(tmp_path, "anatomy.gpus_per_replica=2") as both:
+        yield both
 
 
 def post(c, body: bytes) -> None:
@@ -222,33 +230,26 @@ def test_a_request_span_joins_the_step_it_ended_in(server):
 
 
 def test_requests_over_the_runs_cap_are_named_on_their_step_not_lost_silently(tmp_path):
-    s = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
-                    overrides=["anatomy.settle_s=0", "anatomy.max_requests_per_run=5"])
-    state = ServerState(s, Supervisor(s.supervisor, s.logs_dir))
-    state.open()
-    try:
-        with TestClient(create_app(state)) as c:
-            run = Identity("p", "cap")
-            post(c, lanes_and_marks(run, 3, {}))
-            eng = Engine({"project": "p", "experiment_name": "cap", "replica": "0"})
-            normal_requests(eng, 3, 0, {})  # 8 requests ending in step 3; 5 are held
-            post(c, eng.body())
-            c.post("/api/v1/experiments/finish", json={"project": "p",
-                                                       "experiment_name": "cap"})
-            rows = c.get("/api/v1/anatomy", params={"project": "p",
-                                                    "experiment_name": "cap"}).json()["steps"]
-            by_step = {r["step"]: r for r in rows}
-            assert by_step[3]["requests"]["rollout"]["requests"] == 5
-            assert by_step[3]["requests_dropped"] == 3
-            assert by_step[1]["requests_dropped"] == by_step[2]["requests_dropped"] == 0
-            metrics = c.get("/metrics").text
-            assert 'rl_insight_step_requests_dropped{experiment_name="cap",project="p"} 3.0' \
-                in metrics
-            why = explain.render(explain.explain(rows, 3, 1))
-            assert "3 request spans of this step were dropped" in why
-            assert "anatomy.max_requests_per_run" in why
-    finally:
-        state.close()
+    with in_process(tmp_path, "anatomy.max_requests_per_run=5") as (c, _):
+        run = Identity("p", "cap")
+        post(c, lanes_and_marks(run, 3, {}))
+        eng = Engine({"project": "p", "experiment_name": "cap", "replica": "0"})
+        normal_requests(eng, 3, 0, {})  # 8 requests ending in step 3; 5 are held
+        post(c, eng.body())
+        c.post("/api/v1/experiments/finish", json={"project": "p",
+                                                   "experiment_name": "cap"})
+        rows = c.get("/api/v1/anatomy", params={"project": "p",
+                                                "experiment_name": "cap"}).json()["steps"]
+        by_step = {r["step"]: r for r in rows}
+        assert by_step[3]["requests"]["rollout"]["requests"] == 5
+        assert by_step[3]["requests_dropped"] == 3
+        assert by_step[1]["requests_dropped"] == by_step[2]["requests_dropped"] == 0
+        metrics = c.get("/metrics").text
+        assert 'rl_insight_step_requests_dropped{experiment_name="cap",project="p"} 3.0' \
+            in metrics
+        why = explain.render(explain.explain(rows, 3, 1))
+        assert "3 request spans of this step were dropped" in why
+        assert "anatomy.max_requests_per_run" in why
 
 
 def test_the_engines_exporter_gets_http_and_the_token_through_the_runtime_env(monkeypatch):
