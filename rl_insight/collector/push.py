@@ -24,6 +24,13 @@ from rl_insight.collector import connection
 log = logging.getLogger(__name__)
 BATCH_PATH = "/api/v1/push/batch"  # several groups in one request (servers since 0.4)
 MAX_BACKOFF_S = 60.0
+# every answer of this project's server carries it (server/app.py Guard): what tells an
+# answer of ours from a proxy's or another program's on the port
+STARTED_HEADER = "X-RL-Insight-Started"
+
+
+def _ours(response) -> bool:
+    return bool(response.headers.get(STARTED_HEADER))
 
 
 def group_path(job: str, labels: dict[str, str]) -> str:
@@ -82,7 +89,7 @@ class Sender:
         self.foreign = False  # the server was last found not to be of this project
 
     def _seen(self, response) -> None:
-        started = response.headers.get("X-RL-Insight-Started")
+        started = response.headers.get(STARTED_HEADER)
         if started and self.foreign:
             self._ours_again()
         if started and started != self.server_started:
@@ -112,7 +119,7 @@ class Sender:
         (upstream rl-insight 0.3, an ingress, another program on the port)? Probed once per
         server for the process (its senders share the answer), asked again after
         FOREIGN_RECHECK_S; meanwhile nothing is sent, and what was not taken is kept."""
-        if r.headers.get("X-RL-Insight-Started"):  # ours (an older version, maybe)
+        if _ours(r):  # ours (an older version, maybe)
             return False
         with _FOREIGN_LOCK:  # one probe; the other threads wait for its answer
             now = time.monotonic()
@@ -144,7 +151,7 @@ class Sender:
                                    timeout=self.timeout)
         except requests.RequestException:
             return False  # unreachable now: an ordinary failure, retried
-        if got.headers.get("X-RL-Insight-Started"):
+        if _ours(got):
             return False
         try:
             body = got.json()
@@ -211,7 +218,7 @@ class Sender:
                 return False, r  # not this project's server (now): kept, asked again
             if r.status_code in (404, 413) and url.endswith(BATCH_PATH):
                 return False, r  # an older server, or too large: the caller sees to it
-            if on_server and not r.headers.get("X-RL-Insight-Started"):
+            if on_server and not _ours(r):
                 # something else answered for the server (a proxy, a port changing
                 # hands): no verdict on the data; kept and sent again
                 return self._note(False, what), r
@@ -258,7 +265,7 @@ class Sender:
             for job, grouping, text, replace in groups]})
         ok, r = self._call("POST", self.server_url + BATCH_PATH, "metrics push",
                            data=body.encode(), headers={"Content-Type": "application/json"})
-        if r is None or (r.status_code >= 400 and not r.headers.get("X-RL-Insight-Started")):
+        if r is None or (r.status_code >= 400 and not _ours(r)):
             return [ok] * len(groups)  # not delivered (or not to this server): kept
         if r.status_code == 413:  # each half may pass; one group alone says why not
             if len(groups) == 1:
