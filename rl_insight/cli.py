@@ -182,7 +182,8 @@ def cmd_targets_add(args: argparse.Namespace) -> int:
     upstream rl-insight's form (``jobs:`` holding the list)."""
     import yaml
 
-    from rl_insight.server.ingest.targets import TargetError, parse_many
+    from rl_insight.server.ingest.bodies import parse_many
+    from rl_insight.server.ingest.targets import TargetError
 
     try:
         data = yaml.safe_load(Path(args.file).read_text())

@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rl_insight.hardware import fallback, smi
-from rl_insight.server.ingest.targets import TargetError, parse_registration
+from rl_insight.server.ingest.bodies import parse_registration
+from rl_insight.server.ingest.targets import TargetError
 
 # `nvidia-smi --query-gpu=index,uuid,name,utilization.gpu,memory.used,memory.free,
 #  power.draw,temperature.gpu,clocks.sm --format=csv,noheader,nounits`

@@ -4,6 +4,8 @@ same routes through a real server."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -30,7 +32,7 @@ def client(tmp_path):
 
 @pytest.mark.parametrize("body, status, message", [
     ({**GOOD, "job_name": "9bad"}, 400, "job_name '9bad'"),
-    ({**GOOD, "targets": []}, 400, "targets must be a non-empty list"),
+    ({**GOOD, "targets": []}, 400, "targets: List should have at least 1 item"),
     ({**GOOD, "targets": ["http://x:1/metrics"]}, 400, "only host:port is allowed"),
     ({**GOOD, "labels": [{"replica": "0"}, {"replica": "1"}]}, 400, "labels is a list of 2"),
     ({**GOOD, "labels": {"job": "x"}}, 400, "label 'job' is reserved"),
@@ -180,3 +182,32 @@ def test_the_schema_documents_400_not_fastapis_422(client):
     assert body == {"text/plain; version=0.0.4": {"schema": {
         "type": "string", "format": "prometheus-text",
         "description": "the Prometheus text exposition format, version 0.0.4"}}}
+
+
+def test_every_json_body_is_declared_once_by_its_model(client):
+    """Each route that reads a JSON body shows its model's own schema (server/ingest/
+    bodies.py), and the model refuses what that schema refuses: no hand-written copy."""
+    from rl_insight.server.ingest import bodies
+
+    c, _ = client
+    models = (bodies.Registration, bodies.Binding, bodies.RunIdentity, bodies.PushBatch)
+    declared = {m.__name__: bodies.schema_of(m) for m in models}
+    seen = {}
+    for path, ops in c.get("/openapi.json").json()["paths"].items():
+        for method, op in ops.items():
+            body = op.get("requestBody", {}).get("content", {}).get("application/json")
+            if body and body["schema"] != {"type": "object"}:  # OTLP/JSON: protobuf's
+                name = next((n for n, s in declared.items() if s == body["schema"]), None)
+                assert name, f"{method.upper()} {path}: a body schema no model wrote"
+                seen[f"{method.upper()} {path}"] = name
+    assert set(seen.values()) == set(declared), seen
+    assert seen["POST /api/v1/push/batch"] == "PushBatch"
+    # what each schema forbids, the model refuses, saying where
+    for model, body, where in (
+            (bodies.Binding, {"owner": "o", "project": "", "experiment_name": "e"},
+             "project"),
+            (bodies.PushBatch, {"groups": [{"job": "j", "text": "", "replace": "yes"}]},
+             "groups[0].replace"),
+            (bodies.RunIdentity, {"project": "p"}, "experiment_name")):
+        with pytest.raises(bodies.BodyError, match=rf"^{re.escape(where)}\b"):
+            bodies.read(model, body)

@@ -8,13 +8,13 @@ import sqlite3
 
 import pytest
 
+from rl_insight.server.ingest.bodies import parse_registration
 from rl_insight.server.ingest.experiments import ExperimentStore
 from rl_insight.server.ingest.store import Store
 from rl_insight.server.ingest.targets import (
     LocalTargetLog,
     TargetError,
     TargetStore,
-    parse_registration,
     resolve_local,
     validate_hostport,
 )
@@ -51,7 +51,7 @@ def test_label_forms_of_existing_clients():
 
 @pytest.mark.parametrize("body, msg", [
     ({"targets": ["a:1"]}, "job_name"),
-    ({"job_name": "j", "targets": []}, "non-empty"),
+    ({"job_name": "j", "targets": []}, "at least 1 item"),
     ({"job_name": "j", "targets": ["a:1"], "labels": {"project": "x"}}, "reserved"),
     ({"job_name": "j", "targets": ["a:1"], "labels": {"job": "x"}}, "reserved"),
     ({"job_name": "j", "targets": ["a:1"], "labels": {"bad-name": 1}}, "invalid label name"),
@@ -136,12 +136,12 @@ def test_an_owner_that_never_names_its_run_is_scraped_after_the_grace(tmp_path):
 
 
 @pytest.mark.parametrize("body, msg", [
-    ({"project": "p", "experiment_name": "e"}, "owner is required"),
+    ({"project": "p", "experiment_name": "e"}, "owner: Field required"),
     ({"owner": "bad owner!", "project": "p", "experiment_name": "e"}, "expected a key"),
-    ({"owner": "ray:s:1", "project": "p"}, "experiment_name must be"),
+    ({"owner": "ray:s:1", "project": "p"}, "experiment_name: Field required"),
 ])
 def test_bad_bindings_say_what_is_wrong(body, msg):
-    from rl_insight.server.ingest.targets import parse_binding
+    from rl_insight.server.ingest.bodies import parse_binding
 
     with pytest.raises(TargetError, match=msg):
         parse_binding(body)

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rl_insight.server import auth
 from rl_insight.server.httpio import ClientGone, HttpError, error
+from rl_insight.server.ingest.bodies import BodyError
 from rl_insight.server.ingest.intake import Direct, answer_error
 from rl_insight.server.ingest.otlp import OtlpError
 from rl_insight.server.ingest.pushstore import PushError
@@ -46,7 +47,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     # one handler for every refusal that carries its HTTP status: routes raise, not
     # translate (the stores' and parsers' own errors say what was wrong)
-    for kind in (HttpError, TargetError, PushError, OtlpError):
+    for kind in (HttpError, BodyError, TargetError, PushError, OtlpError):
         app.add_exception_handler(kind, lambda _request, exc: error(exc.status, str(exc)))
     # a client gone before its body arrived hears nothing; no traceback in the log
     app.add_exception_handler(ClientGone, lambda _request, _exc: error(

@@ -29,7 +29,8 @@ def test_schemathesis_finds_no_failure_in_any_phase(cli):
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.reliability.schema_hooks",
            "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     r = subprocess.run(
-        [ST, "run", url + "/openapi.json", "--header", f"Authorization: Bearer {TOKEN}",
+        [ST, "--config-file", str(Path(__file__).with_name("schemathesis.toml")), "run",
+         url + "/openapi.json", "--header", f"Authorization: Bearer {TOKEN}",
          "--phases", "examples,coverage,fuzzing,stateful", "--checks", "all",
          "--mode", "all", "--max-examples", "60", "--seed", "1", "--no-color",
          "--request-timeout", "20"],

@@ -89,26 +89,6 @@ def parse_grouping_key(path: str) -> dict[str, str]:
     return labels
 
 
-def check_grouping(job: object, grouping: object) -> dict[str, str]:
-    """A batch push's group, ``job`` and its label pairs, checked as the path form is;
-    raise PushError(400) naming what is wrong."""
-    if not isinstance(job, str) or not job:
-        raise PushError(400, "each group needs a non-empty string 'job'")
-    if not isinstance(grouping, Mapping):
-        raise PushError(400, "'grouping' must be an object of label names to values")
-    labels = {"job": job}
-    for name, value in grouping.items():
-        if name == "job":
-            raise PushError(400, "job is set by 'job'; it cannot repeat in 'grouping'")
-        if not isinstance(name, str) or not valid_label_name(name):
-            raise PushError(400, f"improper label name {name!r}: use [a-zA-Z_][a-zA-Z0-9_]* "
-                                 "not starting with __")
-        if not isinstance(value, str):
-            raise PushError(400, f"label {name!r}: the value must be a string")
-        labels[name] = value
-    return labels
-
-
 def group_key(labels: Mapping[str, str]) -> GroupKey:
     return tuple(sorted(labels.items()))
 

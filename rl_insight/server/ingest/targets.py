@@ -17,7 +17,6 @@ from typing import Any
 
 from rl_insight import laneid, netaddr
 from rl_insight.files import migrated, read_state_json, write_atomic
-from rl_insight.server.ingest.pushstore import valid_label_name
 from rl_insight.server.ingest.store import Store
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
@@ -113,25 +112,6 @@ def validate_hostport(text: str) -> str:
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise TargetError(f"target {text!r}: the port must be a number 1..65535")
     return text
-
-
-def validate_labels(labels: Mapping[str, Any] | None, where: str) -> tuple[tuple[str, str], ...]:
-    if labels is None:
-        return ()
-    if not isinstance(labels, Mapping):
-        raise TargetError(f"{where}: labels must be a mapping of name to value")
-    out = []
-    for name, value in labels.items():
-        if not isinstance(name, str) or not valid_label_name(name):
-            raise TargetError(f"{where}: invalid label name {name!r} (use "
-                              "[a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
-        if name in RESERVED_LABELS:
-            raise TargetError(f"{where}: label {name!r} is reserved; set project and "
-                              "experiment_name as fields of the request, job as job_name")
-        if isinstance(value, (dict, list)) or value is None:
-            raise TargetError(f"{where}: label {name!r} needs a plain value, got {value!r}")
-        out.append((name, str(value).lower() if isinstance(value, bool) else str(value)))
-    return tuple(sorted(out))
 
 
 @dataclass(frozen=True)
@@ -252,57 +232,6 @@ def check_allowed(target: str, networks: list) -> None:
                           "networks or extend the setting")
 
 
-def parse_registration(body: Mapping[str, Any]) -> list[Target]:
-    """The body existing clients send: ``{job_name, targets, labels, project?,
-    experiment_name?}`` with ``labels`` a mapping for all or a list, one per target."""
-    if not isinstance(body, Mapping):
-        raise TargetError("the body must be a JSON object")
-    job = body.get("job_name")
-    if not isinstance(job, str) or not JOB_RE.match(job):
-        raise TargetError(f"job_name {job!r}: expected a name like 'vllm' or "
-                          "'node-exporter' ([a-zA-Z_][a-zA-Z0-9_.:-]*)")
-    project = body.get("project") or ""
-    experiment = body.get("experiment_name") or ""
-    for field_name, value in (("project", project), ("experiment_name", experiment)):
-        if not isinstance(value, str) or len(value) > 256:
-            raise TargetError(f"{field_name} must be a string of at most 256 characters")
-    if bool(project) != bool(experiment):
-        raise TargetError("give both project and experiment_name, or neither")
-    owner = parse_owner(body.get("owner"))
-    targets = body.get("targets")
-    if isinstance(targets, str):
-        targets = [targets]
-    if not isinstance(targets, list) or not targets:
-        raise TargetError("targets must be a non-empty list of 'host:port' or "
-                          "{target, labels}")
-    common = body.get("labels")
-    if isinstance(common, list):
-        if len(common) != len(targets):
-            raise TargetError(f"labels is a list of {len(common)} but there are "
-                              f"{len(targets)} targets; give one entry (or null) per target")
-        per_target = common
-        common = None
-    else:
-        per_target = [None] * len(targets)
-    shared = dict(validate_labels(common, "labels"))
-    out = []
-    for i, (item, own) in enumerate(zip(targets, per_target, strict=True)):
-        if isinstance(item, Mapping):
-            address, item_labels = item.get("target"), item.get("labels")
-        else:
-            address, item_labels = item, None
-        where = f"targets[{i}]"
-        validate_hostport(address)
-        labels = {**shared, **dict(validate_labels(own, f"labels[{i}]")),
-                  **dict(validate_labels(item_labels, where))}
-        if job in HARDWARE_JOBS and not labels.get("node"):
-            raise TargetError(f"{where}: a {job} target needs a `node` label naming its "
-                              "node, e.g. labels: {node: gpu-node-3}")
-        out.append(Target(job, address, tuple(sorted(labels.items())), project, experiment,
-                          owner))
-    return out
-
-
 def parse_owner(value: Any) -> str:
     """The optional ``owner`` of a registration or binding: a short printable key."""
     if value is None or value == "":
@@ -311,22 +240,6 @@ def parse_owner(value: Any) -> str:
         raise TargetError(f"owner {value!r}: expected a key like 'ray:<session>:<job id>' "
                           "(at most 256 of a-z A-Z 0-9 _ . : @ / + -)")
     return value
-
-
-def parse_binding(body: Any) -> tuple[str, str, str]:
-    """``{owner, project, experiment_name}``: what a process says once its run is named."""
-    if not isinstance(body, Mapping):
-        raise TargetError("the body must be a JSON object")
-    owner = parse_owner(body.get("owner"))
-    if not owner:
-        raise TargetError("owner is required: the key the registrations carried "
-                          "(e.g. 'ray:<session>:<job id>')")
-    project, experiment = body.get("project"), body.get("experiment_name")
-    for field_name, value in (("project", project), ("experiment_name", experiment)):
-        if not isinstance(value, str) or not value or len(value) > 256:
-            raise TargetError(f"{field_name} must be a non-empty string of at most 256 "
-                              "characters")
-    return owner, project, experiment
 
 
 class TargetStore:
@@ -617,14 +530,3 @@ def sd_file_name(job: str) -> str:
     """A file name per job that is safe and unique even for similar job names."""
     safe = re.sub(r"[^a-zA-Z0-9_-]", "_", job)
     return f"{safe}-{hashlib.sha1(job.encode()).hexdigest()[:8]}.json"
-
-
-def parse_many(bodies: Iterable[Mapping[str, Any]]) -> list[list[Target]]:
-    """Validate several registrations (a YAML file's list) before applying any."""
-    out = []
-    for i, body in enumerate(bodies):
-        try:
-            out.append(parse_registration(body))
-        except TargetError as exc:
-            raise TargetError(f"entry {i}: {exc}") from None
-    return out

@@ -9,18 +9,14 @@ from starlette.concurrency import run_in_threadpool
 from rl_insight.server.analyses import promapi
 from rl_insight.server.endpoints import prometheus_auth, prometheus_url
 from rl_insight.server.httpio import HttpError, json_body
+from rl_insight.server.ingest.bodies import RunIdentity, read
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
 
 
 async def identity(request: Request) -> tuple[str, str]:
-    body = await json_body(request, 64 * 1024, "64 KiB")
-    if not isinstance(body, dict):
-        raise HttpError(400, "the body must be {\"project\": ..., \"experiment_name\": ...}")
-    p, e = body.get("project"), body.get("experiment_name")
-    if not isinstance(p, str) or not isinstance(e, str) or not p or not e:
-        raise HttpError(400, "give project and experiment_name as non-empty strings")
-    return p, e
+    run = read(RunIdentity, await json_body(request, 64 * 1024, "64 KiB"))
+    return run.project, run.experiment_name
 
 
 def router(state: ServerState) -> APIRouter:
@@ -76,6 +72,6 @@ def router(state: ServerState) -> APIRouter:
                            ("finish", "finished")):
         r.add_api_route(f"/api/v1/experiments/{action}", _set(status), methods=["POST"],
                         summary=f"{action.capitalize()} an experiment",
-                        openapi_extra=schema.json_body(schema.IDENTITY),
+                        openapi_extra=schema.json_body(RunIdentity),
                         responses=schema.answers(*schema.WRITE, 404))
     return r

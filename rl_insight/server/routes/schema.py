@@ -1,20 +1,15 @@
-"""What the OpenAPI schema promises of each route: the bodies it accepts, written from the
-patterns its parsers use, and every status it can answer. Schemathesis holds the server
-to it (tests/reliability/test_api_schema.py); the parsers stay the one place that decides,
-and their messages say what was wrong."""
+"""What the OpenAPI schema promises of each route beyond its JSON body (whose model,
+server/ingest/bodies.py, writes its own schema): every status it can answer, the push
+routes' text bodies and the intake's own routes. Schemathesis holds the server to it
+(tests/reliability/test_api_schema.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl_insight.server.ingest.targets import HARDWARE_JOBS, JOB_RE, OWNER_RE, RESERVED_LABELS
+from pydantic import BaseModel
 
-# [a-zA-Z_][a-zA-Z0-9_]* not starting with "__", written without a lookahead
-LABEL_NAME = r"^(?:[a-zA-Z][a-zA-Z0-9_]*|_[a-zA-Z0-9][a-zA-Z0-9_]*|_)$"
-_OCTET = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)"
-_PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-_IPV6 = r"(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){7}|::1|::)"
-HOSTPORT = rf"^(?:{_OCTET}(?:\.{_OCTET}){{0,2}}|\[{_IPV6}\]):{_PORT}$"
+from rl_insight.server.ingest.bodies import schema_of
 
 ERROR = {"type": "object", "required": ["error"],
          "properties": {"error": {"type": "string", "description": "what was wrong and "
@@ -46,63 +41,11 @@ READ = (400, 401)  # a query parameter the route cannot read; no token (with one
 WRITE = (400, 401, 413, 503)  # bad body, no token, too big, store or intake busy
 
 
-NONE = ({"type": "null"}, {"const": ""})  # what the parsers read as "not given"
-
-
-def labels_object(description: str) -> dict[str, Any]:
-    return {"anyOf": [{"type": "object",
-                       "propertyNames": {"pattern": LABEL_NAME,
-                                         "not": {"enum": list(RESERVED_LABELS)}},
-                       "additionalProperties": {"type": ["string", "number", "boolean"]}},
-                      {"type": "null"}], "description": description}
-
-
-RUN_NAME = {"type": "string", "minLength": 1, "maxLength": 256}
-RUN = {"project": RUN_NAME, "experiment_name": RUN_NAME}
-# a registration names its run by both fields or by neither (null and "" are neither)
-RUN_OR_NONE = {"anyOf": [{"required": ["project", "experiment_name"], "properties": RUN},
-                         {"properties": {"project": {"anyOf": list(NONE)},
-                                         "experiment_name": {"anyOf": list(NONE)}}}]}
-OWNER = {"anyOf": [{"type": "string", "pattern": OWNER_RE.pattern}, *NONE],
-         "description": "who registered, e.g. 'ray:<session>:<job id>'; a later "
-                        "POST /api/v1/runs/bind names its run"}
-TARGET = {"type": "string", "pattern": HOSTPORT, "maxLength": 259,
-          "description": "host:port (IPv6 in brackets); no scheme, path or credentials"}
-_NODE = {"type": "object", "required": ["node"], "properties": {"node": {"minLength": 1}}}
-
-REGISTRATION = {
-    "type": "object", "required": ["job_name", "targets"],
-    "description": "Also read, for clients of earlier versions: `targets` as one string, "
-                   "and `labels` as a list with one entry (or null) per target.",
-    "properties": {
-        "job_name": {"type": "string", "pattern": JOB_RE.pattern,
-                     "description": "the Prometheus job, e.g. vllm, sglang, node-exporter"},
-        "targets": {"type": "array", "minItems": 1, "maxItems": 10_000, "items": {
-            "anyOf": [TARGET, {"type": "object", "required": ["target"], "properties": {
-                "target": TARGET, "labels": labels_object("this target's own labels")}}]}},
-        "labels": labels_object("labels of every target"),
-        "owner": OWNER,
-        "project": {"description": "the run's project, with experiment_name, or neither"},
-        "experiment_name": {"description": "the run's name, with project, or neither"},
-    },
-    "allOf": [RUN_OR_NONE],
-    # a hardware exporter's target names its node (the dashboards join on it)
-    "if": {"required": ["job_name"],
-           "properties": {"job_name": {"enum": list(HARDWARE_JOBS)}}},
-    "then": {"anyOf": [
-        {"required": ["labels"], "properties": {"labels": _NODE}},
-        {"properties": {"targets": {"items": {"type": "object", "required": ["labels"],
-                                              "properties": {"labels": _NODE}}}}}]},
-}
-BINDING = {"type": "object", "required": ["owner", "project", "experiment_name"],
-           "properties": {"owner": {"type": "string", "pattern": OWNER_RE.pattern}, **RUN}}
-IDENTITY = {"type": "object", "required": ["project", "experiment_name"], "properties": RUN}
-
-
-def json_body(schema: dict[str, Any]) -> dict[str, Any]:
-    """``openapi_extra`` for a route that reads a JSON body itself."""
-    return {"requestBody": {"required": True,
-                            "content": {"application/json": {"schema": schema}}}}
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` for a route that reads its JSON body as ``model`` itself (within
+    a size limit, with the model's messages: server/ingest/bodies.py ``read``)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": schema_of(model)}}}}
 
 
 # A push body: the Prometheus text format (what the Pushgateway and prometheus_client's

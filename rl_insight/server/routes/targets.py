@@ -6,13 +6,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from rl_insight.server.httpio import HttpError, json_body
+from rl_insight.server.ingest.bodies import Binding, Registration, parse_binding, parse_registration
 from rl_insight.server.ingest.targets import (
     LocalTargetLog,
     TargetError,
     check_allowed,
-    parse_binding,
     parse_networks,
-    parse_registration,
     resolve_local,
 )
 from rl_insight.server.routes import schema
@@ -46,7 +45,7 @@ def router(state: ServerState) -> APIRouter:
     r = APIRouter()
     networks = parse_networks(state.settings.server.allowed_networks)
 
-    @r.post("/api/v1/prometheus/targets", openapi_extra=schema.json_body(schema.REGISTRATION),
+    @r.post("/api/v1/prometheus/targets", openapi_extra=schema.json_body(Registration),
             summary="Register scrape targets (idempotent)",
             responses=schema.answers(*schema.WRITE, 403, 409, 422))
     async def register(request: Request) -> dict:
@@ -71,7 +70,7 @@ def router(state: ServerState) -> APIRouter:
                 for r in resolved]
         return out
 
-    @r.post("/api/v1/runs/bind", openapi_extra=schema.json_body(schema.BINDING),
+    @r.post("/api/v1/runs/bind", openapi_extra=schema.json_body(Binding),
             responses=schema.answers(*schema.WRITE, 409),
             summary="Name the run of an owner's targets (registered before the run was "
                     "known)")
@@ -88,7 +87,7 @@ def router(state: ServerState) -> APIRouter:
                 "targets": [t.as_dict() for t in moved]}
 
     @r.delete("/api/v1/prometheus/targets", openapi_extra=schema.json_body(
-        schema.REGISTRATION), summary="Remove scrape targets (same body as registration)",
+        Registration), summary="Remove scrape targets (same body as registration)",
         responses=schema.answers(*schema.WRITE, 422))
     async def remove(request: Request) -> dict:
         targets, _ = await parse(request, state.local_targets)
