@@ -174,16 +174,10 @@ def test_every_state_and_span_is_under_its_run(tier):
 
 def test_no_lane_actor_outlives_its_job_by_a_minute(tier):
     world, res = tier
-    from tests.test_ray_collection import last_json
-
-    script = ('import json, ray\nfrom ray.util.state import list_actors\nray.init()\n'
-              'print("RESULT " + json.dumps(sorted(a.name for a in list_actors(filters=['
-              f'("ray_namespace", "=", "{NAMESPACE}")], limit=1000) '
-              'if a.state == "ALIVE" and a.name.startswith("rl_insight_lane_"))))\n')
 
     def left() -> list[str]:
-        r = world.cluster.run_driver(script, timeout=60)
-        return last_json(r.stdout) if r.returncode == 0 else ["(cannot list)"]
+        return sorted(a["name"] for a in world.cluster.alive("actors", ray_namespace=NAMESPACE)
+                      if a["name"].startswith("rl_insight_lane_"))
 
     ended = res["t"]
     wait_for(lambda: not left(), 60 - (time.time() - ended), "no lane actor a minute after "

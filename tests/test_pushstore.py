@@ -297,3 +297,57 @@ class _Forgetful(dict):
 def _nan_equal(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(x == y or (x != x and y != y)
                                         for x, y in zip(a.values(), b.values(), strict=True))
+
+
+LANE = {"job": "rl_insight_lanes", "project": "p", "experiment_name": "e",
+        "lane_actor": "rl_insight_lane_node_1"}
+
+
+def lane_states(text: bytes) -> dict[tuple, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(x.labels["state_lane_id"], x.labels["state_name"]): x.value
+            for fam in text_string_to_metric_families(text.decode())
+            if fam.name == "rl_insight_monitor_lane_state" for x in fam.samples}
+
+
+def state_push(**states: float) -> str:
+    """A lane actor's push: ``rank_0__update=1.0`` is rank_0 in ``update``."""
+    lines = ["# TYPE rl_insight_monitor_lane_state gauge"]
+    for key, value in states.items():
+        lane, state = key.split("__")
+        lines.append(f'rl_insight_monitor_lane_state{{state_lane_id="{lane}",'
+                     f'state_name="{state}"}} {value}')
+    return "\n".join(lines) + "\n"
+
+
+def test_a_lane_state_no_scrape_saw_is_served_as_1_by_the_next_then_as_pushed(tmp_path):
+    """A state whose 1 the server held for less than a scrape interval (a short state,
+    or scrapes that timed out on a loaded machine) still reaches the sampled timeline:
+    the next scrape serves its 1, the one after what was pushed."""
+    st = PushStore(PushSettings(), Store(tmp_path))
+    st.push(LANE, state_push(rank_0__update=1, rank_1__update=1), replace=False)
+    assert lane_states(st.exposition([])) == {("rank_0", "update"): 1,
+                                              ("rank_1", "update"): 1}
+    # rank_0's next state rises and ends between two scrapes; rank_1's ended after one
+    st.push(LANE, state_push(rank_0__update=0, rank_0__gen=1, rank_1__update=1),
+            replace=False)
+    st.push(LANE, state_push(rank_0__update=0, rank_0__gen=0, rank_1__update=0),
+            replace=False)
+    assert lane_states(st.exposition([])) == {("rank_0", "update"): 0,
+                                              ("rank_0", "gen"): 1,  # held for this one
+                                              ("rank_1", "update"): 0}  # seen already
+    assert lane_states(st.exposition([]))[("rank_0", "gen")] == 0  # then as pushed
+    # a held 1 rising again is simply current; a deleted group takes its own along
+    st.push(LANE, state_push(rank_0__gen=1), replace=False)
+    st.push(LANE, state_push(rank_0__gen=0), replace=False)
+    st.delete(LANE)
+    assert lane_states(st.exposition([])) == {}
+    assert not st._unseen and not st._held  # nothing kept for a group that is gone
+
+
+def test_the_latched_family_is_the_lane_actors_state_gauge():
+    from rl_insight.collector.lanes import STATE_GAUGE
+    from rl_insight.server.ingest.pushstore import LATCHED
+
+    assert LATCHED == {STATE_GAUGE}

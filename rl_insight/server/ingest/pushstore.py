@@ -38,6 +38,13 @@ METRIC_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 GroupKey = tuple[tuple[str, str], ...]
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (family, sorted labels)
+# The lane state gauge (collector/lanes.py STATE_GAUGE): 1 while a lane is in a state.
+# A lane pushes every tick and Prometheus scrapes on its own clock, so a state whose 1
+# the server held for less than a scrape interval (a short state, or scrapes that timed
+# out while the machine was loaded) never reached the sampled timeline. Its 1 is latched:
+# served until a scrape has taken it, whatever pushes arrive meanwhile.
+LATCHED = frozenset({"rl_insight_monitor_lane_state"})
 
 
 class PushError(Exception):
@@ -279,6 +286,10 @@ class PushStore:
         self.pushes = 0
         self.version = 0  # bumped on every change (for caching the exposition)
         self._shapes: dict[GroupKey, Shape] = {}  # per group, the last body's shape
+        # LATCHED series at 1 that no scrape has served yet, and those whose 1 ended
+        # before one did (served as 1 by the next scrape, then as pushed)
+        self._unseen: dict[GroupKey, set[SeriesKey]] = {}
+        self._held: dict[GroupKey, dict[SeriesKey, Sample]] = {}
 
     # -- writes ------------------------------------------------------------------
     def push(self, grouping: Mapping[str, str], body: str, replace: bool) -> None:
@@ -390,13 +401,42 @@ class PushStore:
     def _change(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
         """``_replace`` inside the write's transaction, undone with it: a group the
         database did not keep (its batch's COMMIT failed) is not served."""
+        latched = self._unseen.get(key), self._held.get(key)
         self._replace(key, old, new)
+        self._latch(key, old, new)
 
         def undo() -> None:
             with self._lock:
                 self._replace(key, new, old)
                 self._shapes.pop(key, None)
+                for into, value in zip((self._unseen, self._held), latched, strict=True):
+                    if value is None:
+                        into.pop(key, None)
+                    else:
+                        into[key] = value
         self.store.on_rollback(undo)
+
+    def _latch(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
+        """A LATCHED series that rises is unseen until a scrape serves it; one that ends
+        unseen is held at 1 for the next scrape. A deleted group takes its own along."""
+        if new is None:
+            self._unseen.pop(key, None)
+            self._held.pop(key, None)
+            return
+        before, now = _ones(old), _ones(new)
+        if not before and not now and key not in self._held:
+            return
+        unseen = set(self._unseen.get(key, ()))
+        held = {k: v for k, v in self._held.get(key, {}).items() if k not in now}
+        for k in before.keys() - now.keys():
+            if k in unseen:
+                held[k] = before[k]
+        unseen = (unseen & now.keys()) | (now.keys() - before.keys())
+        for into, value in ((self._unseen, unseen), (self._held, held)):
+            if value:
+                into[key] = value
+            else:
+                into.pop(key, None)
 
     def _replace(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
         for group, step in ((old, -1), (new, 1)):
@@ -464,9 +504,14 @@ class PushStore:
                                        in merged.items()}
         times, failures = [], []
         with self._lock:
-            groups = [g for g in self.groups.values() if visible(g.labels)]
-            for group in groups:
-                for name, (h, t, body) in group.blocks().items():
+            groups = [(k, g) for k, g in self.groups.items() if visible(g.labels)]
+            for key, group in groups:
+                blocks = group.blocks()
+                held = self._held.pop(key, None)
+                if held:  # 1s no scrape has served yet, though their states ended
+                    blocks = {**blocks, **_with_held(group, held)}
+                self._unseen.pop(key, None)  # what is served now has been seen
+                for name, (h, t, body) in blocks.items():
                     into = parts.get(name)
                     if into is None:
                         parts[name] = [h, t, body]
@@ -557,6 +602,30 @@ class PushStore:
             except (ValueError, KeyError, OSError) as exc:
                 log.warning("skipping unreadable pushed group %s: %s", path, exc)
         return out
+
+
+def _ones(group: Group | None) -> dict[SeriesKey, Sample]:
+    """The LATCHED series of a group at 1."""
+    if group is None:
+        return {}
+    return {(name, tuple(sorted(x.labels.items()))): x
+            for name in LATCHED.intersection(group.families)
+            for x in group.families[name].samples if x.value == 1}
+
+
+def _with_held(group: Group, held: Mapping[SeriesKey, Sample]) -> dict[str, Block]:
+    """The blocks of the LATCHED families with their held series at 1."""
+    out = {}
+    for name in {n for n, _ in held}:
+        fam = group.families.get(name)
+        ones = {labels: x for (n, labels), x in held.items() if n == name}
+        copy = Metric(name, fam.documentation if fam else "", "gauge")
+        for x in fam.samples if fam else ():
+            labels = tuple(sorted(x.labels.items()))
+            copy.samples.append(x._replace(value=1.0) if ones.pop(labels, None) else x)
+        copy.samples.extend(x._replace(value=1.0) for x in ones.values())  # gone since
+        out.update(render_blocks([copy]))
+    return out
 
 
 class _Families:
