@@ -414,3 +414,34 @@ def test_a_lane_core_forgets_an_unfinished_run_only_when_idle_and_out_of_every_s
     monkeypatch.setattr(lanes_mod, "LANE_IDLE_S", 0.0)
     core.tick()
     assert core.runs.identities() == [busy]
+
+
+def test_an_idle_lane_actor_sends_nothing_until_something_changes():
+    """Hundreds of lane actors tick in a large run: one whose lanes and counters did not
+    change since the server took its last push sends no request; a change, a server
+    restart, or OWN_REFRESH_S later, it sends again."""
+    from rl_insight.collector import lanes as lanes_mod
+
+    sender = RecordingSender()
+    core = LaneCore(sender, "lane_i")
+    ident = Identity("p", "e")
+    core.ingest(ident, "h:1", [StateChange("replica_0", "gen", 1, True)])
+    core.push_metrics()
+    first = sender.batches
+    for _ in range(3):
+        core.push_metrics()
+    assert sender.batches == first  # nothing changed: no request
+    core.ingest(ident, "h:1", [StateChange("replica_0", "gen", 2, False)])
+    core.push_metrics()
+    assert sender.batches == first + 1  # the state ended: sent
+    core.push_metrics()  # its deferred 0
+    settled = sender.batches
+    core.push_metrics()
+    assert sender.batches == settled
+    for hook in sender.on_server_restart:  # a restarted server hears everything again
+        hook()
+    core.push_metrics()
+    assert sender.batches == settled + 1
+    core._own_sent_at -= lanes_mod.OWN_REFRESH_S  # and an idle one, now and then
+    core.push_metrics()
+    assert sender.batches == settled + 2

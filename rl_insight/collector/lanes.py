@@ -41,6 +41,7 @@ DURATION_DOC = ("Time spent in each state, per lane: self time, without the time
                 "states nested in it on the same lane")
 POOLED_LANE = "other"
 LANE_IDLE_S = 3600.0  # a run never finished: longer than any step a replica sleeps through
+OWN_REFRESH_S = 300.0  # an idle lane actor's counters, sent again this often
 RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
 
 
@@ -97,6 +98,12 @@ class LaneCore:
         self.marks = Watermarks()
         self._lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)
+        # this actor's own counters as the server last took them: an idle lane actor
+        # sends nothing (hundreds of them tick in a large run)
+        self._own_sent: str | None = None
+        self._own_sent_at = 0.0  # sent again after OWN_REFRESH_S (push.idle_ttl_s drops
+        # groups not pushed for a while)
+        sender.on_server_restart.append(self._own_lost)
 
     def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> bool:
         """Apply state changes and spans; returns True when a batch is ready to send."""
@@ -236,12 +243,18 @@ class LaneCore:
         with self._lock:
             deferred, self.deferred = self.deferred, []
         dirty = self.runs.take_dirty()
+        own = self.own_metrics()
+        if not dirty and not deferred and own == self._own_sent and \
+                time.monotonic() - self._own_sent_at < OWN_REFRESH_S:
+            return  # nothing changed since the server took the last push
         groups = [(LANE_JOB, {"project": ident.project,
                               "experiment_name": ident.experiment_name,
                               "lane_actor": self.name}, text, False)
                   for ident, text in dirty]
-        groups.append((LANE_JOB, {"lane_actor": self.name}, self.own_metrics(), True))
+        groups.append((LANE_JOB, {"lane_actor": self.name}, own, True))
         done = self.sender.push_groups(groups)
+        if done and done[-1]:
+            self._own_sent, self._own_sent_at = own, time.monotonic()
         for (ident, _), ok in zip(dirty, done, strict=False):
             if not ok:
                 self.runs.mark_dirty(ident)
@@ -258,6 +271,9 @@ class LaneCore:
                               stack[-1].state == state)]  # unless it holds the lane again
         for i, lane, state in ended:
             self.runs.apply(i, [_metric(GAUGE, STATE_GAUGE, 0.0, lane, state, "")])
+
+    def _own_lost(self) -> None:
+        self._own_sent = None
 
     def own_metrics(self) -> str:
         s = self.stats()
