@@ -352,3 +352,24 @@ def test_a_span_that_arrives_after_its_step_was_final_redoes_the_row():
     [row] = store.rows("p", "e")
     assert row.replicas["1"].generate_s == 3 and row.straggler_ratio == pytest.approx(4 / 3.5)
     assert store.runs()[0]["late_spans"] == 1
+
+
+def test_a_lane_whose_spans_all_come_after_the_runs_rows_were_final_is_in_them():
+    """A lane actor that started late on a loaded machine delivers a replica's spans of
+    every step after the run finished and its rows were made: each row is made again
+    with that replica (until max_wait_s after it was final: the spans it needs are kept
+    that long). Before, only the last two rows could be redone."""
+    store, ended = _store(max_wait_s=60)
+    steps = [_sync_step(k * 10 * S) for k in range(4)]
+    late = _merge(*[{"replica_1": st.pop("replica_1")} for st in steps])
+    store.add(_rows("p", "e", _merge(*steps),
+                    [(k + 1, k * 10 * S, (k + 1) * 10 * S) for k in range(4)]))
+    ended.add(("p", "e"))
+    assert store.update(now=43) == 4
+    assert all("1" not in r.replicas for r in store.rows("p", "e"))
+    store.add(_rows("p", "e", late, []))
+    assert store.update(now=60) == 4  # within max_wait_s of the rows: all redone
+    assert [r.replicas["1"].generate_s for r in store.rows("p", "e")] == [3] * 4
+    store.update(now=43 + 61)  # then what those redos needed goes
+    run = store._runs[("p", "e")]
+    assert all(e >= 20 * S for q in run.lanes.values() for _, _, e, *_ in q), run.lanes

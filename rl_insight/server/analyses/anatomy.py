@@ -58,6 +58,10 @@ class RunAnatomy:
         self.late_spans = 0  # arrived after their step was final (its row is redone)
         self.late: list[int] | None = None  # [first start, last end] of those spans
         self.horizon = 0  # spans ending before this were pruned
+        # prunes due once max_wait_s has passed since their step was final: (due, before)
+        # (a lane actor that started late on a loaded machine, or restarted, sends its
+        # spans after steps were final; their rows are redone while the spans are held)
+        self.prunes: deque[tuple[int, int]] = deque()
 
     def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
         if lane == TRAINER_LANE and state == STEP_STATE:
@@ -124,6 +128,8 @@ class RunAnatomy:
         passed in any case (spans of different lanes arrive through different actors)."""
         out = self._redo_late()
         settle, wait = int(settings.settle_s * 1e9), int(settings.max_wait_s * 1e9)
+        while self.prunes and self.prunes[0][0] <= now_ns:
+            self._prune(self.prunes.popleft()[1])
         for end in sorted(self.marks):
             step, start = self.marks[end]
             if now_ns < end + settle:
@@ -141,7 +147,8 @@ class RunAnatomy:
             self.rows.append(row)
             out.append(row)
             self.final_end = end
-            self._prune(start - (end - start))
+            # spans before the previous window go, max_wait_s later: a late lane's redo
+            self.prunes.append((now_ns + wait, start - (end - start)))  # needs them
         return out
 
     def _redo_late(self) -> list[StepRow]:
