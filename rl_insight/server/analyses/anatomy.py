@@ -35,6 +35,7 @@ MAX_PHASES = 32
 PREFIX = "rl_insight_step_"
 DROP_BUCKET_NS = 100_000_000
 RUN = ("project", "experiment_name")
+REDO_ROWS = 8  # final rows a late lane can still be put in (with max_wait_s)
 
 
 class RunAnatomy:
@@ -61,6 +62,7 @@ class RunAnatomy:
         # prunes due once max_wait_s has passed since their step was final: (due, before)
         # (a lane actor that started late on a loaded machine, or restarted, sends its
         # spans after steps were final; their rows are redone while the spans are held)
+        # (at most REDO_ROWS rows back: short steps would hold max_wait_s of every lane)
         self.prunes: deque[tuple[int, int]] = deque()
 
     def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
@@ -128,7 +130,8 @@ class RunAnatomy:
         passed in any case (spans of different lanes arrive through different actors)."""
         out = self._redo_late()
         settle, wait = int(settings.settle_s * 1e9), int(settings.max_wait_s * 1e9)
-        while self.prunes and self.prunes[0][0] <= now_ns:
+        while self.prunes and (self.prunes[0][0] <= now_ns or
+                               len(self.prunes) > REDO_ROWS):
             self._prune(self.prunes.popleft()[1])
         for end in sorted(self.marks):
             step, start = self.marks[end]
