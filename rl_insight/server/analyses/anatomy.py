@@ -59,10 +59,9 @@ class RunAnatomy:
         self.late_spans = 0  # arrived after their step was final (its row is redone)
         self.late: list[int] | None = None  # [first start, last end] of those spans
         self.horizon = 0  # spans ending before this were pruned
-        # prunes due once max_wait_s has passed since their step was final: (due, before)
-        # (a lane actor that started late on a loaded machine, or restarted, sends its
-        # spans after steps were final; their rows are redone while the spans are held)
-        # (at most REDO_ROWS rows back: short steps would hold max_wait_s of every lane)
+        # (due, before): spans before a final row's previous window go max_wait_s after
+        # it was final, or once REDO_ROWS newer rows are final; until then a lane actor
+        # that started late or restarted can still put its spans in the row (redone)
         self.prunes: deque[tuple[int, int]] = deque()
 
     def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
@@ -150,8 +149,7 @@ class RunAnatomy:
             self.rows.append(row)
             out.append(row)
             self.final_end = end
-            # spans before the previous window go, max_wait_s later: a late lane's redo
-            self.prunes.append((now_ns + wait, start - (end - start)))  # needs them
+            self.prunes.append((now_ns + wait, start - (end - start)))
         return out
 
     def _redo_late(self) -> list[StepRow]:
