@@ -35,7 +35,7 @@ def test_what_is_kept_per_run_and_lane_does_not_grow_with_runs(tmp_path):
     # sample before); a leak grows those seconds with the runs, a faster machine does not.
     per_run = {"hub_runs": 1, "lane_runs": 1, "lanes": TRAJECTORIES + 3, "hub_jobs": 1,
                "senders": 1, "server_lanes": TRAJECTORIES + 3}
-    for s, before in zip(samples[1:], samples):
+    for s, before in zip(samples[1:], samples[:-1], strict=True):
         s["rate"] = (s["runs"] - before["runs"]) / max(s["t_s"] - before["t_s"], 0.1)
     warm, last = samples[quarter:2 * quarter], samples[-quarter:]
     for key, units in per_run.items():
