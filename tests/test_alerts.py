@@ -21,8 +21,9 @@ from rl_insight import cli, config, laneid
 from rl_insight.server.analyses import alert_rules, alerts, statuspage
 from rl_insight.server.app import create_app
 from rl_insight.server.services import SERVICES
+from rl_insight.server.services.base import ServiceInfo
 from rl_insight.server.services.supervisor import Supervisor
-from rl_insight.server.state import ServerState, ServiceInfo
+from rl_insight.server.state import ServerState
 
 PROMTOOL = shutil.which("promtool")
 AMTOOL = shutil.which("amtool")

@@ -3,6 +3,7 @@ pull in the client, OpenTelemetry or Ray; the client API loads on first use."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -47,3 +48,59 @@ def test_the_client_reaches_ray_only_through_its_transport_interface():
             "'close', 'in_ray') if not hasattr(kind, n)]\n"
             "    assert not missing, (kind, missing)\n")
     fresh_python(code)
+
+
+# server/ by floors (README, "How it fits together"): a module imports its own floor and
+# the floors below, never one above, type-only imports included
+SERVER_FLOORS = {
+    "auth": 1, "doors": 1, "endpoints": 1, "httpio": 1, "runfile": 1, "threads": 1,
+    "ingest": 2, "services": 2, "analyses": 2,
+    "state": 3,
+    "routes": 4,
+    "app": 5, "lifecycle": 5,
+}
+
+
+def server_floor(module: str) -> int | None:
+    """The floor of ``rl_insight.server.<part>...``; None outside the server package."""
+    parts = module.split(".")
+    if parts[:2] != ["rl_insight", "server"] or len(parts) < 3:
+        return None
+    return SERVER_FLOORS[parts[2]]
+
+
+def imported(tree: ast.AST) -> list[str]:
+    """Every module an ``import`` names anywhere in a file, TYPE_CHECKING blocks and
+    function bodies included (``from rl_insight.server import doors`` names the module)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [f"{node.module}.{a.name}" if node.module == "rl_insight.server"
+                    else node.module for a in node.names]
+    return out
+
+
+def test_no_server_module_imports_a_floor_above_its_own():
+    climbs = []
+    for path in sorted((REPO / "rl_insight" / "server").rglob("*.py")):
+        rel = path.relative_to(REPO).with_suffix("")
+        module = ".".join(rel.parts)
+        if path.name == "__init__.py" and rel.parent.name == "server":
+            continue
+        own = server_floor(module if path.name != "__init__.py" else ".".join(rel.parts[:-1]))
+        for target in imported(ast.parse(path.read_text())):
+            floor = server_floor(target)
+            if floor is not None and floor > own:
+                climbs.append(f"{module} (floor {own}) imports {target} (floor {floor})")
+    assert not climbs, "\n".join(climbs)
+    # and outside the server, only the operator tools read it (the doctor, the CLI)
+    outside = []
+    for path in sorted((REPO / "rl_insight").rglob("*.py")):
+        rel = path.relative_to(REPO / "rl_insight")
+        if rel.parts[0] == "server" or rel.name in ("cli.py", "doctor.py"):
+            continue
+        outside += [f"{rel} imports {t}" for t in imported(ast.parse(path.read_text()))
+                    if server_floor(t) is not None]
+    assert not outside, "\n".join(outside)

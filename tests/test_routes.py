@@ -126,7 +126,7 @@ def test_the_query_proxy_says_when_prometheus_is_not_there(tmp_path, services, s
     """Switched off by configuration: 404, there is nothing to query here; switched on
     but not answering: 503; both say what to run, and neither is a 200 around an
     error."""
-    from rl_insight.server.state import ServiceInfo
+    from rl_insight.server.services.base import ServiceInfo
 
     settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
                            overrides=["prometheus.port=1"])

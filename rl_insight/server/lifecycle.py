@@ -23,9 +23,9 @@ from rl_insight.config import Settings, env_name
 from rl_insight.server import runfile
 from rl_insight.server.app import create_app
 from rl_insight.server.services import SERVICES, binaries
-from rl_insight.server.services.base import Launch, PortUse
+from rl_insight.server.services.base import Launch, PortUse, ServiceInfo
 from rl_insight.server.services.supervisor import Supervisor
-from rl_insight.server.state import FULL_GC_EVERY_S, ServerState, ServiceInfo
+from rl_insight.server.state import FULL_GC_EVERY_S, ServerState
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]

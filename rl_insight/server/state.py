@@ -9,7 +9,6 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from rl_insight import netaddr
 from rl_insight.config import Settings
@@ -24,6 +23,7 @@ from rl_insight.server.ingest.relay import Relay
 from rl_insight.server.ingest.spool import Spool
 from rl_insight.server.ingest.store import Store
 from rl_insight.server.ingest.targets import LocalTargetLog, TargetStore
+from rl_insight.server.services.base import ServiceInfo
 from rl_insight.server.services.prometheus import Prometheus
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.threads import supervised
@@ -35,20 +35,6 @@ log = logging.getLogger(__name__)
 # instead of every 2 s under 1,000 GPUs' lane traffic, and cyclic garbage never
 # older than 10 s
 FULL_GC_EVERY_S = 10.0
-
-
-@dataclass
-class ServiceInfo:
-    """What the server knows about a service before and beside supervision."""
-
-    name: str
-    enabled: bool
-    installed: bool
-    version: str = ""
-    binary: str = ""
-    source: str = ""
-    url: str = ""
-    message: str = ""
 
 
 # a burst of registrations is written to the discovery files once, this long after its

@@ -21,7 +21,7 @@ from rl_insight.server.endpoints import (
 )
 
 if TYPE_CHECKING:
-    from rl_insight.server.state import ServiceInfo
+    from rl_insight.server.services.base import ServiceInfo
 
 STATE_ORDER = {"firing": 0, "pending": 1}
 OK = "ok"

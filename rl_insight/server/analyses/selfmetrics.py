@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,11 +22,35 @@ from prometheus_client.registry import Collector
 from rl_insight.server.threads import RESTARTS
 
 if TYPE_CHECKING:
-    from rl_insight.server.state import ServerState
+    from rl_insight.server.analyses.anatomy import AnatomyStore
+    from rl_insight.server.ingest.engine_requests import RequestMetrics
+    from rl_insight.server.ingest.experiments import ExperimentStore
+    from rl_insight.server.ingest.lane_stats import LaneStats
+    from rl_insight.server.ingest.pushstore import PushStore
+    from rl_insight.server.ingest.relay import Relay
+    from rl_insight.server.ingest.spool import Spool
+    from rl_insight.server.ingest.targets import LocalTargetLog, TargetStore
+    from rl_insight.server.services.supervisor import Supervisor
+
+
+class Measured(Protocol):
+    """The parts whose gauges are read at scrape time (the server's state provides
+    them): what these metrics depend on, not the module that wires the server."""
+
+    supervisor: Supervisor
+    pushes: PushStore
+    targets: TargetStore
+    local_targets: LocalTargetLog
+    relay: Relay
+    spool: Spool
+    lanes: LaneStats
+    experiments: ExperimentStore
+    anatomy: AnatomyStore
+    requests: RequestMetrics
 
 
 class _StateCollector(Collector):
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: Measured) -> None:
         self.state = state
 
     def collect(self) -> Iterator:
@@ -99,7 +123,7 @@ class _StateCollector(Collector):
 class ServerMetrics:
     """One registry for everything the server says about itself."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: Measured) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self.registry)

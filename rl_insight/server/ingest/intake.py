@@ -14,24 +14,55 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Protocol
 
+from rl_insight.config import Settings
 from rl_insight.server.httpio import ClientGone, HttpError, read_asgi_body, text_body
 from rl_insight.server.ingest import engine_requests, otlp, textpolicy
 from rl_insight.server.ingest.otlp import OtlpError
 from rl_insight.server.ingest.pushstore import PushError, parse_grouping_key
 
-if TYPE_CHECKING:  # the state the intake works on; it imports nothing of it
-    from rl_insight.server.state import ServerState
+if TYPE_CHECKING:
+    from rl_insight.server.analyses.anatomy import AnatomyStore
+    from rl_insight.server.analyses.selfmetrics import ServerMetrics
+    from rl_insight.server.ingest.engine_requests import RequestMetrics
+    from rl_insight.server.ingest.experiments import ExperimentStore
+    from rl_insight.server.ingest.lane_stats import LaneStats
+    from rl_insight.server.ingest.pushstore import PushStore
+    from rl_insight.server.ingest.recent import RecentSpans
+    from rl_insight.server.ingest.relay import Relay
+    from rl_insight.server.ingest.spool import Spool
+    from rl_insight.server.ingest.store import Store
 
 log = logging.getLogger(__name__)
+
+
+
+class IntakeParts(Protocol):
+    """The parts the intake works on, which the server's state provides: named here so
+    the intake depends on what it uses, not on the module that wires the server."""
+
+    settings: Settings
+    store: Store
+    spool: Spool
+    relay: Relay
+    pushes: PushStore
+    experiments: ExperimentStore
+    lanes: LaneStats
+    recent: RecentSpans
+    anatomy: AnatomyStore
+    requests: RequestMetrics
+    metrics: ServerMetrics
+    intake_pool: ThreadPoolExecutor
+
 
 PROTOBUF_TYPES = ("application/vnd.google.protobuf",)
 SPANS_ROUTE = "/v1/traces"
 PUSH_ROUTE = "/metrics/{path:path}"  # the label the app's route gives these requests
 
 
-def accept_spans(state: ServerState, body: bytes, ctype: str, encoding: str
+def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
                  ) -> tuple[bytes, str]:
     """Decode an OTLP export, gather its lane statistics, spool it for Tempo; the
     answer's (body, media type). Raises OtlpError with the status to answer."""
@@ -60,7 +91,7 @@ def accept_spans(state: ServerState, body: bytes, ctype: str, encoding: str
     return otlp.response(ctype)
 
 
-def accept_push(state: ServerState, path: str, ctype: str, body: bytes, replace: bool
+def accept_push(state: IntakeParts, path: str, ctype: str, body: bytes, replace: bool
                 ) -> None:
     """A Pushgateway PUT (replace) or POST to ``/metrics/<path>``, counted; raises
     PushError or HttpError with the status to answer."""
@@ -82,7 +113,7 @@ class Direct:
     """The intake's requests answered in plain ASGI; their work is done in batches on the
     state's intake thread (``Batches``)."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: IntakeParts) -> None:
         self.state = state
         self.batches = Batches(state)
 
@@ -133,7 +164,7 @@ class Batches:
     all of them one commit, then each is answered. One batch at a time; one hand-off to
     the thread and back per batch, not per request. Work is done in arrival order."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: IntakeParts) -> None:
         self.state = state
         self.pending: list[tuple] = []
         self.running = False

@@ -15,6 +15,21 @@ log = logging.getLogger("rl_insight.server")
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
+@dataclass
+class ServiceInfo:
+    """What the server knows about a service before and beside supervision."""
+
+    name: str
+    enabled: bool
+    installed: bool
+    version: str = ""
+    binary: str = ""
+    source: str = ""
+    url: str = ""
+    message: str = ""
+
+
+
 def parse_version(text: str) -> tuple[int, int, int] | None:
     """The first x.y.z in a binary's ``--version`` output."""
     m = _VERSION_RE.search(text or "")
