@@ -22,6 +22,7 @@ from rl_insight.server.ingest.pushstore import PushError
 from rl_insight.server.ingest.store import Store
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from tests.conftest import wait_for
 
 PROTOBUF = "application/x-protobuf"
 
@@ -246,3 +247,56 @@ def test_a_run_that_finishes_as_another_is_restored_is_forgotten(state):
     state.experiments.set_status("p", "b", "finished")
     state.forget_finished(time.time() + state.settings.push.finished_ttl_s + 1)
     assert state.lanes.list("p", "b") == [] and state.recent.spans("p", "b") == []
+
+
+class CommitCounter:
+    """The store's real connection, counting the COMMITs it is asked for."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db, self.commits = db, 0
+
+    def execute(self, sql: str, *args):
+        self.commits += sql == "COMMIT"
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def test_registrations_share_the_intakes_group_commit_and_are_discovered_once_stored(state):
+    """The registration routes write through ``state.writes`` (bench/registrations.py: a
+    burst of 1,000 no longer queues the lanes' pushes behind a commit each): pushes and
+    registrations that arrive together are one COMMIT; the discovery files follow the
+    commit (Store.after_commit) and never show a batch that did not commit."""
+    from rl_insight.server.ingest.bodies import parse_registration
+    from tests.test_targets import sd_groups
+
+    sd = state.targets.sd_dir
+
+    def register(target: str):
+        regs = parse_registration({"job_name": "vllm", "targets": [target],
+                                   "project": "p", "experiment_name": "e"})
+        return (state.targets.register, regs)
+
+    real = state.store.db
+    counter = state.store.db = CommitCounter(real)
+    asked = []  # the COMMITs made when the discovery files were asked for
+    write_files = state.targets.changed
+    state.targets.changed = lambda: (asked.append(counter.commits), write_files())
+    try:
+        got = asyncio.run(together(state.writes, [
+            (intake.accept_push, state, "job/j", "text/plain", push_body(1), True),
+            register("a:1"),  # the first call is a batch of its own; the rest are one
+            register("b:2"), register("c:3"),
+            (intake.accept_push, state, "job/k", "text/plain", push_body(2), True)]))
+        assert got == [None, 1, 1, 1, None] and counter.commits == 2, (got, counter.commits)
+        assert asked == [2, 2, 2], asked  # after the batch's commit, not within it
+        wait_for(lambda: {t for g in sd_groups(sd) for t in g["targets"]} ==
+                 {"a:1", "b:2", "c:3"}, 10, "the three targets in the discovery files")
+        state.store.db = CommitRefused(real)
+        got = asyncio.run(together(state.writes, [register("d:4")]))
+    finally:
+        state.store.db = real
+    assert isinstance(got[0], HttpError) and got[0].status == 503, got
+    assert {r["target"] for r in state.targets.list()} == {"a:1", "b:2", "c:3"}
+    assert asked == [2, 2, 2], asked  # a batch that did not commit is not discovered

@@ -16,6 +16,7 @@ from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.endpoints import relay_url
 from rl_insight.server.ingest.engine_requests import RequestMetrics
 from rl_insight.server.ingest.experiments import ExperimentStore
+from rl_insight.server.ingest.intake import Batches
 from rl_insight.server.ingest.lane_stats import LaneStats
 from rl_insight.server.ingest.pushstore import PushStore
 from rl_insight.server.ingest.recent import RecentSpans
@@ -83,6 +84,9 @@ class ServerState:
         self._discovery: threading.Thread | None = None
         # the intake's work, in arrival order, off the event loop (server/ingest/intake.py)
         self.intake_pool = ThreadPoolExecutor(1, thread_name_prefix="rl-insight-intake")
+        # every write of a request to the store (pushes, spans, registrations, bindings)
+        # in the intake's group commit: one commit per batch, no request behind another's
+        self.writes = Batches(self)
         # seconds between full collections: set by the server process, which tunes its
         # collector for them (lifecycle._tune_gc); a state embedded elsewhere leaves the
         # collector of its host alone

@@ -55,6 +55,7 @@ class IntakeParts(Protocol):
     requests: RequestMetrics
     metrics: ServerMetrics
     intake_pool: ThreadPoolExecutor
+    writes: Batches
 
 
 PROTOBUF_TYPES = ("application/vnd.google.protobuf",)
@@ -115,7 +116,6 @@ class Direct:
 
     def __init__(self, state: IntakeParts) -> None:
         self.state = state
-        self.batches = Batches(state)
 
     @staticmethod
     def route(method: str, path: str) -> str | None:
@@ -139,12 +139,12 @@ class Direct:
             body = await read_asgi_body(receive, headers.get(b"content-length"), limit,
                                         setting)
             if route == SPANS_ROUTE:
-                content, media = await self.batches.run(
+                content, media = await self.state.writes.run(
                     accept_spans, self.state, body, ctype,
                     headers.get(b"content-encoding", b"").decode("latin-1"))
                 await answer(send, 200, content, media)
             else:
-                await self.batches.run(accept_push, self.state,
+                await self.state.writes.run(accept_push, self.state,
                                        scope["path"][len("/metrics/"):], ctype, body,
                                        scope["method"] == "PUT")
                 await answer(send, 200, b"", None)

@@ -66,6 +66,7 @@ class Store:
         # per open transaction and savepoint of the owner, how to undo the memory changes
         # made in it (on_rollback): a write the database does not keep is not served
         self._undo: list[list[Callable[[], None]]] = []
+        self._after: list[list[Callable[[], None]]] = []  # after_commit, by level
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint_lock = threading.Lock()
         try:
@@ -112,6 +113,15 @@ class Store:
         the disk refused (a failed group COMMIT) goes back to what the database holds."""
         if self._owner == threading.get_ident() and self._undo:
             self._undo[-1].append(undo)
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """``fn`` once what this thread's open transaction wrote is committed, outside
+        the store's lock (never if it is rolled back); at once outside a transaction. For
+        what others are shown of a write (the discovery files): only what is stored."""
+        if self._owner == threading.get_ident() and self._after:
+            self._after[-1].append(fn)
+        else:
+            fn()
 
     def batch(self):
         """``with store.batch():`` the transactions this thread opens meanwhile commit
@@ -174,10 +184,12 @@ class _Transaction:
             raise
         self.store._owner = threading.get_ident()
         self.store._undo = [[]]
+        self.store._after = [[]]
         return self.store.db
 
     def __exit__(self, kind, exc, tb) -> None:
         store = self.store
+        committed: list[Callable[[], None]] = []
         try:
             if kind is None:
                 try:
@@ -186,13 +198,20 @@ class _Transaction:
                     _rollback(store.db)
                     _undo([u for level in store._undo for u in level])
                     raise
+                committed = [f for level in store._after for f in level]
             else:
                 _rollback(store.db)
                 _undo([u for level in store._undo for u in level])
         finally:
             store._owner = None
             store._undo = []
+            store._after = []
             store._lock.release()
+        for fn in committed:
+            try:
+                fn()
+            except Exception:
+                log.exception("an action after a commit failed")
 
 
 class _Savepoint:
@@ -202,15 +221,17 @@ class _Savepoint:
     def __enter__(self) -> sqlite3.Connection:
         self.store.db.execute("SAVEPOINT op")
         self.store._undo.append([])
+        self.store._after.append([])
         return self.store.db
 
     def __exit__(self, kind, exc, tb) -> None:
-        mine = self.store._undo.pop()
+        mine, after = self.store._undo.pop(), self.store._after.pop()
         if kind is not None:
             self.store.db.execute("ROLLBACK TO op")
             _undo(mine)
         else:
             self.store._undo[-1].extend(mine)  # undone with the transaction, if it is
+            self.store._after[-1].extend(after)  # done once the transaction commits
         self.store.db.execute("RELEASE op")
 
 

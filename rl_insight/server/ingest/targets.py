@@ -339,7 +339,7 @@ class TargetStore:
                 self._registered_at.setdefault(k, now)
             self._store(db, changed.values(), [])
             self._targets.update(changed)
-        self.changed()
+        self.store.after_commit(self.changed)  # in a group commit: once it is stored
         return len(changed)
 
     def _undoable(self, keys: Iterable[tuple], bindings: bool = False) -> None:
@@ -395,7 +395,7 @@ class TargetStore:
                 self._targets[new.key] = new
                 self._registered_at[new.key] = at[new.key]
         if moves:
-            self.changed()
+            self.store.after_commit(self.changed)  # in a group commit: once it is stored
         return [new for _, new in moves]
 
     def binding(self, owner: str) -> tuple[str, str] | None:
@@ -424,7 +424,7 @@ class TargetStore:
             for k in gone:
                 del self._targets[k]
                 self._registered_at.pop(k, None)
-        self.changed()
+        self.store.after_commit(self.changed)  # in a group commit: once it is stored
         return len(gone)
 
     def list(self, project: str | None = None, experiment_name: str | None = None
