@@ -309,3 +309,17 @@ def own_prometheus(tmp_path):
     own = OwnPrometheus(tmp_path)
     yield own.start
     own.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """A shared world closes after the last test that uses it (tests/worlds.py), once
+    that test's own fixtures are torn down: the tests of a world are one xdist group,
+    collected one after another, so no later test of this process asks for it again."""
+    yield
+    from tests import worlds
+
+    for name in WORLDS:
+        if name in item.fixturenames and (nextitem is None or
+                                          name not in nextitem.fixturenames):
+            worlds.close(name)

@@ -17,12 +17,20 @@ from rl_insight import netaddr
 from tests.conftest import processes_with_env, wait_for
 
 MARK = "RL_INSIGHT_TEST_RAY_CLUSTER"
+# No log monitor: it re-reads every worker's log files to echo them to drivers, and in a
+# cluster that lives through many runs (hundreds of log files) it took more CPU than any
+# process of the product (tests read what they check from their drivers' own output)
+QUIET = ("--include-log-monitor=false",)
 
 
 class RayCluster:
     def __init__(self, workdir: Path, num_cpus: int = 4,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, dashboard: bool = True) -> None:
+        """``dashboard``: Ray's dashboard and its agent, for the job and state API
+        (``alive``, ``remove_nodes``, ``ray job submit``); off, a cluster takes a few
+        percent of a core less for as long as it lives."""
         self.workdir = workdir
+        self.with_dashboard = dashboard
         self.extra_env = dict(extra_env or {})
         self.num_cpus = num_cpus
         self.mark = uuid.uuid4().hex
@@ -48,13 +56,14 @@ class RayCluster:
         extra = [p for p in netaddr.free_ports(8) if p not in taken][:4]
         bin_ray = str(Path(sys.executable).parent / "ray")
         return [bin_ray, "start", "--head", f"--port={self.port}",
-                f"--dashboard-port={self.dashboard_port}", "--include-dashboard=true",
+                f"--dashboard-port={self.dashboard_port}",
+                f"--include-dashboard={str(self.with_dashboard).lower()}",
                 "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
                 f"--num-cpus={self.num_cpus}", f"--temp-dir={self.temp_dir}",
                 "--disable-usage-stats", f"--ray-client-server-port={extra[0]}",
                 f"--dashboard-agent-listen-port={extra[1]}",
                 f"--metrics-export-port={extra[2]}",
-                f"--runtime-env-agent-port={extra[3]}"]
+                f"--runtime-env-agent-port={extra[3]}", *QUIET]
 
     def start(self) -> RayCluster:
         env = self.env()
@@ -67,7 +76,8 @@ class RayCluster:
             self.stop()
             if attempt == 2:
                 raise RuntimeError(f"ray start failed: {r.stdout}\n{r.stderr[-3000:]}")
-        wait_for(self._dashboard_up, 60, "the Ray dashboard (job and state API)")
+        if self.with_dashboard:
+            wait_for(self._dashboard_up, 60, "the Ray dashboard (job and state API)")
         return self
 
     def _dashboard_up(self) -> bool:
@@ -94,7 +104,7 @@ class RayCluster:
         env.pop("RAY_ADDRESS")
         r = subprocess.run([str(Path(sys.executable).parent / "ray"), "start",
                             f"--address={self.address}", f"--num-cpus={num_cpus}",
-                            "--node-ip-address=127.0.0.1", "--disable-usage-stats"],
+                            "--node-ip-address=127.0.0.1", "--disable-usage-stats", *QUIET],
                            env=env, cwd=workdir, capture_output=True, text=True, timeout=180)
         if r.returncode != 0:
             raise RuntimeError(f"ray start (a worker node) failed: {r.stderr[-3000:]}")

@@ -25,6 +25,7 @@ import yaml
 from dashboards import build
 from tests import netns
 from tests.conftest import REPO, wait_for
+from tests.raycluster import QUIET
 from tests.test_grafana_admin import fake_grafana_home
 from tests.test_simulation_e2e import query_range, substitute
 
@@ -92,13 +93,13 @@ def world(tmp_path_factory):
         r = head.run(ray_bin(), "start", "--head", f"--node-ip-address={head.address}",
                      "--port=6379", f"--dashboard-host={head.address}",
                      "--dashboard-port=8265", "--include-dashboard=true", "--num-cpus=2",
-                     f"--temp-dir=/tmp/rlm-{tag}-h", "--disable-usage-stats",
+                     f"--temp-dir=/tmp/rlm-{tag}-h", "--disable-usage-stats", *QUIET,
                      env=base_env(), timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
         r = worker.run(ray_bin(), "start", f"--address={head.address}:6379",
                        f"--node-ip-address={worker.address}", "--num-cpus=2",
                        '--resources={"rollout": 10}', f"--temp-dir=/tmp/rlm-{tag}-w",
-                       "--disable-usage-stats", env=base_env(), timeout=180)
+                       "--disable-usage-stats", *QUIET, env=base_env(), timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
         # Step 3, from the operator's machine: the runtime env, then the job
         env_file = tmp / "env.yaml"

@@ -59,7 +59,7 @@ def platform(tmp_path_factory):
     OTLP receiver and its Prometheus, and the run."""
     tmp = tmp_path_factory.mktemp("platform")
     receiver = FakeTempo(free_consecutive_ports(1)).start()
-    cluster = RayCluster(tmp).start()
+    cluster = RayCluster(tmp, dashboard=False).start()
     hub_port, engines = free_consecutive_ports(1), free_consecutive_ports(2)
     node = "127.0.0.1"  # the cluster's node address (--node-ip-address)
     rollout = [{"targets": [f"{node}:{engines + r}"],

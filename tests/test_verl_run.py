@@ -274,7 +274,8 @@ def verl_run(tmp_path_factory):
     cli = Cli(home, free_port_overrides())
     tempo = FakeTempo(netaddr.free_port()).start()  # FAKE Tempo: real OTLP decoding
     url = cli.start("prometheus.scrape_interval=1s", f"traces.relay_url={tempo.url}")
-    cluster = RayCluster(tmp_path_factory.mktemp("ray")).start()  # no RL_INSIGHT_* at all
+    # no RL_INSIGHT_* at all; no dashboard: nothing here asks Ray's state API
+    cluster = RayCluster(tmp_path_factory.mktemp("ray"), dashboard=False).start()
     try:
         import time
 

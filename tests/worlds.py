@@ -12,10 +12,16 @@
 What a test changes in a world (a target, a run, a frozen Prometheus) it undoes or
 keeps under its own run; modules that restart a server or need settings of their own
 start their own with the ``cli`` fixture.
+
+A world closes when the last test that uses it is done (conftest's
+``pytest_runtest_teardown``: the modules that share it run one after another on one
+worker), not at the end of the session: an idle world's Prometheus, server and Ray
+cluster took a tenth of the machine's CPU for the rest of the suite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -65,40 +71,60 @@ def _workdir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"rlt-{name}-"))
 
 
+OPEN: dict[str, contextlib.ExitStack] = {}  # the worlds open in this process
+
+
+def close(name: str) -> None:
+    """Stop the world ``name`` if it is open (its last test is done, or the session)."""
+    stack = OPEN.pop(name, None)
+    if stack is not None:
+        stack.close()
+
+
 @pytest.fixture(scope="session")
 def ray_world():
-    hook = WebhookReceiver().start()
-    tempo = FakeTempo(netaddr.free_port()).start()
-    cli = Cli(_workdir("home"), free_port_overrides())
-    cluster, work = None, _workdir("ray")
+    stack = OPEN["ray_world"] = contextlib.ExitStack()
     try:
+        hook = WebhookReceiver().start()
+        stack.callback(hook.stop)
+        tempo = FakeTempo(netaddr.free_port()).start()
+        stack.callback(tempo.stop)
+        cli = Cli(_workdir("home"), free_port_overrides())
+        stack.callback(shutil.rmtree, cli.home, True)
+        stack.callback(cli.run, "server", "stop")
+        work = _workdir("ray")
+        stack.callback(shutil.rmtree, work, True)
         url = cli.start(*RAY_WORLD_SETTINGS, f"traces.relay_url={tempo.url}",
                         f"alertmanager.webhook_urls={hook.url}")
         cluster = RayCluster(work, extra_env={
             "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
             "TQ_METRICS_COLLECT_INTERVAL": "1",
             # lanes tick as often as this world's Prometheus scrapes (docs/collecting.md: the tick)
-            "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"}).start()
-        yield RayWorld(cli, url, cluster, tempo, hook)
-    finally:
-        if cluster is not None:
-            cluster.stop()
-        cli.run("server", "stop")
-        tempo.stop()
-        hook.stop()
-        shutil.rmtree(cli.home, ignore_errors=True)
-        shutil.rmtree(work, ignore_errors=True)
+            "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"})
+        stack.callback(cluster.stop)
+        cluster.start()
+        world = RayWorld(cli, url, cluster, tempo, hook)
+    except BaseException:
+        close("ray_world")
+        raise
+    yield world
+    close("ray_world")
 
 
 @pytest.fixture(scope="session")
 def route_server():
-    tempo = FakeTempo(netaddr.free_port()).start()
-    cli = Cli(_workdir("home"), free_port_overrides())
+    stack = OPEN["route_server"] = contextlib.ExitStack()
     try:
+        tempo = FakeTempo(netaddr.free_port()).start()
+        stack.callback(tempo.stop)
+        cli = Cli(_workdir("home"), free_port_overrides())
+        stack.callback(shutil.rmtree, cli.home, True)
+        stack.callback(cli.run, "server", "stop")
         url = cli.start("prometheus.scrape_interval=1s", "push.persist_interval_s=0.5",
                         f"traces.relay_url={tempo.url}")
-        yield RouteServer(cli, url, tempo)
-    finally:
-        cli.run("server", "stop")
-        tempo.stop()
-        shutil.rmtree(cli.home, ignore_errors=True)
+        world = RouteServer(cli, url, tempo)
+    except BaseException:
+        close("route_server")
+        raise
+    yield world
+    close("route_server")

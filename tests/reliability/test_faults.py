@@ -137,7 +137,7 @@ def world(tmp_path_factory):
     url = cli.start(*overrides)
     cluster = RayCluster(tmp_path_factory.mktemp("ray"), extra_env={
         "RL_INSIGHT_SERVER_URL": url, "RL_INSIGHT_CLIENT_HUB_PUSH_INTERVAL_S": "0.5",
-        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "0.5"}).start()
+        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "0.5"}, dashboard=False).start()
     yield {"cli": cli, "url": url, "receiver": receiver, "cluster": cluster,
            "overrides": overrides}
     cluster.stop()

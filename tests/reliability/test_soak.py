@@ -98,7 +98,7 @@ def test_soak_has_no_growth_trend(tmp_path_factory):
     url = cli.start("prometheus.scrape_interval=5s",
                     "traces.relay_url=http://127.0.0.1:9/v1/traces",  # a dead Tempo: spool
                     "traces.spool_max_bytes=67108864")
-    cluster = RayCluster(tmp, extra_env={"RL_INSIGHT_SERVER_URL": url}).start()
+    cluster = RayCluster(tmp, extra_env={"RL_INSIGHT_SERVER_URL": url}, dashboard=False).start()
     server = psutil.Process(requests.get(url + "/api/v1/services").json()["server"]["pid"])
     server_rss: list[tuple[float, float]] = []
     stop = threading.Event()
