@@ -420,7 +420,7 @@ def test_an_idle_lane_actor_sends_nothing_until_something_changes():
     """Hundreds of lane actors tick in a large run: one whose lanes and counters did not
     change since the server took its last push sends no request; a change, a server
     restart, or OWN_REFRESH_S later, it sends again."""
-    from rl_insight.collector import lanes as lanes_mod
+    from rl_insight.collector import push
 
     sender = RecordingSender()
     core = LaneCore(sender, "lane_i")
@@ -442,6 +442,33 @@ def test_an_idle_lane_actor_sends_nothing_until_something_changes():
         hook()
     core.push_metrics()
     assert sender.batches == settled + 1
-    core._own_sent_at -= lanes_mod.OWN_REFRESH_S  # and an idle one, now and then
+    core.own.sent_at -= push.OWN_REFRESH_S  # and an idle one, now and then
     core.push_metrics()
     assert sender.batches == settled + 2
+
+
+def test_an_idle_hub_sends_nothing_until_something_changes():
+    """The hub's own counters go out when they change (a run's push counts), after a
+    server restart, or OWN_REFRESH_S later; an idle hub's tick sends no request."""
+    from rl_insight.collector import push
+
+    sender = RecordingSender()
+    hub = HubCore(sender)
+    ident = Identity("p", "e")
+    hub.ingest(Batch(ident, "job1", "h:1", [Metric("gauge", "loss", 0.5, ())]))
+    hub.tick()
+    sent = len(sender.pushes)
+    assert sent == 2  # the run's group and the hub's own
+    for _ in range(3):
+        hub.tick()
+    assert len(sender.pushes) == sent  # idle: nothing
+    hub.ingest(Batch(ident, "job1", "h:1", [Metric("gauge", "loss", 0.4, ())]))
+    hub.tick()
+    assert len(sender.pushes) == sent + 2  # the run, and its push counted in the hub's own
+    for hook in sender.on_server_restart:
+        hook()
+    hub.tick()
+    assert len(sender.pushes) == sent + 4  # everything again
+    hub.own.sent_at -= push.OWN_REFRESH_S
+    hub.tick()
+    assert [p[1] for p in sender.pushes[sent + 4:]] == [{"hub": hub.name}]

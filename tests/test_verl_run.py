@@ -217,6 +217,7 @@ class TaskRunner:
         tracking = Tracking(PROJECT, EXPERIMENT, default_backend=["console", "rl_insight"],
                             config=config)
         t_start = time.time()
+        update_walls = []
         for step in range(1, 5):
             t0 = time.time()
             keys = [[f"{step}-{r}-{i}" for i in range(CONCURRENCY)] for r in range(2)]
@@ -234,7 +235,9 @@ class TaskRunner:
             gen = time.time() - t0
             ray.get([w.compute_log_prob.remote() for w in workers])
             ray.get([w.update_actor.remote() for w in workers])
+            t_update = time.time()
             ray.get([w.update_weights.remote() for w in workers])
+            update_walls.append(time.time() - t_update)  # the ranks' update, as waited on
             ray.get(agents.run.remote(step, 4))
             timing = {"gen": gen, "old_log_prob": 0.3, "update_actor": 0.5,
                       "update_weights": 0.2, "step": time.time() - t0}
@@ -261,7 +264,7 @@ class TaskRunner:
                       count=3)
         tracking.finish()
         tq.close()
-        return {"t_start": t_start, "addresses": addresses}
+        return {"t_start": t_start, "addresses": addresses, "update_walls": update_walls}
 
 
 print("RESULT " + json.dumps(ray.get(TaskRunner.remote().run.remote())))
@@ -387,7 +390,7 @@ def test_step_anatomy_of_a_stock_verl_run(verl_run):
     """verl logs training/global_step before timing_s/step in each step's dict and never
     says where a step starts: the marks still cut the replica and rank lanes into its four
     steps, the first one from its own timing_s/step."""
-    _, url, _, _ = verl_run
+    _, url, result, _ = verl_run
 
     def rows():
         r = requests.get(url + "/api/v1/anatomy", params={
@@ -415,7 +418,10 @@ def test_step_anatomy_of_a_stock_verl_run(verl_run):
         assert all(r["generate_s"] > 0 for r in s["replicas"].values()), s
         assert set(s["phases"]) == {"actor_compute_log_prob", "actor_update",
                                     "update_weights"}, s["phases"]
-        assert 0.15 < s["weight_update_s"] < 0.6, s  # the workers' 0.2 s of update
+        # the workers' 0.2 s of update each, at most as long as the trainer waited for
+        # both (a loaded machine starts the two ranks' calls apart: 0.84 s in CI once)
+        wall = result["update_walls"][s["step"] - 1]
+        assert 0.15 < s["weight_update_s"] <= wall + 0.05, (wall, s)
         assert s["staleness"] == 0
 
 

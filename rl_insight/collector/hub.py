@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from rl_insight.collector.ack import Watermarks
-from rl_insight.collector.push import Sender
+from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.runs import Runs, merge_expositions
 from rl_insight.collector.served import ServedGroups
 from rl_insight.config import ClientSettings
@@ -49,6 +49,7 @@ class HubCore:
         self._lock = threading.Lock()
         self._tick_lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)
+        self.own = OwnGroup(sender)  # an idle hub sends nothing
 
     def recover(self) -> int:
         """A new hub takes the counters and gauges of every run from the server, so they
@@ -151,7 +152,10 @@ class HubCore:
         if all_ok:
             self.marks.confirm(snapshot)
         self.forget(time.monotonic())
-        self.sender.push(HUB_JOB, {"hub": self.name}, self.own_metrics(), replace=True)
+        own = self.own_metrics()
+        if self.own.due(own) and \
+                self.sender.push(HUB_JOB, {"hub": self.name}, own, replace=True):
+            self.own.took(own)
 
     def forget(self, now: float) -> None:
         """Runs finished ``forget_after_s`` ago, their jobs and lane groups, and silent

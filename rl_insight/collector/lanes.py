@@ -23,7 +23,7 @@ from collections import deque
 from rl_insight import laneid
 from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.otlp_encode import encode
-from rl_insight.collector.push import Sender
+from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.runs import Runs
 from rl_insight.config import ClientSettings
 from rl_insight.events import GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
@@ -41,7 +41,6 @@ DURATION_DOC = ("Time spent in each state, per lane: self time, without the time
                 "states nested in it on the same lane")
 POOLED_LANE = "other"
 LANE_IDLE_S = 3600.0  # a run never finished: longer than any step a replica sleeps through
-OWN_REFRESH_S = 300.0  # an idle lane actor's counters, sent again this often
 RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
 
 
@@ -98,12 +97,7 @@ class LaneCore:
         self.marks = Watermarks()
         self._lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)
-        # this actor's own counters as the server last took them: an idle lane actor
-        # sends nothing (hundreds of them tick in a large run)
-        self._own_sent: str | None = None
-        self._own_sent_at = 0.0  # sent again after OWN_REFRESH_S (push.idle_ttl_s drops
-        # groups not pushed for a while)
-        sender.on_server_restart.append(self._own_lost)
+        self.own = OwnGroup(sender)  # an idle lane actor sends nothing
 
     def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> bool:
         """Apply state changes and spans; returns True when a batch is ready to send."""
@@ -244,8 +238,7 @@ class LaneCore:
             deferred, self.deferred = self.deferred, []
         dirty = self.runs.take_dirty()
         own = self.own_metrics()
-        if not dirty and not deferred and own == self._own_sent and \
-                time.monotonic() - self._own_sent_at < OWN_REFRESH_S:
+        if not dirty and not deferred and not self.own.due(own):
             return  # nothing changed since the server took the last push
         groups = [(LANE_JOB, {"project": ident.project,
                               "experiment_name": ident.experiment_name,
@@ -254,7 +247,7 @@ class LaneCore:
         groups.append((LANE_JOB, {"lane_actor": self.name}, own, True))
         done = self.sender.push_groups(groups)
         if done and done[-1]:
-            self._own_sent, self._own_sent_at = own, time.monotonic()
+            self.own.took(own)
         for (ident, _), ok in zip(dirty, done, strict=False):
             if not ok:
                 self.runs.mark_dirty(ident)
@@ -271,9 +264,6 @@ class LaneCore:
                               stack[-1].state == state)]  # unless it holds the lane again
         for i, lane, state in ended:
             self.runs.apply(i, [_metric(GAUGE, STATE_GAUGE, 0.0, lane, state, "")])
-
-    def _own_lost(self) -> None:
-        self._own_sent = None
 
     def own_metrics(self) -> str:
         s = self.stats()

@@ -55,6 +55,31 @@ _FOREIGN_SAID: set[str] = set()
 _FOREIGN_LOCK = threading.Lock()
 
 
+OWN_REFRESH_S = 300.0  # an idle sender's own counters, sent again this often
+
+
+class OwnGroup:
+    """A sender's own counters (a hub's, a lane actor's) as the server last took them:
+    sent only when they changed, after ``OWN_REFRESH_S`` (the server drops groups not
+    pushed for ``push.idle_ttl_s``), or once the server restarted, so an idle sender
+    sends nothing (hundreds of lane actors tick in a large run)."""
+
+    def __init__(self, sender: Sender, refresh_s: float = OWN_REFRESH_S) -> None:
+        self.refresh_s = refresh_s
+        self.sent: str | None = None
+        self.sent_at = 0.0
+        sender.on_server_restart.append(self.lost)
+
+    def due(self, text: str) -> bool:
+        return text != self.sent or time.monotonic() - self.sent_at >= self.refresh_s
+
+    def took(self, text: str) -> None:
+        self.sent, self.sent_at = text, time.monotonic()
+
+    def lost(self) -> None:
+        self.sent = None
+
+
 class Sender:
     """One HTTP session to the server (or an OTLP endpoint), with a short timeout and a
     log line per state change rather than per failure."""
