@@ -17,7 +17,7 @@ from rl_insight import netaddr
 
 REPO = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.worlds"]  # the session-wide server and Ray cluster
-WORLDS = ("ray_world", "route_server")
+WORLDS = ("ray_world", "route_server")  # each ranked in HEAVY_FIRST: its group runs whole
 # modules whose shared fixtures start a Ray cluster and run a simulated or real training
 # run before their first test: that test's timeout (pyproject's 300 s) also covers the
 # set-up, which on a loaded machine took up to 300 s by itself; their waits keep their
@@ -311,15 +311,20 @@ def own_prometheus(tmp_path):
     own.stop()
 
 
+def _group(item: pytest.Item | None) -> str | None:
+    marker = item.get_closest_marker("xdist_group") if item is not None else None
+    return marker.args[0] if marker else None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    """A shared world closes after the last test that uses it (tests/worlds.py), once
-    that test's own fixtures are torn down: the tests of a world are one xdist group,
-    collected one after another, so no later test of this process asks for it again."""
+    """A shared world closes after the last test of its group (tests/worlds.py), once
+    that test's own fixtures are torn down: a world's group (every module that uses it,
+    whole) runs on one worker, one test after another (HEAVY_FIRST ranks it), so no later
+    test of this process asks for it again."""
     yield
     from tests import worlds
 
-    for name in WORLDS:
-        if name in item.fixturenames and (nextitem is None or
-                                          name not in nextitem.fixturenames):
-            worlds.close(name)
+    group = _group(item)
+    if group in WORLDS and _group(nextitem) != group:
+        worlds.close(group)
