@@ -135,6 +135,18 @@ def query_range(prom: str, expr: str, start: float, end: float,
     return body["data"]["result"]
 
 
+def first_seen(prom: str, expr: str, run: dict) -> dict:
+    """Where a series missing from its run's window is, for the failure's message: each
+    lane's first and last non-zero sample, seconds from the run's start, up to now."""
+    end = time.time()
+    out = {"t_done": round(run["t_done"] - run["t_start"], 1)}
+    for x in query_range(prom, expr, run["t_start"] - 60, end):
+        times = [float(t) - run["t_start"] for t, v in x["values"] if float(v) > 0]
+        out[x["metric"].get("state_lane_id", str(x["metric"]))] = \
+            (round(min(times), 1), round(max(times), 1)) if times else None
+    return out
+
+
 def run_for(uid: str, runs: dict) -> dict | None:
     if uid in ("rl-insight-hardware", "rl-insight-self"):
         return None
@@ -340,7 +352,7 @@ def test_verl_mains_lanes_by_role_fill_timeline_engines_and_anatomy(world):
         expr = substitute(panel.queries[0].expr.replace("$lane_role", role), run)
         got = {x["metric"]["state_lane_id"]
                for x in query_range(prom, expr, run["t_start"] - 5, run["t_done"] + 2)}
-        assert got == lanes, (role, got)
+        assert got == lanes, (role, got, first_seen(prom, expr, run))
     # the teacher's engines apart from the policy's: the rows repeat per role
     for role, replicas in (("rollout", {"0", "1"}), (TEACHER, {f"{TEACHER}_0",
                                                                f"{TEACHER}_1"})):
