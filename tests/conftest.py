@@ -328,3 +328,5 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     group = _group(item)
     if group in WORLDS and _group(nextitem) != group:
         worlds.close(group)
+    elif group in WORLDS and nextitem is not None and nextitem.module is not item.module:
+        worlds.tidy(group)

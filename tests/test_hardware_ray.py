@@ -32,32 +32,24 @@ print("RESULT " + json.dumps({"nodes": ray.get(mgr.reconcile_now.remote()),
 '''
 
 
-# what this module leaves in the shared world goes with it: each test's detached manager
-# and agents (Ray restarts a killed one: ray.kill without restart), and their targets
-# (each node_exporter scraped every second for the rest of the world's life)
-GONE = '''
-import ray
-from rl_insight.ray import hardware
-ray.init()
-for a in ray.util.list_named_actors(all_namespaces=True):
-    if a["name"] == hardware.MANAGER_NAME or a["name"].startswith(hardware.AGENT_PREFIX):
-        ray.kill(ray.get_actor(a["name"], namespace=a["namespace"]), no_restart=True)
-'''
-
-
 @pytest.fixture(scope="module")
 def stack(ray_world):
     """The shared server and Ray cluster (tests/worlds.py); each test attaches under its
     own namespace and looks only at its own nodes' targets."""
     yield ray_world.cli, ray_world.url, ray_world.cluster
-    r = ray_world.cluster.run_driver(GONE)
-    assert r.returncode == 0, r.stderr[-3000:]
+    # its agents and their targets go with it (each node_exporter scraped every second
+    # for the rest of the world's life otherwise): the managers first, or they register
+    # the targets again
     from rl_insight.ray.hardware import SIGNATURES
+    from tests import worlds
+
+    worlds.tidy("ray_world")
 
     url = ray_world.url + "/api/v1/prometheus/targets"
     for t in requests.get(url, timeout=10).json()["targets"]:
         if t["job_name"] in SIGNATURES:
-            body = {"job_name": t["job_name"], "targets": [t["target"]]}
+            body = {"job_name": t["job_name"], "targets": [t["target"]],  # a hardware
+                    "labels": {"node": t["labels"]["node"]}}  # target names its node
             body.update({k: t[k] for k in ("project", "experiment_name") if t.get(k)})
             requests.delete(url, json=body, timeout=10).raise_for_status()
 
