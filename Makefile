@@ -86,7 +86,7 @@ pictures: setup system-deps
 	./scripts/private-net.sh $(BIN)/python scripts/ray_dashboard_picture.py
 
 soak: setup system-deps
-	RL_INSIGHT_SOAK_SECONDS=600 ./scripts/private-net.sh $(BIN)/python -m pytest -q -s \
+	RL_INSIGHT_SOAK_SECONDS=600 RL_INSIGHT_SOAK_SPANS_PER_S=2000 ./scripts/private-net.sh $(BIN)/python -m pytest -q -s \
 	    tests/reliability/test_soak.py
 
 clean:
