@@ -351,3 +351,21 @@ def test_the_latched_family_is_the_lane_actors_state_gauge():
     from rl_insight.server.ingest.pushstore import LATCHED
 
     assert LATCHED == {STATE_GAUGE}
+
+
+def test_a_latched_state_a_late_scrape_served_is_served_again(tmp_path):
+    """With a receipt, the latched 1s a scrape was served count as seen only once the
+    scrape got its answer in time (``served``): one answered after Prometheus' timeout
+    took nothing, and the next serves them again."""
+    st = PushStore(PushSettings(), Store(tmp_path))
+    st.push(LANE, state_push(rank_0__update=1), replace=False)
+    st.push(LANE, state_push(rank_0__update=0), replace=False)  # ended before any scrape
+    late: list = []
+    assert lane_states(st.exposition([], receipt=late))[("rank_0", "update")] == 1
+    # the late scrape is never confirmed: the 1 is still held
+    in_time: list = []
+    assert lane_states(st.exposition([], receipt=in_time))[("rank_0", "update")] == 1
+    st.served(in_time)
+    assert lane_states(st.exposition([], receipt=[]))[("rank_0", "update")] == 0
+    st.served(late)  # a stale receipt confirms nothing it does not hold
+    assert not st._held and not st._unseen

@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rl_insight.server import auth
-from rl_insight.server.httpio import ClientGone, HttpError, error
+from rl_insight.server.httpio import ARRIVED, ClientGone, HttpError, error
 from rl_insight.server.ingest.bodies import BodyError
 from rl_insight.server.ingest.intake import Direct, answer_error
 from rl_insight.server.ingest.otlp import OtlpError
@@ -125,6 +125,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope[ARRIVED] = time.monotonic()
         method = scope["method"]
         status = 500
         intake = method in auth.WRITE_METHODS and scope["path"].startswith(INTAKE)

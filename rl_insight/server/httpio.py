@@ -6,6 +6,10 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+# the scope key under which the Guard notes when a request arrived (time.monotonic()):
+# what a route measures a client's deadline from
+ARRIVED = "rl_insight.arrived"
+
 
 class HttpError(Exception):
     """Raised by routes; answered as ``{"error": message}`` with the status."""

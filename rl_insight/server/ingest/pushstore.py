@@ -416,6 +416,16 @@ class PushStore:
                         into[key] = value
         self.store.on_rollback(undo)
 
+    def served(self, receipt: list) -> None:
+        """The scrape that ``exposition`` gave ``receipt`` got its answer: the latched 1s
+        it served are seen (those a push changed meanwhile stay for the next scrape)."""
+        with self._lock:
+            for key, held, unseen in receipt:
+                if held is not None and self._held.get(key) is held:
+                    del self._held[key]
+                if unseen is not None and self._unseen.get(key) is unseen:
+                    del self._unseen[key]
+
     def _latch(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
         """A LATCHED series that rises is unseen until a scrape serves it; one that ends
         unseen is held at 1 for the next scrape. A deleted group takes its own along."""
@@ -493,12 +503,16 @@ class PushStore:
         return list(merged.values())
 
     def exposition(self, own: Iterable[Metric],
-                   visible: Callable[[Mapping[str, str]], bool] = lambda labels: True
-                   ) -> bytes:
+                   visible: Callable[[Mapping[str, str]], bool] = lambda labels: True,
+                   receipt: list | None = None) -> bytes:
         """The server's own families and every visible group, each name once (own HELP
         and TYPE first; pushed samples of that name join it, the same type as the push
         checks guarantee), with push_time_seconds and push_failure_time_seconds per group
-        as the Pushgateway exposes them. Groups contribute their cached blocks."""
+        as the Pushgateway exposes them. Groups contribute their cached blocks.
+
+        The latched 1s it serves count as seen at once; with ``receipt``, only once the
+        caller says the scrape got them (``served``): a scrape that timed out on a loaded
+        machine took nothing."""
         merged = split_blocks(render(list(own)).decode())
         parts: dict[str, list[str]] = {name: [h, t, body] for name, (h, t, body)
                                        in merged.items()}
@@ -507,10 +521,14 @@ class PushStore:
             groups = [(k, g) for k, g in self.groups.items() if visible(g.labels)]
             for key, group in groups:
                 blocks = group.blocks()
-                held = self._held.pop(key, None)
+                held, unseen = self._held.get(key), self._unseen.get(key)
                 if held:  # 1s no scrape has served yet, though their states ended
                     blocks = {**blocks, **_with_held(group, held)}
-                self._unseen.pop(key, None)  # what is served now has been seen
+                if receipt is None:  # what is served now has been seen
+                    self._held.pop(key, None)
+                    self._unseen.pop(key, None)
+                elif held or unseen:
+                    receipt.append((key, held, unseen))
                 for name, (h, t, body) in blocks.items():
                     into = parts.get(name)
                     if into is None:

@@ -3,10 +3,14 @@ every pushed group: rl_insight.server.ingest.pushstore.PushStore.exposition)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+import time
+
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.background import BackgroundTask
 
+from rl_insight.server.httpio import ARRIVED
 from rl_insight.server.state import ServerState
 from rl_insight.version import __version__
 
@@ -51,9 +55,19 @@ def router(state: ServerState) -> APIRouter:
 
     @r.get("/metrics", summary="Every pushed group plus the server's own metrics",
            response_class=Response)
-    def metrics() -> Response:
+    def metrics(request: Request) -> Response:
         visible = lambda labels: state.experiments.archived_reason(labels) is None  # noqa: E731
-        return Response(state.pushes.exposition(state.metrics.registry.collect(), visible),
-                        media_type=CONTENT_TYPE_LATEST)
+        # Prometheus says how long it waits; an answer later than that is no scrape, and
+        # the lane states latched for one (pushstore.LATCHED) wait for the next
+        arrived = request.scope.get(ARRIVED) or time.monotonic()
+        timeout = request.headers.get("x-prometheus-scrape-timeout-seconds")
+        receipt: list = []
+        body = state.pushes.exposition(state.metrics.registry.collect(), visible, receipt)
+
+        def answered() -> None:  # runs once the body is sent, not if the client is gone
+            if not timeout or time.monotonic() - arrived < float(timeout):
+                state.pushes.served(receipt)
+        return Response(body, media_type=CONTENT_TYPE_LATEST,
+                        background=BackgroundTask(answered))
 
     return r
