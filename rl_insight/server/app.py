@@ -161,7 +161,6 @@ class Guard:
                                              "Retry-After seconds", retry_after=1)
         else:
             self.inflight += intake
-            t0 = time.perf_counter()
             try:
                 if direct:
                     await self.direct(scope, receive, sending, direct)
@@ -171,7 +170,7 @@ class Guard:
                 self.inflight -= intake
             if intake:
                 self.state.metrics.intake_seconds.labels(direct or _route(scope)).observe(
-                    time.perf_counter() - t0)
+                    time.monotonic() - scope[ARRIVED])
         self.state.metrics.requests.labels(method, direct or _route(scope), str(status)).inc()
 
 

@@ -21,6 +21,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -64,9 +65,9 @@ class Store:
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread whose transaction is open
         # per open transaction and savepoint of the owner, how to undo the memory changes
-        # made in it (on_rollback): a write the database does not keep is not served
-        self._undo: list[list[Callable[[], None]]] = []
-        self._after: list[list[Callable[[], None]]] = []  # after_commit, by level
+        # made in it (a write the database does not keep is not served) and what follows
+        # its commit
+        self._levels: list[_Level] = []
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint_lock = threading.Lock()
         try:
@@ -111,15 +112,15 @@ class Store:
         """Inside this thread's transaction: ``undo`` runs if it (or the savepoint it
         was made in) is rolled back, newest first, so memory changed beside a write that
         the disk refused (a failed group COMMIT) goes back to what the database holds."""
-        if self._owner == threading.get_ident() and self._undo:
-            self._undo[-1].append(undo)
+        if self._owner == threading.get_ident() and self._levels:
+            self._levels[-1].undo.append(undo)
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         """``fn`` once what this thread's open transaction wrote is committed, outside
         the store's lock (never if it is rolled back); at once outside a transaction. For
         what others are shown of a write (the discovery files): only what is stored."""
-        if self._owner == threading.get_ident() and self._after:
-            self._after[-1].append(fn)
+        if self._owner == threading.get_ident() and self._levels:
+            self._levels[-1].after.append(fn)
         else:
             fn()
 
@@ -171,6 +172,15 @@ class Store:
             "SELECT labels, push_time, body FROM push_groups ORDER BY key").fetchall())
 
 
+@dataclass
+class _Level:
+    """An open transaction or savepoint of the owner: how to undo the memory changes made
+    in it (``on_rollback``), and what to do once it is committed (``after_commit``)."""
+
+    undo: list[Callable[[], None]] = field(default_factory=list)
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+
 class _Transaction:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -183,8 +193,7 @@ class _Transaction:
             self.store._lock.release()
             raise
         self.store._owner = threading.get_ident()
-        self.store._undo = [[]]
-        self.store._after = [[]]
+        self.store._levels = [_Level()]
         return self.store.db
 
     def __exit__(self, kind, exc, tb) -> None:
@@ -196,16 +205,15 @@ class _Transaction:
                     store.db.execute("COMMIT")
                 except BaseException:
                     _rollback(store.db)
-                    _undo([u for level in store._undo for u in level])
+                    _undo([u for level in store._levels for u in level.undo])
                     raise
-                committed = [f for level in store._after for f in level]
+                committed = [f for level in store._levels for f in level.after]
             else:
                 _rollback(store.db)
-                _undo([u for level in store._undo for u in level])
+                _undo([u for level in store._levels for u in level.undo])
         finally:
             store._owner = None
-            store._undo = []
-            store._after = []
+            store._levels = []
             store._lock.release()
         for fn in committed:
             try:
@@ -220,18 +228,18 @@ class _Savepoint:
 
     def __enter__(self) -> sqlite3.Connection:
         self.store.db.execute("SAVEPOINT op")
-        self.store._undo.append([])
-        self.store._after.append([])
+        self.store._levels.append(_Level())
         return self.store.db
 
     def __exit__(self, kind, exc, tb) -> None:
-        mine, after = self.store._undo.pop(), self.store._after.pop()
+        mine = self.store._levels.pop()
         if kind is not None:
             self.store.db.execute("ROLLBACK TO op")
-            _undo(mine)
+            _undo(mine.undo)
         else:
-            self.store._undo[-1].extend(mine)  # undone with the transaction, if it is
-            self.store._after[-1].extend(after)  # done once the transaction commits
+            outer = self.store._levels[-1]
+            outer.undo.extend(mine.undo)  # undone with the transaction, if it is
+            outer.after.extend(mine.after)  # done once the transaction commits
         self.store.db.execute("RELEASE op")
 
 

@@ -60,12 +60,15 @@ def router(state: ServerState) -> APIRouter:
         # Prometheus says how long it waits; an answer later than that is no scrape, and
         # the lane states latched for one (pushstore.LATCHED) wait for the next
         arrived = request.scope.get(ARRIVED) or time.monotonic()
-        timeout = request.headers.get("x-prometheus-scrape-timeout-seconds")
+        try:  # another reader (no header, or one that is not a number) waits for none
+            timeout = float(request.headers.get("x-prometheus-scrape-timeout-seconds", ""))
+        except ValueError:
+            timeout = float("inf")
         receipt: list = []
         body = state.pushes.exposition(state.metrics.registry.collect(), visible, receipt)
 
         def answered() -> None:  # runs once the body is sent, not if the client is gone
-            if not timeout or time.monotonic() - arrived < float(timeout):
+            if time.monotonic() - arrived < timeout:
                 state.pushes.served(receipt)
         return Response(body, media_type=CONTENT_TYPE_LATEST,
                         background=BackgroundTask(answered))
