@@ -192,7 +192,8 @@ def test_every_panel_query_returns_data_for_the_run(world):
                     expr = substitute(q.expr, srun)
                     checked += 1
                     if not query_range(prom, expr, sstart, send):
-                        empty.append(f"{d.uid} / {panel.title}: {expr}")
+                        where = first_seen(prom, expr, srun) if srun else ""
+                        empty.append(f"{d.uid} / {panel.title}: {expr} {where}")
     assert checked > 150
     assert not empty, "panels without data:\n" + "\n".join(empty)
     # GPUs and NPUs are not here; alert panels have rows only while an alert fires
