@@ -265,6 +265,50 @@ def test_two_concurrent_jobs_never_mix(stack, cluster):
     assert not prom_query(cli.prometheus, 'rl_insight_monitor_shared_name{project="default"}')
 
 
+EARLY_SCRIPT = '''
+import json, time, ray, rl_insight
+from ray.util.state import list_actors
+ray.init()
+
+@ray.remote
+class Replica:  # verl creates its replicas (init_workers) before fit() names the run
+    def work(self, state):
+        with rl_insight.trace_state(state, state_lane_id="replica_0"):
+            time.sleep(0.3)
+        return True
+
+    def flush(self):
+        return rl_insight.flush(60)
+
+replica = Replica.remote()
+ray.get(replica.work.remote("vllm_wake_up"))  # the hub knows no run of this job yet
+time.sleep(6)  # longer than the hub takes to answer "none" and the lanes' tick
+rl_insight.init(project="proj", experiment_name="named-late")  # verl's Tracking, in fit()
+ray.get(replica.work.remote("vllm_generate"))
+assert ray.get(replica.flush.remote())
+rl_insight.finish()
+print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id()}))
+'''
+
+
+def test_a_replicas_states_before_the_run_is_named_join_the_run(stack, cluster):
+    """verl's order: the replicas work (wake up, sleep) before the trainer's Tracking names
+    the run. A worker's lane events wait for the run's name (as the hub's metrics do),
+    rather than go to a run of their own, project "default", that no dashboard of the run
+    shows; so do they when a busy hub answers late."""
+    cli, _ = stack
+    r = cluster.run_driver(EARLY_SCRIPT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    job = last_json(r.stdout)["job"]
+    q = ('max by (state_name) (max_over_time(rl_insight_monitor_lane_state'
+         '{experiment_name="named-late",state_lane_id="replica_0"}[5m]))')
+    wait_equal(lambda: {x["metric"]["state_name"] for x in prom_query(cli.prometheus, q)},
+               {"vllm_wake_up", "vllm_generate"}, 30, "both states under the named run")
+    assert not prom_query(cli.prometheus,
+                          f'rl_insight_monitor_lane_state{{project="default",'
+                          f'experiment_name="{job}"}}')
+
+
 LATE_SCRIPT = '''
 import json, logging, ray, rl_insight
 logging.basicConfig(level=logging.WARNING)

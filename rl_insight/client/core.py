@@ -133,10 +133,10 @@ class Client:
                     t.register_run(self.identity)
             return t
 
-    def _upkeep(self) -> None:
+    def _upkeep(self, wait: float = 0.0) -> None:
         t = self._transport
         if t is not None:
-            t.upkeep()
+            self._recent_refs.extend(t.upkeep(wait))
 
     def _export(self, items: list, dropped: int) -> None:
         self._recent_refs.extend(self.transport().export(self.identity, items, dropped))
@@ -181,6 +181,8 @@ class Client:
         end = time.monotonic() + timeout
         self.steps.flush()
         ok = self.buffer.flush(timeout)
+        if ok:  # lane events waiting for the run's name (inside Ray) wait as long as this
+            self._upkeep(max(0.0, end - time.monotonic()))
         refs = list(self._recent_refs)
         if ok and refs:
             import ray

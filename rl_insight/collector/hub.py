@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 
 RUN_JOB = "rl_insight"
 HUB_JOB = "rl_insight_hub"
+# events of a job whose run is not named yet wait this long for its name, then go to
+# ("default", <job id>): in verl the replicas work (wake, sleep) before the trainer's
+# Tracking names the run, and a hub busy with a large run answers late
+PARK_S = 30.0
 
 
 class HubCore:
@@ -38,7 +42,7 @@ class HubCore:
         self.lanes: set[str] = set()
         # metrics of jobs whose run is not known yet, held until the driver names it
         self.parked: dict[str, tuple[float, list[Metric]]] = {}
-        self.park_seconds = 30.0
+        self.park_seconds = PARK_S
         self.park_limit = 50_000
         self.marks = Watermarks()
         # platform mode: the lane actors' series, served beside the runs' (served.py)
