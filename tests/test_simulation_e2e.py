@@ -144,6 +144,10 @@ def first_seen(prom: str, expr: str, run: dict) -> dict:
         times = [float(t) - run["t_start"] for t, v in x["values"] if float(v) > 0]
         out[x["metric"].get("state_lane_id", str(x["metric"]))] = \
             (round(min(times), 1), round(max(times), 1)) if times else None
+    # lanes filed under a run of their own (a worker that never learnt its job's run)
+    out["default"] = [x["metric"] for x in query_range(
+        prom, 'count by (experiment_name, state_lane_id) '
+              '(rl_insight_monitor_lane_state{project="default"})', run["t_start"] - 60, end)]
     return out
 
 
