@@ -282,7 +282,7 @@ class Replica:  # verl creates its replicas (init_workers) before fit() names th
 
 replica = Replica.remote()
 ray.get(replica.work.remote("vllm_wake_up"))  # the hub knows no run of this job yet
-time.sleep(6)  # longer than the hub takes to answer "none" and the lanes' tick
+time.sleep(3)  # not a wait: verl loads its models between the two (the scenario)
 rl_insight.init(project="proj", experiment_name="named-late")  # verl's Tracking, in fit()
 ray.get(replica.work.remote("vllm_generate"))
 assert ray.get(replica.flush.remote())
@@ -307,6 +307,27 @@ def test_a_replicas_states_before_the_run_is_named_join_the_run(stack, cluster):
     assert not prom_query(cli.prometheus,
                           f'rl_insight_monitor_lane_state{{project="default",'
                           f'experiment_name="{job}"}}')
+
+
+NAMELESS_SCRIPT = '''
+import json, time, ray, rl_insight
+ray.init()
+with rl_insight.trace_state("vllm_generate", state_lane_id="replica_0"):
+    time.sleep(0.2)
+print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id()}))
+'''  # and exits: no process of this job ever names a run
+
+
+def test_lane_events_of_a_job_that_names_no_run_are_filed_under_default_at_exit(
+        stack, cluster):
+    """What waits for a run's name is not lost when none comes before the process exits:
+    it goes to project "default", experiment "<job id>", as the hub's metrics do."""
+    cli, _ = stack
+    r = cluster.run_driver(NAMELESS_SCRIPT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    job = last_json(r.stdout)["job"]
+    q = f'rl_insight_monitor_lane_state{{project="default",experiment_name="{job}"}}'
+    wait_for(lambda: prom_query(cli.prometheus, q), 30, "the lane under project default")
 
 
 LATE_SCRIPT = '''

@@ -133,10 +133,10 @@ class Client:
                     t.register_run(self.identity)
             return t
 
-    def _upkeep(self, wait: float = 0.0) -> None:
+    def _upkeep(self, wait: float = 0.0, final: bool = False) -> None:
         t = self._transport
         if t is not None:
-            self._recent_refs.extend(t.upkeep(wait))
+            self._recent_refs.extend(t.upkeep(wait, final))
 
     def _export(self, items: list, dropped: int) -> None:
         self._recent_refs.extend(self.transport().export(self.identity, items, dropped))
@@ -190,7 +190,8 @@ class Client:
             left = max(0.0, end - time.monotonic())
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
             ok = len(ready) == len(refs)
-        return ok
+        parked = getattr(self._transport, "parked", None)  # Ray's: events awaiting a run
+        return ok and not (parked and parked())
 
     def finish(self, timeout: float) -> None:
         """Flush, registrations and the run's end within one ``timeout``, however slow
@@ -225,6 +226,7 @@ class Client:
             self.steps.flush()
             if not self.buffer.shutdown(budget):
                 log.warning("rl-insight: not every event was handed over before exit")
+            self._upkeep(left(), final=True)  # lane events still waiting for the run's name
             if not self.wait_registrations(left()):
                 log.warning("rl-insight: target registrations were not delivered before "
                             "exit; is the server at %s reachable?", self.server_url)

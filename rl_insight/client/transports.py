@@ -66,7 +66,7 @@ class Transport(Protocol):
 
     def register_run(self, identity: Identity) -> None: ...
 
-    def upkeep(self, wait: float = 0.0) -> list: ...
+    def upkeep(self, wait: float = 0.0, final: bool = False) -> list: ...
 
     def finish(self, identity: Identity, timeout: float) -> None: ...
 
@@ -78,7 +78,7 @@ class DirectTransport:
 
     in_ray = False
 
-    def upkeep(self, wait: float = 0.0) -> list:
+    def upkeep(self, wait: float = 0.0, final: bool = False) -> list:
         """Nothing to settle: the cores run here."""
         return []
 

@@ -87,6 +87,10 @@ class RayTransport:
             self._next_lookup = time.monotonic() + (5.0 if self._parking() else PARK_S)
             self._lookup = self.hub.identity_for_job.remote(self.job_id)
 
+    def parked(self) -> int:
+        """Lane events waiting for the run's name."""
+        return self._parked_count
+
     def _parking(self) -> bool:
         """Lane events wait for the run's name: PARK_S from the first that waited."""
         return self._parked_since is None or \
@@ -165,11 +169,16 @@ class RayTransport:
             refs.append(self._lane(name).ingest.remote(*args, seq, self.job_id))
         return refs
 
-    def upkeep(self, wait: float = 0.0) -> list:
+    def upkeep(self, wait: float = 0.0, final: bool = False) -> list:
         """Between batches: settle what the actors have not confirmed yet, and send the
         parked lane events once the hub names the run (waiting up to ``wait`` for it: a
-        flush). Returns the refs of what it sent."""
+        flush; ``final``: the process is going, unnamed they go to project default rather
+        than nowhere). Returns the refs of what it sent."""
         refs = []
+        if self._parked and final:
+            self.upkeep(wait)
+            with self._park_lock:
+                self._parked_since = float("-inf")  # no more waiting for the name
         if self._parked:
             end = time.monotonic() + wait
             while True:
