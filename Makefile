@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.rl-insight-installed
 # waits on processes (Ray, Prometheus, simulated steps) more than it computes, and 2
 # workers took it from 17 to under 9 minutes (docs/development.md, "Tests"); more did not pay there
 PYTEST_WORKERS ?= 2
+# the fast tier in 3: its tests wait on threads and loopback sockets, and with 2 workers
+# on 2 cores a third of the CPU stood idle (47-52 s in 3 workers, 51-57 s in 2)
+FAST_WORKERS ?= 3
 
 .PHONY: setup system-deps test test-fast lint demo bench bench-quick bench-scale bench-tier \
         bench-intake bench-requests bench-registrations pictures soak clean
@@ -37,13 +40,18 @@ lint: setup
 	$(BIN)/ruff check rl_insight tests examples scripts bench dashboards
 
 # everything, as CI runs it; the slowest 15 tests close the output
+# PYTHONDONTWRITEBYTECODE emptied: where a machine sets it (this project's does), every
+# process the suite starts (servers, Ray workers, CLIs: about 500) compiled the package
+# again, and pytest rewrote its plugins' modules again in every worker
 test: setup system-deps lint
-	./scripts/private-net.sh $(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) \
+	PYTHONDONTWRITEBYTECODE= ./scripts/private-net.sh $(BIN)/python -m pytest -q -ra \
+	    -n $(PYTEST_WORKERS) \
 	    --dist loadgroup --durations=15
 
 # for every edit: the tests that start no process (a test that does fails, naming it)
 test-fast: setup
-	RL_INSIGHT_FAST_TIER=1 $(BIN)/python -m pytest -q -m "not integration" -n $(PYTEST_WORKERS) \
+	PYTHONDONTWRITEBYTECODE= RL_INSIGHT_FAST_TIER=1 $(BIN)/python -m pytest -q \
+	    -m "not integration" -n $(FAST_WORKERS) \
 	    --durations=5
 
 demo: setup system-deps

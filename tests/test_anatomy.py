@@ -25,6 +25,7 @@ from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.app import create_app
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from tests.conftest import examples
 
 S = 1_000_000_000  # one second in ns
 
@@ -42,7 +43,7 @@ def _units(ivs, lo, hi) -> set[int]:
     return {t for s, e in ivs for t in range(max(s, lo), min(e, hi))}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(lanes, interval)
 def test_every_quantity_equals_a_count_of_time_units(raw, window):
     lo, hi = window

@@ -354,13 +354,13 @@ def test_a_finished_run_with_a_failed_last_push_is_kept_until_it_went_out():
 
 
 def test_lane_cores_keep_no_per_trajectory_entry_and_forget_idle_runs():
-    """100,000 agent-loop trajectories through one lane core: no entry per trajectory; a
+    """20,000 agent-loop trajectories through one lane core: no entry per trajectory; a
     finished run is forgotten after the grace, and an idle one (no finish heard) after an
     hour unless one of its lanes is in a state."""
     sender = RecordingSender()
     core = LaneCore(sender, "lane_z", max_pending=1000, batch_size=1000)
     run, busy = Identity("p", "agents"), Identity("p", "sleeping")
-    for i in range(0, 100_000, 1000):
+    for i in range(0, 20_000, 1000):
         core.ingest(run, "h:1", [x for t in range(i, i + 1000) for x in (
             StateChange(f"traj_{t}", "tool_call", t, True),
             Span("tool_call", t, t + 10, f"traj_{t}", (), ends_state=True))])

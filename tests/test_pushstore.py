@@ -20,6 +20,7 @@ from rl_insight.server.ingest.pushstore import (
     split_blocks,
 )
 from rl_insight.server.ingest.store import Store
+from tests.conftest import examples
 from tests.test_textformat import NAMES, VALUES, bodies
 
 
@@ -174,7 +175,7 @@ def test_total_series_follows_every_change(tmp_path):
     assert st.total_series() == 0
 
 
-@settings(max_examples=250, deadline=None)  # the fast tier stays under 60 s
+@settings(max_examples=examples(250), deadline=None)
 @given(bodies())
 def test_a_groups_blocks_are_what_generate_latest_writes(text):
     """The exposition a group caches (render_blocks) is prometheus_client's, line for
@@ -228,7 +229,7 @@ def typed_bodies(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=200, deadline=None)  # the fast tier stays under 60 s
+@settings(max_examples=examples(200), deadline=None)
 @given(st.one_of(bodies(), typed_bodies()), st.lists(VALUES, min_size=2, max_size=5),
        st.booleans())
 def test_a_repeated_shape_reads_as_a_full_parse(tmp_path_factory, text, values, replace):

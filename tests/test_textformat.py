@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from rl_insight.server.ingest import textformat
+from tests.conftest import examples
 
 NAMES = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,12}", fullmatch=True)
 LABELS = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True)
@@ -52,7 +53,7 @@ def outcome(fn, text):
         return ("error", type(exc).__name__)
 
 
-@settings(max_examples=300, deadline=None)  # the fast tier stays under 60 s
+@settings(max_examples=examples(300), deadline=None)
 @given(bodies())
 def test_the_fast_reader_equals_prometheus_clients_parser(text):
     library = outcome(lambda t: list(text_string_to_metric_families(t)), text)

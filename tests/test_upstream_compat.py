@@ -10,16 +10,27 @@ import logging
 import threading
 
 import pytest
-import verl.utils.tracking as verl_tracking  # installed by `make setup`
 
 from rl_insight.client import api
 from rl_insight.events import Identity, Metric, Span, StateChange
 
-RLInsightLogger = verl_tracking.RLInsightLogger
+# verl's class, imported by the first test that asks for it: verl imports torch (11 s),
+# which every pytest process paid to collect this module
+RLInsightLogger = None
 
 
 @pytest.fixture
-def verl_recorded(recorded, monkeypatch):
+def verl_logger():
+    global RLInsightLogger
+    if RLInsightLogger is None:
+        import verl.utils.tracking as verl_tracking  # installed by `make setup`
+
+        RLInsightLogger = verl_tracking.RLInsightLogger
+    return RLInsightLogger
+
+
+@pytest.fixture
+def verl_recorded(recorded, monkeypatch, verl_logger):
     """``recorded``, with monitoring on for verl's RLInsightLogger in this process."""
     monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
     monkeypatch.setattr(RLInsightLogger, "_init_done", True)
@@ -31,7 +42,7 @@ def of(got: list, kind: type) -> list:
     return [e for e in got if type(e) is kind]
 
 
-def test_verl_version_gate_passes():
+def test_verl_version_gate_passes(verl_logger):
     import rl_insight
 
     assert RLInsightLogger._rl_insight_version() >= RLInsightLogger.MINIMUM_RL_INSIGHT_VERSION
