@@ -181,7 +181,8 @@ class Client:
         end = time.monotonic() + timeout
         self.steps.flush()
         ok = self.buffer.flush(timeout)
-        if ok:  # lane events waiting for the run's name (inside Ray) wait as long as this
+        parked = getattr(self._transport, "parked", None)  # Ray's: events awaiting a run
+        if ok and parked and parked():  # they wait for the run's name as long as this
             self._upkeep(max(0.0, end - time.monotonic()))
         refs = list(self._recent_refs)
         if ok and refs:
@@ -190,7 +191,6 @@ class Client:
             left = max(0.0, end - time.monotonic())
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
             ok = len(ready) == len(refs)
-        parked = getattr(self._transport, "parked", None)  # Ray's: events awaiting a run
         return ok and not (parked and parked())
 
     def finish(self, timeout: float) -> None:

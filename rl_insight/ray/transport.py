@@ -175,10 +175,6 @@ class RayTransport:
         flush; ``final``: the process is going, unnamed they go to project default rather
         than nowhere). Returns the refs of what it sent."""
         refs = []
-        if self._parked and final:
-            self.upkeep(wait)
-            with self._park_lock:
-                self._parked_since = float("-inf")  # no more waiting for the name
         if self._parked:
             end = time.monotonic() + wait
             while True:
@@ -189,9 +185,12 @@ class RayTransport:
                     ray.wait([self._lookup], timeout=min(1.0, end - time.monotonic()))
                 else:
                     time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+            if final and ident is None:
+                with self._park_lock:
+                    self._parked_since = float("-inf")  # no more waiting for the name
             refs = self._send_lanes(ident, {})
-        if any(u.items for u in self.unconfirmed.values()):
-            self.settle()
+        if not wait and any(u.items for u in self.unconfirmed.values()):
+            self.settle()  # the buffer's thread, between batches (a flush has a deadline)
         return refs
 
     def settle(self, force: bool = False) -> None:
