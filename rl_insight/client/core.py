@@ -226,7 +226,9 @@ class Client:
             self.steps.flush()
             if not self.buffer.shutdown(budget):
                 log.warning("rl-insight: not every event was handed over before exit")
-            self._upkeep(left(), final=True)  # lane events still waiting for the run's name
+            parked = getattr(self._transport, "parked", None)
+            if parked and parked():  # lane events still waiting for the run's name
+                self._upkeep(left(), final=True)
             if not self.wait_registrations(left()):
                 log.warning("rl-insight: target registrations were not delivered before "
                             "exit; is the server at %s reachable?", self.server_url)
