@@ -27,12 +27,6 @@ SETUP_HEAVY = ("tests/test_multihost.py", "tests/test_verl_run.py",
                "tests/reliability/test_faults.py", "tests/reliability/test_soak.py")
 FAST_TIER_ENV = "RL_INSIGHT_FAST_TIER"  # `make test-fast`: no process may be started
 FAST_TIER = os.environ.get(FAST_TIER_ENV) == "1"
-
-
-def examples(full: int) -> int:
-    """A property test's examples: all of them in the whole suite (CI, before a commit),
-    half in the fast tier, which runs at every edit and must stay under 60 s."""
-    return max(full // 2, 20) if FAST_TIER else full
 # The groups that take longest, longest first (seconds of setup, calls and teardown of all
 # their tests, measured on the project's 2-core machine in 2 workers, 2026-12-03). They
 # are handed to the workers first and the light modules fill in after them, so the run
@@ -91,11 +85,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                           len(rank)), order[id(item)]))
 
 
+def examples(full: int) -> int:
+    """A property test's examples: all of them in the whole suite (CI, before a commit),
+    half in the fast tier, which runs at every edit and must stay under 60 s."""
+    return max(full // 2, 20) if FAST_TIER else full
+
+
 @pytest.fixture(autouse=True)
 def _no_processes_in_the_fast_tier(monkeypatch: pytest.MonkeyPatch):
     """In the fast tier, a test that starts a process fails, naming the command: it
     belongs to the integration tier (`pytest.mark.integration`)."""
-    if os.environ.get(FAST_TIER_ENV) != "1":
+    if not FAST_TIER:
         yield
         return
     started: list[str] = []

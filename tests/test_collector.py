@@ -353,6 +353,35 @@ def test_a_finished_run_with_a_failed_last_push_is_kept_until_it_went_out():
     assert hub.runs.identities() == []
 
 
+def test_a_jobs_lane_events_wait_for_its_run_and_join_it_in_order():
+    """A replica's states before its job's run is named (verl's init_workers) are held by
+    the lane core and join the run once the hub names it, before what comes after; a job
+    that names none within PARK_S goes to project default; more than the limit is counted
+    as dropped."""
+    core = LaneCore(RecordingSender(), "lane_replica_0")
+    run = Identity("p", "named-late")
+    core.ingest(None, "replica:1", [StateChange("replica_0", "vllm_wake_up", 1, True),
+                                    Span("vllm_wake_up", 1, 5, "replica_0", (),
+                                         ends_state=True)], 1, "job-a")
+    assert core.unnamed_jobs() == ["job-a"] and not core.lanes  # held, nothing applied
+    assert not core.idle()  # a lane actor whose jobs ended stays for them
+    core.name_job("job-a", run)
+    core.ingest(None, "replica:1", [StateChange("replica_0", "vllm_generate", 6, True)], 2,
+                "job-a")  # after the name: straight in
+    assert core.unnamed_jobs() == [] and core.lanes == {(run, "replica_0")}
+    assert [s.name for _, _, s in core.pending] == ["vllm_wake_up"]
+    assert core.stats()["current"] == {"p/named-late/replica_0": "vllm_generate"}
+
+    core.parked.limit = 2
+    core.ingest(None, "w:2", [StateChange(f"replica_{i}", "s", i, True) for i in range(3)],
+                1, "job-b")
+    assert core.spans_dropped == 1  # the third did not fit
+    core.parked.seconds = 0.0
+    core.tick()  # job-b never named its run
+    assert {lane for (ident, lane) in core.lanes if ident == Identity("default", "job-b")} \
+        == {"replica_0", "replica_1"}
+
+
 def test_lane_cores_keep_no_per_trajectory_entry_and_forget_idle_runs():
     """20,000 agent-loop trajectories through one lane core: no entry per trajectory; a
     finished run is forgotten after the grace, and an idle one (no finish heard) after an

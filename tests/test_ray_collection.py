@@ -266,36 +266,43 @@ def test_two_concurrent_jobs_never_mix(stack, cluster):
 
 
 EARLY_SCRIPT = '''
-import json, time, ray, rl_insight
-from ray.util.state import list_actors
+import json, time, ray
 ray.init()
 
-@ray.remote
-class Replica:  # verl creates its replicas (init_workers) before fit() names the run
+
+@ray.remote(num_cpus=0)
+class vLLMHttpServer:  # verl's replica: its own lane, through verl's RLInsightLogger
     def work(self, state):
-        with rl_insight.trace_state(state, state_lane_id="replica_0"):
+        from verl.utils.tracking import RLInsightLogger
+        with RLInsightLogger.trace_state(state, state_lane_id="replica_0"):
             time.sleep(0.3)
         return True
 
-    def flush(self):
-        return rl_insight.flush(60)
 
-replica = Replica.remote()
-ray.get(replica.work.remote("vllm_wake_up"))  # the hub knows no run of this job yet
-time.sleep(3)  # not a wait: verl loads its models between the two (the scenario)
-rl_insight.init(project="proj", experiment_name="named-late")  # verl's Tracking, in fit()
-ray.get(replica.work.remote("vllm_generate"))
-assert ray.get(replica.flush.remote())
-rl_insight.finish()
+@ray.remote(num_cpus=0)
+class TaskRunner:  # verl main_ppo: init_workers, then fit() makes the Tracking
+    def run(self):
+        from verl.utils.tracking import Tracking
+        replica = vLLMHttpServer.remote()
+        ray.get(replica.work.remote("vllm_wake_up"))  # the hub knows no run of this job
+        time.sleep(3)  # not a wait: verl loads its models between the two (the scenario)
+        tracking = Tracking("proj", "named-late", default_backend=["console", "rl_insight"])
+        ray.get(replica.work.remote("vllm_generate"))
+        tracking.finish()
+        return True
+
+
+assert ray.get(TaskRunner.remote().run.remote())
 print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id()}))
 '''
 
 
 def test_a_replicas_states_before_the_run_is_named_join_the_run(stack, cluster):
-    """verl's order: the replicas work (wake up, sleep) before the trainer's Tracking names
-    the run. A worker's lane events wait for the run's name (as the hub's metrics do),
-    rather than go to a run of their own, project "default", that no dashboard of the run
-    shows; so do they when a busy hub answers late."""
+    """verl's order and structure (verl/trainer/main_ppo.py: the TaskRunner actor; its
+    replicas, created in init_workers, trace through verl's RLInsightLogger before fit()
+    makes the Tracking that names the run). A worker's lane events wait for the run's name
+    (as the hub's metrics do) rather than go to a run of their own, project "default", that
+    no dashboard of the run shows; so do they when a busy hub answers late."""
     cli, _ = stack
     r = cluster.run_driver(EARLY_SCRIPT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -320,14 +327,15 @@ print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id()}))
 
 def test_lane_events_of_a_job_that_names_no_run_are_filed_under_default_at_exit(
         stack, cluster):
-    """What waits for a run's name is not lost when none comes before the process exits:
-    it goes to project "default", experiment "<job id>", as the hub's metrics do."""
+    """What waits for a run's name is not lost when none comes, the process long gone: it
+    goes to project "default", experiment "<job id>", as the hub's metrics do."""
     cli, _ = stack
     r = cluster.run_driver(NAMELESS_SCRIPT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     job = last_json(r.stdout)["job"]
     q = f'rl_insight_monitor_lane_state{{project="default",experiment_name="{job}"}}'
-    wait_for(lambda: prom_query(cli.prometheus, q), 30, "the lane under project default")
+    # collector/parking.py: PARK_S (30 s) for a name, then the lane actor's next tick
+    wait_for(lambda: prom_query(cli.prometheus, q), 60, "the lane under project default")
 
 
 LATE_SCRIPT = '''

@@ -133,10 +133,10 @@ class Client:
                     t.register_run(self.identity)
             return t
 
-    def _upkeep(self, wait: float = 0.0, final: bool = False) -> None:
+    def _upkeep(self) -> None:
         t = self._transport
         if t is not None:
-            self._recent_refs.extend(t.upkeep(wait, final))
+            t.upkeep()
 
     def _export(self, items: list, dropped: int) -> None:
         self._recent_refs.extend(self.transport().export(self.identity, items, dropped))
@@ -181,9 +181,6 @@ class Client:
         end = time.monotonic() + timeout
         self.steps.flush()
         ok = self.buffer.flush(timeout)
-        parked = getattr(self._transport, "parked", None)  # Ray's: events awaiting a run
-        if ok and parked and parked():  # they wait for the run's name as long as this
-            self._upkeep(max(0.0, end - time.monotonic()))
         refs = list(self._recent_refs)
         if ok and refs:
             import ray
@@ -191,7 +188,7 @@ class Client:
             left = max(0.0, end - time.monotonic())
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
             ok = len(ready) == len(refs)
-        return ok and not (parked and parked())
+        return ok
 
     def finish(self, timeout: float) -> None:
         """Flush, registrations and the run's end within one ``timeout``, however slow
@@ -226,9 +223,6 @@ class Client:
             self.steps.flush()
             if not self.buffer.shutdown(budget):
                 log.warning("rl-insight: not every event was handed over before exit")
-            parked = getattr(self._transport, "parked", None)
-            if parked and parked():  # lane events still waiting for the run's name
-                self._upkeep(left(), final=True)
             if not self.wait_registrations(left()):
                 log.warning("rl-insight: target registrations were not delivered before "
                             "exit; is the server at %s reachable?", self.server_url)

@@ -66,7 +66,7 @@ class Transport(Protocol):
 
     def register_run(self, identity: Identity) -> None: ...
 
-    def upkeep(self, wait: float = 0.0, final: bool = False) -> list: ...
+    def upkeep(self) -> None: ...
 
     def finish(self, identity: Identity, timeout: float) -> None: ...
 
@@ -78,9 +78,8 @@ class DirectTransport:
 
     in_ray = False
 
-    def upkeep(self, wait: float = 0.0, final: bool = False) -> list:
+    def upkeep(self) -> None:
         """Nothing to settle: the cores run here."""
-        return []
 
     def __init__(self, config: dict[str, Any], process: str) -> None:
         self.process = process

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from rl_insight.collector.ack import Watermarks
+from rl_insight.collector.parking import Parking
 from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.runs import Runs, merge_expositions
 from rl_insight.collector.served import ServedGroups
@@ -20,10 +21,6 @@ log = logging.getLogger(__name__)
 
 RUN_JOB = "rl_insight"
 HUB_JOB = "rl_insight_hub"
-# events of a job whose run is not named yet wait this long for its name, then go to
-# ("default", <job id>): in verl the replicas work (wake, sleep) before the trainer's
-# Tracking names the run, and a hub busy with a large run answers late
-PARK_S = 30.0
 
 
 class HubCore:
@@ -41,9 +38,7 @@ class HubCore:
         self.batches = 0
         self.lanes: set[str] = set()
         # metrics of jobs whose run is not known yet, held until the driver names it
-        self.parked: dict[str, tuple[float, list[Metric]]] = {}
-        self.park_seconds = PARK_S
-        self.park_limit = 50_000
+        self.parked = Parking(50_000)
         self.marks = Watermarks()
         # platform mode: the lane actors' series, served beside the runs' (served.py)
         self.served = ServedGroups()
@@ -92,9 +87,9 @@ class HubCore:
     def register_run(self, job_id: str, identity: Identity) -> None:
         with self._lock:
             self.jobs[job_id] = identity
-            parked = self.parked.pop(job_id, None)
+            parked = self.parked.take(job_id)
         if parked:
-            self.runs.apply(identity, parked[1])
+            self.runs.apply(identity, parked)
 
     def ingest(self, batch: Batch, seq: int = 0) -> None:
         self.marks.received(batch.process, seq)
@@ -109,10 +104,8 @@ class HubCore:
             if ident is None:
                 ident = self.jobs.get(batch.job_id)
             if ident is None and metrics:  # hold them until the driver names the run
-                since, held = self.parked.setdefault(batch.job_id, (time.time(), []))
-                room = self.park_limit - len(held)
-                held.extend(metrics[:max(room, 0)])
-                self.dropped_by_clients += max(0, len(metrics) - max(room, 0))
+                self.dropped_by_clients += self.parked.hold(batch.job_id, metrics,
+                                                            time.time())
                 return
         if metrics:
             self.runs.apply(ident, metrics)
@@ -120,9 +113,7 @@ class HubCore:
     def release_parked(self, now: float) -> None:
         """Metrics of jobs that never named their run go to ("default", <job id>)."""
         with self._lock:
-            old = [j for j, (since, _) in self.parked.items()
-                   if now - since > self.park_seconds]
-            released = [(j, self.parked.pop(j)[1]) for j in old]
+            released = self.parked.expired(now)
         for job, metrics in released:
             log.warning("rl-insight hub: job %s never named its run; its metrics go to "
                         "project 'default', experiment '%s'", job, job)

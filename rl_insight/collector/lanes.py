@@ -19,10 +19,13 @@ import logging
 import threading
 import time
 from collections import deque
+from itertools import groupby
+from operator import itemgetter
 
 from rl_insight import laneid
 from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.otlp_encode import encode
+from rl_insight.collector.parking import Parking
 from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.runs import Runs
 from rl_insight.config import ClientSettings
@@ -95,13 +98,63 @@ class LaneCore:
         self.spans_sent = 0
         self.spans_dropped = 0
         self.marks = Watermarks()
+        # events of jobs whose run is not named yet (collector/parking.py), and the runs
+        # named, per Ray job (forgotten with their run)
+        self.parked = Parking(20_000)
+        self.jobs: dict[str, Identity] = {}
         self._lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)
         self.own = OwnGroup(sender)  # an idle lane actor sends nothing
 
-    def ingest(self, identity: Identity, process: str, items: list, seq: int = 0) -> bool:
-        """Apply state changes and spans; returns True when a batch is ready to send."""
+    def ingest(self, identity: Identity | None, process: str, items: list, seq: int = 0,
+               job_id: str = "") -> bool:
+        """Apply state changes and spans; returns True when a batch is ready to send. A
+        process that has not learnt its run (``identity`` None) gets its job's, once some
+        process of the job names it (``name_job``); until then its events are held."""
         self.marks.received(process, seq)
+        if identity is None:
+            with self._lock:
+                identity = self.jobs.get(job_id)
+                if identity is None:
+                    self.spans_dropped += self.parked.hold(
+                        job_id, [(process, it) for it in items], time.monotonic())
+                    return False
+        return self._apply(identity, process, items)
+
+    def name_job(self, job_id: str, identity: Identity) -> bool:
+        """The hub knows the job's run: what the job's processes sent before joins it,
+        ahead of what they send next (held again while this applies the last)."""
+        ready = False
+        while True:
+            with self._lock:
+                held = self.parked.take(job_id)
+                if not held:
+                    self.jobs[job_id] = identity
+                    return ready
+            ready |= self._apply_held(identity, held)
+
+    def unnamed_jobs(self) -> list[str]:
+        """Jobs whose events wait for their run's name."""
+        with self._lock:
+            return list(self.parked.jobs)
+
+    def _release_unnamed(self, now: float) -> None:
+        with self._lock:
+            released = self.parked.expired(now)
+        for job, items in released:
+            log.warning("rl-insight lane actor %s: job %s named no run in %.0f s; its lanes "
+                        "go to project 'default', experiment '%s'", self.name, job,
+                        self.parked.seconds, job or "unknown")
+            self._apply_held(Identity("default", job or "unknown"), items)
+
+    def _apply_held(self, identity: Identity, held: list) -> bool:
+        """Held (process, event) pairs, in the order they came, each process's in turn."""
+        ready = False
+        for process, pairs in groupby(held, key=itemgetter(0)):
+            ready |= self._apply(identity, process, [it for _, it in pairs])
+        return ready
+
+    def _apply(self, identity: Identity, process: str, items: list) -> bool:
         metrics = []
         with self._lock:
             for item in items:
@@ -207,6 +260,7 @@ class LaneCore:
                 self.current = {k: v for k, v in self.current.items() if k[0] not in gone}
                 self.raised = {k: v for k, v in self.raised.items() if k[0] not in gone}
                 self.delivered = {k: v for k, v in self.delivered.items() if k not in gone}
+                self.jobs = {k: v for k, v in self.jobs.items() if v not in gone}
         self.marks.forget_idle(LANE_IDLE_S)
         return sorted(gone, key=tuple)
 
@@ -282,6 +336,7 @@ class LaneCore:
         """One batch of spans and one request of metrics; True when a backlog of spans
         is still waiting (the caller runs again at once rather than after its tick)."""
         snapshot = self.marks.snapshot()
+        self._release_unnamed(time.monotonic())
         backlog = self.send_spans()
         self.push_metrics()
         with self._lock:
@@ -292,9 +347,10 @@ class LaneCore:
         return backlog
 
     def idle(self) -> bool:
-        """Nothing waits to be sent: no span, no changed series."""
+        """Nothing waits to be sent: no span, no changed series, no event held for a run's
+        name (a lane actor whose jobs ended stays for them)."""
         with self._lock:
-            return not self.pending and not self.runs.any_dirty()
+            return not self.pending and not self.runs.any_dirty() and not self.parked.jobs
 
     def stats(self) -> dict:
         with self._lock:

@@ -181,6 +181,8 @@ class LaneActor:
         self.lifetime = JobLifetime(config.get("lane_exit_grace_s", 20.0))
         self._next_check = time.monotonic() + JOB_CHECK_S
         self.exiting = False
+        self.namespace = config["namespace"]
+        self._asking: dict[str, Any] = {}  # job -> the hub's answer on its way
         self.ray_gauges = RayGauges("rl_insight_lanes", raymetrics.LANES, name)
         self.loop = Periodic(config["lane_flush_interval_s"], self._tick,
                              f"rl-insight-{name}").start()
@@ -190,13 +192,36 @@ class LaneActor:
         return (f"LaneActor({self.name}: {s['lanes']} lanes, {s['spans_sent']} spans sent, "
                 f"{s['spans_pending']} pending, jobs {sorted(self.lifetime.jobs)})")
 
-    def ingest(self, identity: Identity, process: str, items: list, seq: int = 0,
+    def ingest(self, identity: Identity | None, process: str, items: list, seq: int = 0,
                job_id: str = "") -> None:
         self.lifetime.seen(job_id)
-        if self.core.ingest(identity, process, items, seq):
+        if self.core.ingest(identity, process, items, seq, job_id):
             self.loop.wake()
 
+    def _name_jobs(self) -> None:
+        """Ask the hub, without waiting, which run each job with held events is: one
+        question per job at a time, its answer taken at a later tick."""
+        for job in self.core.unnamed_jobs():
+            ref = self._asking.get(job)
+            if ref is None:
+                hub = find_hub(self.namespace)
+                if hub is not None:
+                    self._asking[job] = hub.identity_for_job.remote(job)
+                continue
+            if not ray.wait([ref], timeout=0)[0]:
+                continue
+            del self._asking[job]
+            try:
+                found = ray.get(ref, timeout=0)
+            except Exception:  # the hub restarting: asked again next tick
+                found = None
+            if found:
+                self.core.name_job(job, Identity(*found))
+        unnamed = set(self.core.unnamed_jobs())
+        self._asking = {j: r for j, r in self._asking.items() if j in unnamed}
+
     def _tick(self) -> bool:
+        self._name_jobs()
         if self.platform and time.monotonic() >= self._refresh_at:
             self._refresh_at = time.monotonic() + REFRESH_S
             self.core.runs.mark_all_dirty()  # the hub forgets a group an hour unrefreshed
