@@ -272,6 +272,10 @@ class Simulation:
             f"{self.teacher_prefix}_replica_{i}")
             for i in range(args.teacher_replicas if args.teacher else 0)]
         self.ranks = [TrainerRank.remote(r) for r in range(args.ranks)]
+        # verl's init_workers ends putting every replica to sleep to load the checkpoint
+        # (verl 0.9.1 trainer/ppo/ray_trainer.py: checkpoint_manager.sleep_replicas()),
+        # before fit() makes the Tracking that names the run
+        self.replicas_state("vllm_sleep", self.t["sleep"] / 2, 0, sleep_level=1)
         self.tq = data_queue.config() if args.transfer_queue else None
         self.tq_endpoint: str | None = None
         self.live: list[tuple[str, list[str]]] = []  # batches in TransferQueue
@@ -519,7 +523,20 @@ class Simulation:
                 out[f"timing_per_token_ms/{phase}"] = timing[phase] * 1000 / max(tokens, 1)
         return out
 
+    def sync_weights(self) -> None:
+        """fit()'s weight sync before the first step (verl 0.9.1 ray_trainer.py
+        ``checkpoint_manager.update_weights(self.global_steps)``; checkpoint_engine/base.py:
+        release the replicas' KV cache, the ranks send the weights, resume the KV cache);
+        the replicas wake as after every step's sync: step 1 is no warm-up."""
+        self.replicas_state("vllm_release_kv_cache", self.t["sleep"] / 2, 0)
+        weights = [r.phase.remote("update_weights", self.t["update_weights"], 0)
+                   for r in self.ranks]
+        self.replicas_state("vllm_wake_up", self.t["update_weights"] / 3, 0, sleep_level=0)
+        self.replicas_state("vllm_resume_kv_cache", self.t["update_weights"] / 3, 0)
+        ray.get(weights)
+
     def run(self) -> None:
+        self.sync_weights()
         pending = self.generate(1) if self.args.mode == "async" else []
         for step in range(1, self.args.steps + 1):
             if step == self.args.engine_down_at:
