@@ -325,7 +325,7 @@ print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id()}))
 '''  # and exits: no process of this job ever names a run
 
 
-def test_lane_events_of_a_job_that_names_no_run_are_filed_under_default_at_exit(
+def test_lane_events_of_a_job_that_names_no_run_are_filed_under_default_after_30s(
         stack, cluster):
     """What waits for a run's name is not lost when none comes, the process long gone: it
     goes to project "default", experiment "<job id>", as the hub's metrics do."""
