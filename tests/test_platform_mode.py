@@ -14,6 +14,7 @@ verl's side follows the platform change's verl test (tardis-key/verl, a test of
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -30,14 +31,19 @@ pytestmark = pytest.mark.integration
 RUN = {"project": "platform", "experiment_name": "no-server"}
 
 
+# Ports a platform agrees on beforehand are bound long after they are chosen (the hub's and
+# the engines': seconds later, by Ray workers). Chosen below the kernel's ephemeral range
+# (32768-60999 here: an outgoing connection takes its local port there, and a port an open
+# connection holds cannot be listened on; an engine's bind failed so in a fresh-clone run)
+# and above Ray's worker ports (10002-19999).
+AGREED_PORTS = range(20000, 32000)
+
+
 def free_consecutive_ports(n: int) -> int:
-    """A base port with base..base+n-1 free (a platform's pre-agreed engine ports)."""
+    """A base port with base..base+n-1 free (a platform's pre-agreed ports)."""
+    pick = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
+        base = pick.randrange(AGREED_PORTS.start, AGREED_PORTS.stop - n)
         socks = []
         try:
             for i in range(n):
@@ -60,7 +66,8 @@ def platform(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("platform")
     receiver = FakeTempo(free_consecutive_ports(1)).start()
     cluster = RayCluster(tmp, dashboard=False).start()
-    hub_port, engines = free_consecutive_ports(1), free_consecutive_ports(2)
+    hub_port = free_consecutive_ports(3)  # the hub's, then two engines'
+    engines = hub_port + 1
     node = "127.0.0.1"  # the cluster's node address (--node-ip-address)
     rollout = [{"targets": [f"{node}:{engines + r}"],
                 "labels": {**RUN, "replica": str(r), "role": "rollout"}}
