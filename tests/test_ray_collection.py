@@ -288,10 +288,9 @@ class TaskRunner:  # verl main_ppo: init_workers, then fit() makes the Tracking
         time.sleep(3)  # not a wait: verl loads its models between the two (the scenario)
         tracking = Tracking("proj", "named-late", default_backend=["console", "rl_insight"])
         ray.get(replica.work.remote("vllm_generate"))
-        # verl trains on the batch before its run ends; the job's end kills the replica
-        # with no exit hook, and a worker hands its events over every 0.5 s
-        # (client.flush_interval_s): what it recorded in its last half second is lost
-        time.sleep(3)
+        # the job's end kills the replica with no exit hook, and a worker hands its events
+        # over every 0.5 s (client.flush_interval_s): its last half second is lost
+        time.sleep(3)  # not a wait: verl trains on the batch before its run ends
         tracking.finish()
         return True
 
