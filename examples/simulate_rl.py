@@ -372,14 +372,7 @@ class Simulation:
         timing["values"] = self.timed("values")
         timing["adv"] = self.timed("adv")
         timing["update_actor"] = self.ranks_phase("actor_update", step, "update_actor")
-        t0 = time.perf_counter()
-        weights = [r.phase.remote("update_weights", self.t["update_weights"], step)
-                   for r in self.ranks]
-        self.replicas_state("vllm_wake_up", self.t["update_weights"] / 3, step,
-                            sleep_level=0)
-        self.replicas_state("vllm_resume_kv_cache", self.t["update_weights"] / 3, step)
-        ray.get(weights)
-        timing["update_weights"] = time.perf_counter() - t0
+        timing["update_weights"] = self.update_weights(step)
         self.clear_batches()
         timing["step"] = time.perf_counter() - t_step
         return timing
@@ -529,11 +522,19 @@ class Simulation:
         release the replicas' KV cache, the ranks send the weights, resume the KV cache);
         the replicas wake as after every step's sync: step 1 is no warm-up."""
         self.replicas_state("vllm_release_kv_cache", self.t["sleep"] / 2, 0)
-        weights = [r.phase.remote("update_weights", self.t["update_weights"], 0)
+        self.update_weights(0)
+
+    def update_weights(self, step: int) -> float:
+        """The ranks send the weights while the replicas wake and take their KV cache
+        back; returns the seconds it took."""
+        t0 = time.perf_counter()
+        weights = [r.phase.remote("update_weights", self.t["update_weights"], step)
                    for r in self.ranks]
-        self.replicas_state("vllm_wake_up", self.t["update_weights"] / 3, 0, sleep_level=0)
-        self.replicas_state("vllm_resume_kv_cache", self.t["update_weights"] / 3, 0)
+        self.replicas_state("vllm_wake_up", self.t["update_weights"] / 3, step,
+                            sleep_level=0)
+        self.replicas_state("vllm_resume_kv_cache", self.t["update_weights"] / 3, step)
         ray.get(weights)
+        return time.perf_counter() - t0
 
     def run(self) -> None:
         self.sync_weights()

@@ -183,6 +183,7 @@ class LaneActor:
         self.exiting = False
         self.namespace = config["namespace"]
         self._asking: dict[str, Any] = {}  # job -> the hub's answer on its way
+        self._hub = None  # looked up once, again after a failed answer
         self.ray_gauges = RayGauges("rl_insight_lanes", raymetrics.LANES, name)
         self.loop = Periodic(config["lane_flush_interval_s"], self._tick,
                              f"rl-insight-{name}").start()
@@ -204,17 +205,17 @@ class LaneActor:
         for job in self.core.unnamed_jobs():
             ref = self._asking.get(job)
             if ref is None:
-                hub = find_hub(self.namespace)
-                if hub is not None:
-                    self._asking[job] = hub.identity_for_job.remote(job)
+                self._hub = self._hub or find_hub(self.namespace)
+                if self._hub is not None:
+                    self._asking[job] = self._hub.identity_for_job.remote(job)
                 continue
             if not ray.wait([ref], timeout=0)[0]:
                 continue
             del self._asking[job]
             try:
                 found = ray.get(ref, timeout=0)
-            except Exception:  # the hub restarting: asked again next tick
-                found = None
+            except Exception:  # the hub restarting: found again and asked next tick
+                found, self._hub = None, None
             if found:
                 self.core.name_job(job, Identity(*found))
         unnamed = set(self.core.unnamed_jobs())

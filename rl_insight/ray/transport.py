@@ -14,6 +14,7 @@ import ray
 
 from rl_insight.client.transports import HUB, split
 from rl_insight.collector.ack import Unconfirmed
+from rl_insight.collector.parking import PARK_S
 from rl_insight.events import Batch, Identity
 from rl_insight.ray import actors
 
@@ -38,6 +39,7 @@ class RayTransport:
         self._identity_cache: Identity | None = None
         self._lookup = None  # the hub's answer to "which run is this job?", on its way
         self._next_lookup = 0.0
+        self._first_lookup: float | None = None
         budget = config["resend_max_events"]
         self.unconfirmed: dict[str, Unconfirmed] = {}
         self._budget = budget
@@ -64,7 +66,12 @@ class RayTransport:
                 self._identity_cache = Identity(*found)
         if self._lookup is None and self._identity_cache is None and \
                 time.monotonic() >= self._next_lookup:
-            self._next_lookup = time.monotonic() + 5.0
+            now = time.monotonic()
+            if self._first_lookup is None:
+                self._first_lookup = now
+            # every 5 s while the receivers hold the job's events for its name, then as
+            # often as they wait (a job that names no run: 1,000 ranks, not 200 calls a second)
+            self._next_lookup = now + (5.0 if now - self._first_lookup < PARK_S else PARK_S)
             self._lookup = self.hub.identity_for_job.remote(self.job_id)
         return self._identity_cache
 
