@@ -113,8 +113,8 @@ class Doctor:
                 fix = ("this URL names this node itself; on a multi-node cluster give every "
                        "node the server's routable address (what `rl-insight server start` "
                        "prints, or server.advertise_host)")
-            self.add("server", PROBLEM, f"cannot reach {self.url}: {unreachable_why(exc)}",
-                     fix)
+            why = unreachable_why(exc, urlparse(self.url).port)
+            self.add("server", PROBLEM, f"cannot reach {self.url}: {why}", fix)
             return False
         self.add("server", OK, f"{self.url} answers (version "
                                f"{self.report['server']['version']})")
@@ -343,8 +343,9 @@ class Doctor:
             self.add("workers", OK, f"workers on {len(nodes)} node(s) get the variables")
 
 
-def unreachable_why(exc: BaseException) -> str:
-    """What a failed connection says about the path: refused, dropped, unresolved."""
+def unreachable_why(exc: BaseException, port: int | None = None) -> str:
+    """What a failed connection says about the path: refused, dropped, unresolved, or
+    another program on the port (``port`` names Ray's workers when they may hold it)."""
     text = f"{exc.__class__.__name__}: {exc}"
     if isinstance(exc, (requests.ConnectTimeout, socket.timeout, TimeoutError)) or \
             "timed out" in text:
@@ -357,6 +358,11 @@ def unreachable_why(exc: BaseException) -> str:
         return "the host name does not resolve from here"
     if "No route to host" in text or "unreachable" in text.lower():
         return "no route to that host from here"
+    if "BadStatusLine" in text or "RemoteDisconnected" in text:
+        hint = netaddr.ray_port_hint(port) if port else ""
+        return ("something else listens there: it does not answer as an HTTP/1.1 server "
+                "does (a gRPC or other service, not an RL-Insight server)"
+                + (f"; {hint}" if hint else ""))
     return text[:200]
 
 

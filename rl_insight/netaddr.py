@@ -146,6 +146,34 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+# Ray gives its worker processes ports in this range unless `ray start --min-worker-port
+# / --max-worker-port` say otherwise (Ray docs, "Configuring Ray", ports; Ray 2.x).
+RAY_WORKER_PORTS = range(10002, 20000)
+
+
+def port_holder(port: int) -> str:
+    """Who listens on ``port`` here, as 'pid N (name)', or '' when it cannot be told: the
+    one fact that turns 'port in use' into something an operator can act on."""
+    try:
+        import psutil
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and \
+                    conn.laddr.port == port and conn.pid:
+                return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+    except Exception:  # no permission, a process gone meanwhile: say nothing
+        return ""
+    return ""
+
+
+def ray_port_hint(port: int) -> str:
+    """A sentence for a port inside Ray's worker range, else ''."""
+    if port not in RAY_WORKER_PORTS:
+        return ""
+    return (f"on a Ray node a Ray worker may hold it: Ray gives its workers ports "
+            f"{RAY_WORKER_PORTS.start}-{RAY_WORKER_PORTS.stop - 1} unless `ray start "
+            "--min-worker-port/--max-worker-port` say otherwise")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (for tests and ad-hoc servers)."""
     return free_ports(1, host)[0]

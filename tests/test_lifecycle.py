@@ -107,6 +107,7 @@ def test_taken_server_port_is_one_line_error(cli, detach):
     err = r.stderr.strip().splitlines()
     assert len(err) == 1, r.stderr
     assert f"port {port} is already in use" in err[0] and "server.port" in err[0]
+    assert f"by pid {os.getpid()} (" in err[0], err[0]  # who holds it: this test
     assert "RL_INSIGHT_SERVER_PORT" in err[0]
     assert "Traceback" not in r.stdout + r.stderr
     assert cli.ours() == []

@@ -212,9 +212,22 @@ def test_targets_naming_the_registering_host_are_kept_under_its_address(world):
 def test_doctor_on_a_worker_names_an_unreachable_or_loopback_server_url(world):
     topo, url, _, _ = world
     worker, head = topo["worker"], topo["head"]
-    checks = doctor(worker, f"http://{head.address}:18080")  # no server on the head
+    # no server on the head: a port held there, bound but never listening, so that no Ray
+    # worker can take it (Ray gives its workers 10002-19999, 18080 among them: one answered
+    # a fresh-clone run's probe of 18080 with gRPC's frames)
+    hold = head.popen(PY, "-c", "import socket, sys, time\n"
+                      f"s = socket.socket(); s.bind(({head.address!r}, 0))\n"
+                      "print(s.getsockname()[1], flush=True)\n"
+                      "time.sleep(300)  # not a wait: holds the port until killed\n",
+                      env=base_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(hold.stdout.readline())
+        checks = doctor(worker, f"http://{head.address}:{port}")
+    finally:
+        hold.kill()
+        hold.wait()
     assert checks["server"]["status"] == "problem"
-    assert "connection refused" in checks["server"]["detail"]
+    assert "connection refused" in checks["server"]["detail"], checks["server"]
     checks = doctor(worker, "http://127.0.0.1:18080")  # the server's own view of itself
     assert checks["server"]["status"] == "problem"
     assert "names this node itself" in checks["server"]["fix"]

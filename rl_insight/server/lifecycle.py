@@ -38,8 +38,13 @@ class StartError(RuntimeError):
 
 def port_message(use: PortUse) -> str:
     flag = " or --port" if use.key == "server.port" else ""
-    return (f"port {use.port} is already in use on {use.host or '0.0.0.0'}; it is setting "
-            f"{use.key}: choose another with --set {use.key}=PORT{flag}, "
+    holder = netaddr.port_holder(use.port)
+    who = f" by {holder}" if holder else ""
+    if not holder or "ray" in holder.lower():
+        hint = netaddr.ray_port_hint(use.port)
+        who += f" ({hint})" if hint else ""
+    return (f"port {use.port} is already in use on {use.host or '0.0.0.0'}{who}; it is "
+            f"setting {use.key}: choose another with --set {use.key}=PORT{flag}, "
             f"{env_name(use.key)}, or the config file")
 
 
