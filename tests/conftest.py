@@ -55,6 +55,22 @@ HEAVY_FIRST = (
 )
 
 
+TIMELINE_ENV = "RL_INSIGHT_TEST_TIMELINE"  # a file: each phase of each test, per worker
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With RL_INSIGHT_TEST_TIMELINE set, a line per setup, call and teardown (worker,
+    start, seconds, test): where the suite's time goes on each worker, for
+    scripts/timeline.py to draw (--durations names the slowest, not what ran beside them)."""
+    path = os.environ.get(TIMELINE_ENV)
+    if not path or hasattr(report, "node"):  # xdist's controller: the worker wrote it
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(path, "a") as f:
+        f.write(f"{worker}\t{report.start:.1f}\t{report.duration:.2f}\t{report.when}\t"
+                f"{report.nodeid}\n")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """xdist hands the groups out in the order collected (``HEAVY_FIRST``), not re-sorted
     by their number of tests."""
