@@ -56,13 +56,15 @@ HEAVY_FIRST = (
 
 
 TIMELINE_ENV = "RL_INSIGHT_TEST_TIMELINE"  # a file: each phase of each test, per worker
+# read once: fixtures that clear RL_INSIGHT_* from the environment would hide it
+TIMELINE = os.environ.get(TIMELINE_ENV)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With RL_INSIGHT_TEST_TIMELINE set, a line per setup, call and teardown (worker,
     start, seconds, test): where the suite's time goes on each worker, for
     scripts/timeline.py to draw (--durations names the slowest, not what ran beside them)."""
-    path = os.environ.get(TIMELINE_ENV)
+    path = TIMELINE
     if not path or hasattr(report, "node"):  # xdist's controller: the worker wrote it
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
