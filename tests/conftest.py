@@ -133,6 +133,17 @@ def _no_processes_in_the_fast_tier(monkeypatch: pytest.MonkeyPatch):
                          f"pytest.mark.integration): {started}")
 
 
+def side_by_side(*calls: Callable[[], object]) -> list:
+    """Each call on a thread of its own, all at once; their results in order, or the first
+    call's error. For set-ups whose parts wait on different things (a server and its
+    Prometheus, a Ray cluster) and need nothing of each other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(c) for c in calls]
+        return [f.result() for f in futures]
+
+
 def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
     """Poll ``cond`` until it returns something truthy; fail naming ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
@@ -208,7 +219,7 @@ class Cli:
             args += ["--set", o]
         r = self.run(*args)
         assert r.returncode == 0, r.stdout + r.stderr
-        return f"http://127.0.0.1:{self.setting('server.port')}"
+        return self.url
 
     def stop(self) -> None:
         r = self.run("server", "stop")
@@ -216,6 +227,11 @@ class Cli:
 
     def setting(self, key: str) -> int:
         return int(next(o for o in self.overrides if o.startswith(key + "=")).split("=")[1])
+
+    @property
+    def url(self) -> str:
+        """The server's URL, known before it starts (``start`` returns it too)."""
+        return f"http://127.0.0.1:{self.setting('server.port')}"
 
     @property
     def prometheus(self) -> str:

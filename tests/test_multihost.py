@@ -24,7 +24,7 @@ import yaml
 
 from dashboards import build
 from tests import netns
-from tests.conftest import REPO, wait_for
+from tests.conftest import REPO, side_by_side, wait_for
 from tests.raycluster import QUIET
 from tests.test_grafana_admin import fake_grafana_home
 from tests.test_simulation_e2e import query_range, substitute
@@ -80,27 +80,35 @@ def world(tmp_path_factory):
     try:
         # Step 1, the monitoring host: the server on its address (a FAKE Grafana beside it)
         grafana = fake_grafana_home(tmp)
-        r = mon.run(PY, "-m", "rl_insight.cli", "server", "start", "--detach",
-                    "--set", f"host={mon.address}", "--set", "prometheus.scrape_interval=1s",
-                    "--set", f"grafana.binary={grafana}", "--set", "tempo.enabled=false",
-                    env=base_env(RL_INSIGHT_HOME=str(home)), timeout=120)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert f"RL_INSIGHT_SERVER_URL={url}" in r.stdout, r.stdout
-        exported = re.search(r"^  export RL_INSIGHT_TOKEN=(\S+)$", r.stdout, re.M)
-        assert exported, r.stdout  # beyond loopback: a token, printed for export
-        EXPORTED["RL_INSIGHT_TOKEN"] = exported.group(1)
-        # Step 2, the Ray cluster: a head and a worker node with the rollout resource
-        r = head.run(ray_bin(), "start", "--head", f"--node-ip-address={head.address}",
-                     "--port=6379", f"--dashboard-host={head.address}",
-                     "--dashboard-port=8265", "--include-dashboard=true", "--num-cpus=2",
-                     f"--temp-dir=/tmp/rlm-{tag}-h", "--disable-usage-stats", *QUIET,
-                     env=base_env(), timeout=180)
-        assert r.returncode == 0, r.stdout + r.stderr
-        r = worker.run(ray_bin(), "start", f"--address={head.address}:6379",
-                       f"--node-ip-address={worker.address}", "--num-cpus=2",
-                       '--resources={"rollout": 10}', f"--temp-dir=/tmp/rlm-{tag}-w",
-                       "--disable-usage-stats", *QUIET, env=base_env(), timeout=180)
-        assert r.returncode == 0, r.stdout + r.stderr
+
+        def server() -> None:
+            r = mon.run(PY, "-m", "rl_insight.cli", "server", "start", "--detach",
+                        "--set", f"host={mon.address}", "--set",
+                        "prometheus.scrape_interval=1s", "--set", f"grafana.binary={grafana}",
+                        "--set", "tempo.enabled=false",
+                        env=base_env(RL_INSIGHT_HOME=str(home)), timeout=120)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert f"RL_INSIGHT_SERVER_URL={url}" in r.stdout, r.stdout
+            exported = re.search(r"^  export RL_INSIGHT_TOKEN=(\S+)$", r.stdout, re.M)
+            assert exported, r.stdout  # beyond loopback: a token, printed for export
+            EXPORTED["RL_INSIGHT_TOKEN"] = exported.group(1)
+
+        # Step 2, the Ray cluster: a head and a worker node with the rollout resource (the
+        # two steps need nothing of each other: side by side, as two operators would)
+        def ray_nodes() -> None:
+            r = head.run(ray_bin(), "start", "--head", f"--node-ip-address={head.address}",
+                         "--port=6379", f"--dashboard-host={head.address}",
+                         "--dashboard-port=8265", "--include-dashboard=true", "--num-cpus=2",
+                         f"--temp-dir=/tmp/rlm-{tag}-h", "--disable-usage-stats", *QUIET,
+                         env=base_env(), timeout=180)
+            assert r.returncode == 0, r.stdout + r.stderr
+            r = worker.run(ray_bin(), "start", f"--address={head.address}:6379",
+                           f"--node-ip-address={worker.address}", "--num-cpus=2",
+                           '--resources={"rollout": 10}', f"--temp-dir=/tmp/rlm-{tag}-w",
+                           "--disable-usage-stats", *QUIET, env=base_env(), timeout=180)
+            assert r.returncode == 0, r.stdout + r.stderr
+
+        side_by_side(server, ray_nodes)
         # Step 3, from the operator's machine: the runtime env, then the job
         env_file = tmp / "env.yaml"
         # this server scrapes every second: docs/collecting.md says to set the lanes' tick as

@@ -8,6 +8,8 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,23 @@ def stack(ray_world):
 def cluster(ray_world):
     # the operator's way: the nodes themselves carry the server's address
     return ray_world.cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nameless_job(cluster):
+    """NAMELESS_SCRIPT's job, started as the module starts: its 30 s of holding pass while
+    the module's other tests run (the test that reads it is the module's last)."""
+    path = cluster.workdir / "nameless_driver.py"
+    path.write_text(NAMELESS_SCRIPT)
+    log = tempfile.TemporaryFile("w+")  # a file: no pipe fills up meanwhile
+    proc = subprocess.Popen([sys.executable, str(path)], env=cluster.env(),
+                            cwd=cluster.workdir, stdout=log, stderr=subprocess.STDOUT,
+                            text=True)
+    yield proc, log, time.monotonic()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+    log.close()
 
 
 def prom_values(cli, query: str) -> dict[str, float]:
@@ -328,19 +347,6 @@ print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id()}))
 '''  # and exits: no process of this job ever names a run
 
 
-def test_lane_events_of_a_job_that_names_no_run_are_filed_under_default_after_30s(
-        stack, cluster):
-    """What waits for a run's name is not lost when none comes, the process long gone: it
-    goes to project "default", experiment "<job id>", as the hub's metrics do."""
-    cli, _ = stack
-    r = cluster.run_driver(NAMELESS_SCRIPT)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    job = last_json(r.stdout)["job"]
-    q = f'rl_insight_monitor_lane_state{{project="default",experiment_name="{job}"}}'
-    # collector/parking.py: PARK_S (30 s) for a name, then the lane actor's next tick
-    wait_for(lambda: prom_query(cli.prometheus, q), 60, "the lane under project default")
-
-
 LATE_SCRIPT = '''
 import json, logging, ray, rl_insight
 logging.basicConfig(level=logging.WARNING)
@@ -500,3 +506,20 @@ def _look_at_the_dashboard(cluster) -> None:
     wait_for(lambda: "HubActor(runs [" in dom(), 120, "the hub's repr on Ray's actors page")
     page = dom()
     assert "rl_insight_hub" in page and "LaneActor(rl_insight_lane_" in page
+
+
+def test_lane_events_of_a_job_that_names_no_run_are_filed_under_default_after_30s(
+        stack, nameless_job):
+    """What waits for a run's name is not lost when none comes, the process long gone: it
+    goes to project "default", experiment "<job id>", as the hub's metrics do."""
+    cli, _ = stack
+    proc, log, started = nameless_job
+    proc.wait(timeout=120)
+    log.seek(0)
+    out = log.read()
+    assert proc.returncode == 0, out[-6000:]
+    job = last_json(out)["job"]
+    q = f'rl_insight_monitor_lane_state{{project="default",experiment_name="{job}"}}'
+    # collector/parking.py: PARK_S (30 s) for a name, then the lane actor's next tick
+    wait_for(lambda: prom_query(cli.prometheus, q),
+             max(5.0, 60 - (time.monotonic() - started)), "the lane under project default")

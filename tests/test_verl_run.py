@@ -26,7 +26,7 @@ import requests
 
 from dashboards import build
 from rl_insight import netaddr
-from tests.conftest import Cli, free_port_overrides, prom_query, wait_for
+from tests.conftest import Cli, free_port_overrides, prom_query, side_by_side, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster
 from tests.test_simulation_e2e import query_range, substitute
@@ -276,10 +276,12 @@ def verl_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     cli = Cli(home, free_port_overrides())
     tempo = FakeTempo(netaddr.free_port()).start()  # FAKE Tempo: real OTLP decoding
-    url = cli.start("prometheus.scrape_interval=1s", f"traces.relay_url={tempo.url}")
+    url = cli.url
     # no RL_INSIGHT_* at all; no dashboard: nothing here asks Ray's state API
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"), dashboard=False).start()
+    cluster = RayCluster(tmp_path_factory.mktemp("ray"), dashboard=False)
     try:
+        side_by_side(lambda: cli.start("prometheus.scrape_interval=1s",
+                                       f"traces.relay_url={tempo.url}"), cluster.start)
         import time
 
         from tests.conftest import REPO

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from rl_insight import netaddr
-from tests.conftest import Cli, free_port_overrides
+from tests.conftest import Cli, free_port_overrides, side_by_side
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster
 from tests.webhook import WebhookReceiver
@@ -118,15 +118,16 @@ def ray_world():
         stack.callback(cli.run, "server", "stop")
         work = _workdir("ray")
         stack.callback(shutil.rmtree, work, True)
-        url = cli.start(*RAY_WORLD_SETTINGS, f"traces.relay_url={tempo.url}",
-                        f"alertmanager.webhook_urls={hook.url}")
+        url = cli.url
         cluster = RayCluster(work, extra_env={
             "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
             "TQ_METRICS_COLLECT_INTERVAL": "1",
             # lanes tick as often as this world's Prometheus scrapes (docs/collecting.md: the tick)
             "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"})
         stack.callback(cluster.stop)
-        cluster.start()
+        side_by_side(lambda: cli.start(*RAY_WORLD_SETTINGS, f"traces.relay_url={tempo.url}",
+                                       f"alertmanager.webhook_urls={hook.url}"),
+                     cluster.start)
         stack.cluster = cluster  # for tidy()
         world = RayWorld(cli, url, cluster, tempo, hook)
     except BaseException:

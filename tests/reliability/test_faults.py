@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from rl_insight import netaddr
-from tests.conftest import Cli, free_port_overrides, prom_query, wait_for
+from tests.conftest import Cli, free_port_overrides, prom_query, side_by_side, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster
 
@@ -134,10 +134,11 @@ def world(tmp_path_factory):
     cli = Cli(tmp_path_factory.mktemp("home"), free_port_overrides())
     overrides = ("prometheus.scrape_interval=1s", "push.persist_interval_s=0.5",
                  f"traces.relay_url={receiver.url}", "traces.retry_max_s=1")
-    url = cli.start(*overrides)
+    url = cli.url
     cluster = RayCluster(tmp_path_factory.mktemp("ray"), extra_env={
         "RL_INSIGHT_SERVER_URL": url, "RL_INSIGHT_CLIENT_HUB_PUSH_INTERVAL_S": "0.5",
-        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "0.5"}, dashboard=False).start()
+        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "0.5"}, dashboard=False)
+    side_by_side(lambda: cli.start(*overrides), cluster.start)
     yield {"cli": cli, "url": url, "receiver": receiver, "cluster": cluster,
            "overrides": overrides}
     cluster.stop()
