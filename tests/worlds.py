@@ -123,7 +123,11 @@ def ray_world():
             "RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
             "TQ_METRICS_COLLECT_INTERVAL": "1",
             # lanes tick as often as this world's Prometheus scrapes (docs/collecting.md: the tick)
-            "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"})
+            "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1",
+            # the GCS asks each raylet every second, not every 3 s: a killed node (the
+            # hardware module's) counts as dead after 5 refused checks, about 5 s rather
+            # than 15 s; a live but busy raylet still has 5 checks of 10 s each to answer
+            "RAY_health_check_period_ms": "1000"})
         stack.callback(cluster.stop)
         side_by_side(lambda: cli.start(*RAY_WORLD_SETTINGS, f"traces.relay_url={tempo.url}",
                                        f"alertmanager.webhook_urls={hook.url}"),

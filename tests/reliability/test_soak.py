@@ -23,7 +23,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import Cli, free_port_overrides
+from tests.conftest import Cli, free_port_overrides, side_by_side
 from tests.raycluster import RayCluster
 
 pytestmark = pytest.mark.integration
@@ -116,10 +116,12 @@ def test_soak_has_no_growth_trend(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("soak")
     cli = Cli(tmp / "home", free_port_overrides())
     (tmp / "home").mkdir()
-    url = cli.start("prometheus.scrape_interval=5s",
-                    "traces.relay_url=http://127.0.0.1:9/v1/traces",  # a dead Tempo: spool
-                    "traces.spool_max_bytes=67108864")
-    cluster = RayCluster(tmp, extra_env={"RL_INSIGHT_SERVER_URL": url}, dashboard=False).start()
+    url = cli.url
+    cluster = RayCluster(tmp, extra_env={"RL_INSIGHT_SERVER_URL": url}, dashboard=False)
+    side_by_side(lambda: cli.start("prometheus.scrape_interval=5s",
+                                   # a dead Tempo: the spans are spooled
+                                   "traces.relay_url=http://127.0.0.1:9/v1/traces",
+                                   "traces.spool_max_bytes=67108864"), cluster.start)
     server = psutil.Process(requests.get(url + "/api/v1/services").json()["server"]["pid"])
     server_rss: list[tuple[float, float]] = []
     stop = threading.Event()
