@@ -88,11 +88,15 @@ class RayCluster:
         except requests.RequestException:
             return False
 
-    def run_driver(self, script: str, *args: str, timeout: float = 180,
-                   **env: str) -> subprocess.CompletedProcess:
+    def driver(self, script: str, *args: str) -> list[str]:
+        """The command that runs ``script`` as a driver of this cluster (its file written)."""
         path = self.workdir / f"driver_{uuid.uuid4().hex[:6]}.py"
         path.write_text(script)
-        return subprocess.run([sys.executable, str(path), *args], env=self.env(**env),
+        return [sys.executable, str(path), *args]
+
+    def run_driver(self, script: str, *args: str, timeout: float = 180,
+                   **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(self.driver(script, *args), env=self.env(**env),
                               cwd=self.workdir, capture_output=True, text=True,
                               timeout=timeout)
 

@@ -37,10 +37,8 @@ def cluster(ray_world):
 def nameless_job(cluster):
     """NAMELESS_SCRIPT's job, started as the module starts: its 30 s of holding pass while
     the module's other tests run (the test that reads it is the module's last)."""
-    path = cluster.workdir / "nameless_driver.py"
-    path.write_text(NAMELESS_SCRIPT)
     log = tempfile.TemporaryFile("w+")  # a file: no pipe fills up meanwhile
-    proc = subprocess.Popen([sys.executable, str(path)], env=cluster.env(),
+    proc = subprocess.Popen(cluster.driver(NAMELESS_SCRIPT), env=cluster.env(),
                             cwd=cluster.workdir, stdout=log, stderr=subprocess.STDOUT,
                             text=True)
     yield proc, log, time.monotonic()
