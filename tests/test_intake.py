@@ -300,3 +300,64 @@ def test_registrations_share_the_intakes_group_commit_and_are_discovered_once_st
     assert isinstance(got[0], HttpError) and got[0].status == 503, got
     assert {r["target"] for r in state.targets.list()} == {"a:1", "b:2", "c:3"}
     assert asked == [2, 2, 2], asked  # a batch that did not commit is not discovered
+
+
+def test_control_writes_take_turns_and_never_hold_the_intake(state):
+    """The Guard lets one control write (registration, binding, removal) into the app at
+    a time, so a burst of 1,000 replicas registering takes the event loop's turns one by
+    one instead of queueing each lane push behind many (bench/registrations.py); pushes,
+    span exports and reads pass while one is in progress."""
+    from rl_insight.server.app import Guard
+
+    inside, peak, release = [0], [0], None
+
+    async def app(scope, receive, send):  # the framework's place: holds control writes
+        if scope["method"] != "GET":
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+            await release.wait()
+            inside[0] -= 1
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def call(guard, method: str, path: str, body: bytes = b"") -> int:
+        got = []
+        sent = [False]
+
+        async def receive():
+            if sent[0]:
+                await asyncio.Event().wait()  # the client stays connected
+            sent[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                got.append(message["status"])
+
+        await guard({"type": "http", "method": method, "path": path,
+                     "headers": [(b"content-type", b"text/plain"),
+                                 (b"content-length", str(len(body)).encode())]},
+                    receive, send)
+        return got[0]
+
+    async def scenario():
+        nonlocal release
+        release = asyncio.Event()
+        guard = Guard(app, state, token="", started="1")
+        writes = [asyncio.ensure_future(call(guard, method, path)) for method, path in (
+            ("POST", "/api/v1/prometheus/targets"), ("POST", "/api/v1/runs/bind"),
+            ("DELETE", "/api/v1/prometheus/targets"), ("POST", "/api/v1/prometheus/targets"))]
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert inside[0] == 1, inside  # one control write in; the other three wait
+        # meanwhile a push is stored and answered, and a read answered
+        push = await asyncio.wait_for(call(guard, "PUT", "/metrics/job/j", push_body(1)), 10)
+        read = await asyncio.wait_for(call(guard, "GET", "/api/v1/prometheus/targets"), 10)
+        release.set()
+        done = await asyncio.wait_for(asyncio.gather(*writes), 10)
+        return push, read, done
+
+    push, read, done = asyncio.run(scenario())
+    assert (push, read, done) == (200, 200, [200] * 4), (push, read, done)
+    assert peak[0] == 1, peak
+    assert len(state.pushes.groups) == 1 and len(stored_groups(state)) == 1  # the push

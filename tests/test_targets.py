@@ -355,3 +355,43 @@ def test_a_registration_whose_commit_fails_is_neither_listed_nor_discovered(tmp_
     assert targets.binding("ray:s:1") is None
     assert sd_groups(tmp_path / "sd") == []  # a:1 still awaits its run
     assert targets.bind("ray:s:1", "p", "e")[0].target == "a:1"
+
+
+def test_a_long_burst_of_registrations_writes_the_discovery_files_a_few_times(
+        tmp_path, monkeypatch):
+    """Each write lists every target of the job: written 0.2 s after every change, 1,000
+    registrations over 2 s rewrote a growing file ten times, a fifth of the server's CPU
+    in the burst (bench/registrations.py). During a burst the writer waits WRITE_GAP_S
+    between writes, and its last write holds every target; one group a line."""
+    import threading
+    import time
+
+    from rl_insight.server.ingest import targets as module
+    from tests.conftest import wait_for
+
+    monkeypatch.setattr(module, "WRITE_GAP_S", 0.5, raising=False)
+    writes = []
+    real = module.write_atomic
+    monkeypatch.setattr(module, "write_atomic",
+                        lambda path, text: (writes.append(time.monotonic()), real(path, text)))
+    store = TargetStore(Store(tmp_path), tmp_path / "sd")
+    stop = threading.Event()
+    store.start_writer(stop, 0.05)
+    try:
+        began, n = time.monotonic(), 0
+        while time.monotonic() - began < 1.6:  # a change every 20 ms for 1.6 s
+            store.register(parse_registration({"job_name": "vllm",
+                                               "targets": [f"10.0.0.{n % 250}:{8000 + n}"]}))
+            store.changed()
+            n += 1
+            time.sleep(0.02)
+        wait_for(lambda: len(sd_groups(tmp_path / "sd")) == n, 10,
+                 f"the {n} targets in the discovery file")
+    finally:
+        stop.set()
+    gaps = [b - a for a, b in zip(writes, writes[1:], strict=False)]
+    assert 2 <= len(writes) <= 5 and min(gaps) >= 0.45, (len(writes), gaps)
+    (path,) = (tmp_path / "sd").glob("*.json")
+    lines = path.read_text().splitlines()
+    assert lines[0] == "[" and lines[-1] == "]" and len(lines) == n + 2
+    assert json.loads(lines[1].rstrip(","))["labels"] == {"job": "vllm"}

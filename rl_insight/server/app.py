@@ -9,6 +9,7 @@ Routes live in rl_insight/server/routes, one module per concern.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from fastapi import FastAPI, Request
@@ -120,6 +121,10 @@ class Guard:
         self.limit = state.settings.server.max_intake_inflight
         self.direct = Direct(state)  # the intake's own path past the framework
         self.inflight = 0
+        # registrations, bindings and other control writes one at a time, so a burst of
+        # them (1,000 replicas starting) takes the intake's turns one by one instead of
+        # queueing each lane request behind many (bench/registrations.py)
+        self.control = asyncio.Semaphore(1)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -164,6 +169,9 @@ class Guard:
             try:
                 if direct:
                     await self.direct(scope, receive, sending, direct)
+                elif method in auth.WRITE_METHODS and not intake:
+                    async with self.control:
+                        await self.app(scope, receive, sending)
                 else:
                     await self.app(scope, receive, sending)
             finally:

@@ -20,6 +20,9 @@ from rl_insight.files import migrated, read_state_json, write_atomic
 from rl_insight.server.ingest.store import Store
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
+# the discovery files are written at most this often during a long burst of changes
+# (start_writer); Prometheus re-reads them every 5 s (services/prometheus.py)
+WRITE_GAP_S = 1.0
 HARDWARE_JOBS = ("node-exporter", "dcgm-exporter", "npu-exporter")
 OWNER_RE = re.compile(r"^[a-zA-Z0-9_.:@/+-]{1,256}$")
 JOB_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.:-]{0,127}$")
@@ -458,7 +461,10 @@ class TargetStore:
                     waiting = True
                     continue
                 groups.append({"targets": [t.target], "labels": t.sd_labels()})
-        return sorted(groups, key=lambda g: json.dumps(g, sort_keys=True)), waiting
+        # a stable order (files that did not change are not written again), by a key
+        # cheaper than each group's JSON
+        return sorted(groups, key=lambda g: (g["targets"], sorted(g["labels"].items()))), \
+            waiting
 
     def changed(self) -> None:
         """After a committed change (never inside the transaction: the files' fsyncs
@@ -487,14 +493,18 @@ class TargetStore:
         wake = self._sd_wake = threading.Event()
 
         def body() -> None:
+            last = 0.0
             while not stop.is_set():
                 if not wake.wait(0.5):
                     continue
-                stop.wait(delay_s)  # the rest of the burst
+                # the rest of the burst; in a long one, a write a second at most (each
+                # lists every target of a job)
+                stop.wait(max(delay_s, last + WRITE_GAP_S - time.monotonic()))
                 wake.clear()
                 with self._sd_lock:
                     if self._sd_written < self._sd_wanted:
                         self._write_sd()
+                        last = time.monotonic()
 
         thread = supervised("rl-insight-discovery", body, stop)
         thread.start()
@@ -517,13 +527,20 @@ class TargetStore:
         wanted = {sd_file_name(job): groups for job, groups in by_job.items()}
         for name, groups in wanted.items():
             path = self.sd_dir / name
-            text = json.dumps(groups, indent=1)
+            text = sd_text(groups)
             if not path.exists() or path.read_text() != text:
                 write_atomic(path, text)
         for path in self.sd_dir.glob("*.json"):
             if path.name not in wanted:
                 path.unlink(missing_ok=True)
         self._sd_written = max(self._sd_written, generation)
+
+
+def sd_text(groups: list[dict]) -> str:
+    """A file_sd file, one target group a line: readable, and written by json's C
+    encoder (an ``indent`` makes it use the pure-Python one, several times slower, which
+    holds the GIL while 1,000 targets are written)."""
+    return "[\n" + ",\n".join(json.dumps(g) for g in groups) + "\n]\n" if groups else "[]\n"
 
 
 def sd_file_name(job: str) -> str:
