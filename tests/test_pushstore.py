@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
+from rl_insight.server.ingest.pushfamilies import LABELS
 from rl_insight.server.ingest.pushshape import Shape
 from rl_insight.server.ingest.pushstore import (
     PushError,
@@ -370,3 +371,37 @@ def test_a_latched_state_a_late_scrape_served_is_served_again(tmp_path):
     assert lane_states(st.exposition([], receipt=[]))[("rank_0", "update")] == 0
     st.served(late)  # a stale receipt confirms nothing it does not hold
     assert not st._held and not st._unseen
+
+
+def test_held_groups_leave_the_garbage_collector_little_to_walk(tmp_path):
+    """The server holds every group's samples until the next push replaces them, and a
+    full collection walks every object the collector tracks: held as Metric and Sample
+    objects, each sample was two (about 90,000 for 800 lane groups, 30-90 ms of every
+    request waiting every 10 s, bench/registrations.py). Held as tuples (pushfamilies),
+    a group is a few objects whatever its size, pushed in full or by its shape."""
+    import gc
+
+    st_ = PushStore(PushSettings(), Store(tmp_path))
+    body = "".join(f"# TYPE m{f} gauge\n" + "".join(f'm{f}{{lane="{k}"}} {k}\n'
+                                                  for k in range(10))
+                   for f in range(5))  # 50 samples
+
+    def tracked() -> int:
+        gc.collect()
+        return len(gc.get_objects())
+
+    for i in range(5):  # warm: what the first group of a kind brings along
+        st_.push({"job": "w", "instance": str(i)}, body, replace=True)
+    before = tracked()
+    for i in range(200):
+        st_.push({"job": "j", "instance": str(i)}, body, replace=True)  # in full
+        st_.push({"job": "j", "instance": str(i)}, body.replace(" 1\n", " 2\n"),
+                 replace=True)  # by its shape
+    per_group = (tracked() - before) / 200
+    assert per_group < 25, per_group  # 50 samples: over 100 as Metric and Sample objects
+    assert st_.total_series() == 205 * 50
+    # a label pair the samples of many groups have is held once (pushfamilies.label_pairs)
+    a, b = (st_.groups[(("instance", i), ("job", "j"))].packed["m0"][LABELS][3]
+            for i in ("1", "2"))
+    assert a[:2] == b[:2] and a[0] is b[0] and a[1] is b[1], (a, b)
+    assert series(st_)[("m4", (("instance", "7"), ("job", "j"), ("lane", "1")))] == 2.0

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from rl_insight.server.ingest.pushfamilies import Packed, label_pairs
+
 Block = tuple[str, str, str]  # (# HELP line, # TYPE line, sample lines) of one name
-_NEW_SAMPLE = tuple.__new__
 
 # value text -> (number, rendered); most values repeat (0, 1, small counts)
 _VALUES: dict[str, tuple[float, str]] = {}
@@ -60,15 +60,16 @@ def read_value(text: str, parse) -> tuple[float, str]:
 
 
 class Shape:
-    """What a body of one shape parsed to, less its values: per family, its fields and
-    per sample the name, labels (grouping applied) and rendered prefix."""
+    """What a body of one shape parsed to, less its values: per family, its fields, the
+    names and labels of its samples (grouping applied) and their rendered prefixes; all
+    tuples (pushfamilies), as the families filled from it are."""
 
     __slots__ = ("text", "families", "count")
 
-    def __init__(self, text: str, families: list[tuple]) -> None:
+    def __init__(self, text: str, families: tuple[tuple, ...]) -> None:
         self.text = text
         self.families = families
-        self.count = sum(len(f[4]) for f in families)
+        self.count = sum(len(f[6]) for f in families)
 
     @classmethod
     def of(cls, text: str, families: Sequence[Metric], blocks: dict[str, Block],
@@ -80,29 +81,28 @@ class Shape:
         for fam in families:
             exposed = exposed_name(fam)
             head, typ_line, _ = blocks[exposed]
-            kept.append((fam.name, fam.documentation, fam.type, fam.unit,
-                         [(s.name, s.labels, prefix(s)) for s in fam.samples],
-                         exposed, head, typ_line))
-        return cls(text, kept)
+            kept.append((fam.name, fam.type, fam.documentation, fam.unit,
+                         tuple(s.name for s in fam.samples),
+                         tuple(label_pairs(s.labels) for s in fam.samples),
+                         tuple(prefix(s) for s in fam.samples), exposed, head, typ_line))
+        return cls(text, tuple(kept))
 
-    def fill(self, values: list[str], parse) -> tuple[dict[str, Metric], dict[str, Block]]:
+    def fill(self, values: list[str], parse) -> tuple[Packed, dict[str, Block]]:
         """Families and rendered blocks for this shape's lines with ``values``; raises
         what ``parse`` raises on a value it does not read."""
-        families: dict[str, Metric] = {}
+        families: Packed = {}
         blocks: dict[str, Block] = {}
         i = 0
-        for name, doc, typ, unit, samples, exposed, head, typ_line in self.families:
-            metric = Metric.__new__(Metric)
-            metric.name, metric.documentation, metric.type, metric.unit = name, doc, typ, unit
-            got = []
+        for name, typ, doc, unit, names, labels, prefixes, exposed, head, typ_line \
+                in self.families:
+            numbers = []
             lines = []
-            for sname, labels, pre in samples:
+            for pre in prefixes:
                 number, shown = read_value(values[i], parse)
                 i += 1
-                got.append(_NEW_SAMPLE(Sample, (sname, labels, number, None, None, None)))
+                numbers.append(number)
                 lines.append(pre + shown + "\n")
-            metric.samples = got
-            families[name] = metric
+            families[name] = (typ, doc, unit, names, labels, tuple(numbers))
             blocks[exposed] = (head, typ_line, "".join(lines))
         return families, blocks
 

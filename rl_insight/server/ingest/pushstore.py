@@ -28,7 +28,8 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from rl_insight.config import PushSettings
-from rl_insight.server.ingest import textformat
+from rl_insight.server.ingest import pushfamilies, textformat
+from rl_insight.server.ingest.pushfamilies import LABELS, NAMES, TYPE, VALUES, Packed, pack
 from rl_insight.server.ingest.pushshape import Block, Shape, exposed_name, split
 from rl_insight.server.ingest.store import Store
 
@@ -103,13 +104,23 @@ def group_key(labels: Mapping[str, str]) -> GroupKey:
 @dataclass
 class Group:
     labels: dict[str, str]
-    families: dict[str, Metric] = field(default_factory=dict)
+    packed: Packed = field(default_factory=dict)  # its families as tuples (pushfamilies)
     push_time: float = 0.0
     _blocks: dict[str, Block] | None = field(default=None, repr=False)
 
     @property
     def series(self) -> int:
-        return sum(len(f.samples) for f in self.families.values())
+        return pushfamilies.series(self.packed)
+
+    @property
+    def families(self) -> dict[str, Metric]:
+        """The families as Metric objects, made on each call: for readers off the push
+        path."""
+        return pushfamilies.unpack(self.packed)
+
+    def family(self, name: str) -> Metric | None:
+        fam = self.packed.get(name)
+        return None if fam is None else pushfamilies.metric(name, fam)
 
     def blocks(self) -> dict[str, Block]:
         """This group's exposition by exposed name, rendered once per change: a scrape
@@ -159,12 +170,12 @@ def sample_prefix(sample: Sample) -> str:
     return f"{sample.name} "
 
 
-def _merged_blocks(old: Group, families: Mapping[str, Metric],
+def _merged_blocks(old: Group, families: Packed,
                    blocks: dict[str, Block] | None) -> dict[str, Block] | None:
     """A POST's blocks on top of the group's (None: rendered when next read): only when
     every family it replaces keeps its type, so its exposed name stays the same."""
     if blocks is None or old._blocks is None or any(
-            name in old.families and old.families[name].type != fam.type
+            name in old.packed and old.packed[name][TYPE] != fam[TYPE]
             for name, fam in families.items()):
         return None
     return {**old._blocks, **blocks}
@@ -302,12 +313,12 @@ class PushStore:
         with self._changing():
             old = self.groups.get(key)
             if replace or old is None:
-                merged = dict(families)
+                merged = families
             else:
-                merged = {**old.families, **families}
+                merged = {**old.packed, **families}
                 blocks = _merged_blocks(old, families, blocks)
             self._check_types(families, key)
-            new_series = sum(len(f.samples) for f in merged.values())
+            new_series = pushfamilies.series(merged)
             if new_series > self.settings.max_series_per_group:
                 raise PushError(400, f"the group would hold {new_series} series; the limit "
                                      f"is {self.settings.max_series_per_group} "
@@ -323,7 +334,7 @@ class PushStore:
             self.pushes += 1
 
     def _parse(self, key: GroupKey, body: str, grouping: Mapping[str, str]
-               ) -> tuple[dict[str, Metric], dict[str, Block] | None]:
+               ) -> tuple[Packed, dict[str, Block] | None]:
         """The push's families, and its rendered blocks when its shape was read before
         for this group (pushshape: only the values are read then)."""
         shape = self._shapes.get(key)
@@ -338,13 +349,13 @@ class PushStore:
                                   _parse_text(body, plain_tried=True), grouping)
         if plain is None or len(families) != len(plain) or \
                 not all(plain_family(f) for f in families.values()):
-            return families, None  # never read by shape: parsed in full every time
+            return pack(families), None  # never read by shape: parsed in full every time
         cut = cut or split(body)  # split only the bodies whose shape can be kept
         if cut is None:
-            return families, None
+            return pack(families), None
         blocks = render_blocks(families.values())
         self._shapes[key] = Shape.of(cut[0], list(families.values()), blocks, sample_prefix)
-        return families, blocks
+        return pack(families), blocks
 
     def delete(self, grouping: Mapping[str, str]) -> bool:
         key = group_key(grouping)
@@ -380,22 +391,22 @@ class PushStore:
             raise PushError(503, f"the server cannot store the push ({exc}); nothing "
                                  f"changed: check the disk of {self.store.path}") from None
 
-    def _check_types(self, families: Mapping[str, Metric], key: GroupKey) -> None:
+    def _check_types(self, families: Packed, key: GroupKey) -> None:
         reserved = self.reserved()
         own = self.groups.get(key)
-        for name, fam in families.items():
-            if name in reserved and reserved[name] != fam.type:
-                raise PushError(409, f"metric {name!r} is pushed as {fam.type} but the server "
+        for name, typ in pushfamilies.types(families):
+            if name in reserved and reserved[name] != typ:
+                raise PushError(409, f"metric {name!r} is pushed as {typ} but the server "
                                      f"exposes it as {reserved[name]}")
             types = dict(self._types.get(name, {}))
-            if own is not None and name in own.families:
-                t = own.families[name].type
+            if own is not None and name in own.packed:
+                t = own.packed[name][TYPE]
                 types[t] -= 1
                 if not types[t]:
                     del types[t]
-            other = [t for t in types if t != fam.type]
+            other = [t for t in types if t != typ]
             if other:
-                raise PushError(409, f"metric {name!r} is pushed as {fam.type} but another "
+                raise PushError(409, f"metric {name!r} is pushed as {typ} but another "
                                      f"group holds it as {other[0]}; one name, one type")
 
     def _change(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
@@ -453,11 +464,11 @@ class PushStore:
             if group is None:
                 continue
             self._series += step * group.series
-            for name, fam in group.families.items():
+            for name, typ in pushfamilies.types(group.packed):
                 counts = self._types.setdefault(name, {})
-                counts[fam.type] = counts.get(fam.type, 0) + step
-                if counts[fam.type] <= 0:
-                    del counts[fam.type]
+                counts[typ] = counts.get(typ, 0) + step
+                if counts[typ] <= 0:
+                    del counts[typ]
                 if not counts:
                     del self._types[name]
         if new is None:
@@ -595,7 +606,7 @@ class PushStore:
             except PushError as exc:
                 log.warning("skipping an unreadable pushed group %s: %s", labels, exc)
                 continue
-            group = Group(labels, families, push_time)
+            group = Group(labels, pack(families), push_time)
             with self._lock:
                 self._replace(group_key(group.labels), self.groups.get(
                     group_key(group.labels)), group)
@@ -626,16 +637,21 @@ def _ones(group: Group | None) -> dict[SeriesKey, Sample]:
     """The LATCHED series of a group at 1."""
     if group is None:
         return {}
-    return {(name, tuple(sorted(x.labels.items()))): x
-            for name in LATCHED.intersection(group.families)
-            for x in group.families[name].samples if x.value == 1}
+    out = {}
+    for name in LATCHED.intersection(group.packed):
+        fam = group.packed[name]
+        for sname, labels, value in zip(fam[NAMES], fam[LABELS], fam[VALUES], strict=True):
+            if value == 1:
+                out[(name, tuple(sorted(labels)))] = Sample(sname, dict(labels), value,
+                                                            None, None)
+    return out
 
 
 def _with_held(group: Group, held: Mapping[SeriesKey, Sample]) -> dict[str, Block]:
     """The blocks of the LATCHED families with their held series at 1."""
     out = {}
     for name in {n for n, _ in held}:
-        fam = group.families.get(name)
+        fam = group.family(name)
         ones = {labels: x for (n, labels), x in held.items() if n == name}
         copy = Metric(name, fam.documentation if fam else "", "gauge")
         for x in fam.samples if fam else ():

@@ -267,6 +267,7 @@ class TargetStore:
         self._registered_at: dict[tuple, float] = {}
         self._bindings: dict[str, tuple[str, str]] = {}  # owner -> (project, experiment)
         self._waiting = False  # some target is held back awaiting its run
+        self._lines: dict[Target, str] = {}  # each shown target's line (_visible)
         self._lock = threading.RLock()
         # discovery files: the change generation wanted and the one on disk; one writer
         # at a time, and a writer that finds a newer generation written skips
@@ -447,12 +448,15 @@ class TargetStore:
         """One service-discovery group ``{targets, labels}`` per target Prometheus is to
         scrape (archived runs and targets awaiting their run left out), sorted: the one
         source of both the managed Prometheus' file_sd and the http_sd route."""
-        return self._visible()[0]
+        return [json.loads(line) for _, line in self._visible()[0]]
 
-    def _visible(self) -> tuple[list[dict], bool]:
-        """The groups, and whether some target is held back awaiting its run."""
+    def _visible(self) -> tuple[list[tuple[Target, str]], bool]:
+        """Each target to scrape with its group's JSON line, in the order of the lines
+        (stable: files that did not change are not written again); and whether some
+        target is held back awaiting its run. A target's line is made once (they are
+        immutable), not again for every write of the files that list it."""
         with self._lock:
-            groups, waiting = [], False
+            shown, waiting = [], False
             now = time.time()
             for t in self._targets.values():
                 if t.project and self.hidden(t.project, t.experiment_name):
@@ -460,11 +464,14 @@ class TargetStore:
                 if self.awaiting_run(t, now):
                     waiting = True
                     continue
-                groups.append({"targets": [t.target], "labels": t.sd_labels()})
-        # a stable order (files that did not change are not written again), by a key
-        # cheaper than each group's JSON
-        return sorted(groups, key=lambda g: (g["targets"], sorted(g["labels"].items()))), \
-            waiting
+                shown.append(t)
+        known, lines = self._lines, {}
+        for t in shown:
+            line = known.get(t)
+            lines[t] = line if line is not None else json.dumps(
+                {"targets": [t.target], "labels": t.sd_labels()})
+        self._lines = lines  # what is not shown any more is forgotten
+        return sorted(lines.items(), key=lambda item: item[1]), waiting
 
     def changed(self) -> None:
         """After a committed change (never inside the transaction: the files' fsyncs
@@ -519,28 +526,21 @@ class TargetStore:
         """The files from memory as it is now; the caller holds ``_sd_lock``."""
         with self._lock:
             generation = self._sd_wanted
-            groups, self._waiting = self._visible()
-        by_job: dict[str, list[dict]] = {}
-        for group in groups:
-            by_job.setdefault(group["labels"]["job"], []).append(group)
+            shown, self._waiting = self._visible()
+        by_job: dict[str, list[str]] = {}
+        for t, line in shown:
+            by_job.setdefault(t.job_name, []).append(line)
         self.sd_dir.mkdir(parents=True, exist_ok=True)
-        wanted = {sd_file_name(job): groups for job, groups in by_job.items()}
-        for name, groups in wanted.items():
+        wanted = {sd_file_name(job): lines for job, lines in by_job.items()}
+        for name, lines in wanted.items():
             path = self.sd_dir / name
-            text = sd_text(groups)
+            text = "[\n" + ",\n".join(lines) + "\n]\n"  # one target group a line
             if not path.exists() or path.read_text() != text:
                 write_atomic(path, text)
         for path in self.sd_dir.glob("*.json"):
             if path.name not in wanted:
                 path.unlink(missing_ok=True)
         self._sd_written = max(self._sd_written, generation)
-
-
-def sd_text(groups: list[dict]) -> str:
-    """A file_sd file, one target group a line: readable, and written by json's C
-    encoder (an ``indent`` makes it use the pure-Python one, several times slower, which
-    holds the GIL while 1,000 targets are written)."""
-    return "[\n" + ",\n".join(json.dumps(g) for g in groups) + "\n]\n" if groups else "[]\n"
 
 
 def sd_file_name(job: str) -> str:
