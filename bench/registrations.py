@@ -12,10 +12,11 @@ the moment it was due (a late start is latency too). ``--rounds`` rounds of two 
 ``--seconds`` each: the load alone, then the load while 8 senders register 1,000 targets
 (one engine endpoint each, with their run, as ``register_rollout_replicas`` sends them)
 as fast as they are answered, starting 1 s into the phase; between rounds, outside both
-phases, the targets are removed again, so every phase starts with the same server. The
-figure is the intake's p99 with the burst over its p99 without, per round, and its
+phases, the targets are removed again, and a third phase runs the load alone once more.
+The figure is the intake's p99 with the burst over its p99 without, per round, and its
 median: 1.0 is no interference. Beside it, the p99 of the requests due while the burst
-ran (over the alone phase's p99), and the p99 of each second.
+ran (over the alone phase's p99), the p99 of each second, and the third phase's p99 over
+the first's: what two phases with no burst at all differ by, the bench's own spread.
 """
 
 from __future__ import annotations
@@ -118,17 +119,17 @@ def phase(url: str, args, registrations: int) -> dict:
     out = {"requests": len(lat), "failed": sum(x == float("inf") for x in lat),
            "p50_ms": 1000 * pct(lat, 0.5), "p99_ms": 1000 * pct(lat, 0.99),
            "max_ms": 1000 * max(lat)}
+    t0 = got[0][0][0]
+    buckets: dict[int, list[float]] = {}
+    for due, x in got[0]:
+        buckets.setdefault(int(due - t0), []).append(x)
+    out["p99_ms_by_second"] = [round(1000 * pct(buckets.get(k, []), 0.99), 1)
+                               for k in range(int(args.seconds) + 1)]
     if registrations:
         b = got[1]
         began, ended = b.pop("window")
         # the requests due while the burst ran: the whole phase's p99 would dilute them
         during = [x for due, x in got[0] if began <= due <= ended]
-        t0 = got[0][0][0]
-        buckets: dict[int, list[float]] = {}
-        for due, x in got[0]:
-            buckets.setdefault(int(due - t0), []).append(x)
-        out["p99_ms_by_second"] = [round(1000 * pct(buckets.get(k, []), 0.99), 1)
-                                   for k in range(int(args.seconds) + 1)]
         out["burst_at_s"] = round(began - t0, 2)
         out.update(b, during={"requests": len(during), "p50_ms": 1000 * pct(during, 0.5),
                               "p99_ms": 1000 * pct(during, 0.99),
@@ -149,17 +150,22 @@ def measure(code: Path, label: str, args, sink: Sink) -> dict:
             with_burst = phase(url, args, args.registrations)
             removed = asyncio.run(send_all(host, int(port), args.registrations, "DELETE"))
             time.sleep(SETTLE_S)
+            # the same load alone once more: how far two phases without a burst differ
+            again = phase(url, args, 0)
             rounds.append({"alone": alone, "with_burst": with_burst, "removed": removed[0],
+                           "alone_again": again,
                            "p99_ratio": with_burst["p99_ms"] / alone["p99_ms"],
                            "p99_during_ratio": with_burst["during"]["p99_ms"]
-                           / alone["p99_ms"]})
+                           / alone["p99_ms"],
+                           "p99_alone_ratio": again["p99_ms"] / alone["p99_ms"]})
             print(f"{label} round {r + 1}: p99 {alone['p99_ms']:.1f} ms alone, "
                   f"{with_burst['p99_ms']:.1f} ms with the burst "
                   f"({with_burst['burst_s']:.1f} s; due during it: p99 "
-                  f"{with_burst['during']['p99_ms']:.1f} ms)", flush=True)
+                  f"{with_burst['during']['p99_ms']:.1f} ms), {again['p99_ms']:.1f} ms alone "
+                  "again", flush=True)
         row = {"code": label, "rounds": rounds,
-               "p99_ratio": statistics.median(x["p99_ratio"] for x in rounds),
-               "p99_during_ratio": statistics.median(x["p99_during_ratio"] for x in rounds)}
+               **{k: statistics.median(x[k] for x in rounds)
+                  for k in ("p99_ratio", "p99_during_ratio", "p99_alone_ratio")}}
         return row
 
 
@@ -188,7 +194,8 @@ def main() -> int:
         each = ", ".join(f"x{x['p99_ratio']:.2f}" for x in r["rounds"])
         print(f"{r['code']}: intake p99 with {args.registrations} registrations over "
               f"without: x{r['p99_ratio']:.2f} (median of {each}); requests due during "
-              f"the burst: x{r['p99_during_ratio']:.2f}")
+              f"the burst: x{r['p99_during_ratio']:.2f}; the load alone again over alone "
+              f"(no burst: the measurement's own spread): x{r['p99_alone_ratio']:.2f}")
     path = save("registrations", {"args": vars(args), "rows": rows})
     print(f"saved {path}")
     return 0

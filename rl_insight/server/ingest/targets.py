@@ -49,7 +49,7 @@ class TargetNotAllowed(TargetError):
     status = 403
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one object the collector walks, not two
 class Target:
     job_name: str
     target: str
@@ -343,6 +343,8 @@ class TargetStore:
                 self._registered_at.setdefault(k, now)
             self._store(db, changed.values(), [])
             self._targets.update(changed)
+            for t in changed.values():  # here, a burst's lines are made as it arrives
+                self._lines.setdefault(t, sd_line(t))  # (not all in the files' next write)
         self.store.after_commit(self.changed)  # in a group commit: once it is stored
         return len(changed)
 
@@ -468,8 +470,7 @@ class TargetStore:
         known, lines = self._lines, {}
         for t in shown:
             line = known.get(t)
-            lines[t] = line if line is not None else json.dumps(
-                {"targets": [t.target], "labels": t.sd_labels()})
+            lines[t] = line if line is not None else sd_line(t)
         self._lines = lines  # what is not shown any more is forgotten
         return sorted(lines.items(), key=lambda item: item[1]), waiting
 
@@ -541,6 +542,11 @@ class TargetStore:
             if path.name not in wanted:
                 path.unlink(missing_ok=True)
         self._sd_written = max(self._sd_written, generation)
+
+
+def sd_line(t: Target) -> str:
+    """A target's group in the discovery files and the http_sd route, as JSON."""
+    return json.dumps({"targets": [t.target], "labels": t.sd_labels()})
 
 
 def sd_file_name(job: str) -> str:
