@@ -306,13 +306,15 @@ def test_control_writes_take_turns_and_never_hold_the_intake(state):
     """The Guard lets one control write (registration, binding, removal) into the app at
     a time, so a burst of 1,000 replicas registering takes the event loop's turns one by
     one instead of queueing each lane push behind many (bench/registrations.py); pushes,
-    span exports and reads pass while one is in progress."""
+    span exports and reads pass while one is in progress, and a client slow to send its
+    body waits for it outside the turn."""
     from rl_insight.server.app import Guard
 
     inside, peak, release = [0], [0], None
 
     async def app(scope, receive, send):  # the framework's place: holds control writes
         if scope["method"] != "GET":
+            await receive()  # its body first, as the routes read it
             inside[0] += 1
             peak[0] = max(peak[0], inside[0])
             await release.wait()
@@ -320,13 +322,16 @@ def test_control_writes_take_turns_and_never_hold_the_intake(state):
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    async def call(guard, method: str, path: str, body: bytes = b"") -> int:
+    async def call(guard, method: str, path: str, body: bytes = b"",
+                   late: asyncio.Event | None = None) -> int:
         got = []
         sent = [False]
 
         async def receive():
             if sent[0]:
                 await asyncio.Event().wait()  # the client stays connected
+            if late is not None:  # a client whose body is slow to come
+                await late.wait()
             sent[0] = True
             return {"type": "http.request", "body": body, "more_body": False}
 
@@ -342,22 +347,27 @@ def test_control_writes_take_turns_and_never_hold_the_intake(state):
 
     async def scenario():
         nonlocal release
-        release = asyncio.Event()
+        release, late = asyncio.Event(), asyncio.Event()
         guard = Guard(app, state, token="", started="1")
+        slow = asyncio.ensure_future(call(guard, "POST", "/api/v1/prometheus/targets",
+                                          late=late))
         writes = [asyncio.ensure_future(call(guard, method, path)) for method, path in (
             ("POST", "/api/v1/prometheus/targets"), ("POST", "/api/v1/runs/bind"),
             ("DELETE", "/api/v1/prometheus/targets"), ("POST", "/api/v1/prometheus/targets"))]
         for _ in range(50):
             await asyncio.sleep(0)
-        assert inside[0] == 1, inside  # one control write in; the other three wait
+        # one control write in, the other three wait; the first to arrive, whose body has
+        # not come yet, has not taken the turn
+        assert inside[0] == 1 and peak[0] == 1 and not slow.done(), inside
         # meanwhile a push is stored and answered, and a read answered
         push = await asyncio.wait_for(call(guard, "PUT", "/metrics/job/j", push_body(1)), 10)
         read = await asyncio.wait_for(call(guard, "GET", "/api/v1/prometheus/targets"), 10)
         release.set()
-        done = await asyncio.wait_for(asyncio.gather(*writes), 10)
+        late.set()
+        done = await asyncio.wait_for(asyncio.gather(slow, *writes), 10)
         return push, read, done
 
     push, read, done = asyncio.run(scenario())
-    assert (push, read, done) == (200, 200, [200] * 4), (push, read, done)
+    assert (push, read, done) == (200, 200, [200] * 5), (push, read, done)
     assert peak[0] == 1, peak
     assert len(state.pushes.groups) == 1 and len(stored_groups(state)) == 1  # the push

@@ -18,7 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rl_insight.server import auth
-from rl_insight.server.httpio import ARRIVED, ClientGone, HttpError, error
+from rl_insight.server.httpio import ARRIVED, ClientGone, HttpError, error, read_asgi_body
 from rl_insight.server.ingest.bodies import BodyError
 from rl_insight.server.ingest.intake import Direct, answer_error
 from rl_insight.server.ingest.otlp import OtlpError
@@ -170,8 +170,7 @@ class Guard:
                 if direct:
                     await self.direct(scope, receive, sending, direct)
                 elif method in auth.WRITE_METHODS and not intake:
-                    async with self.control:
-                        await self.app(scope, receive, sending)
+                    await self.control_write(scope, receive, sending)
                 else:
                     await self.app(scope, receive, sending)
             finally:
@@ -180,6 +179,31 @@ class Guard:
                 self.state.metrics.intake_seconds.labels(direct or _route(scope)).observe(
                     time.monotonic() - scope[ARRIVED])
         self.state.metrics.requests.labels(method, direct or _route(scope), str(status)).inc()
+
+
+    async def control_write(self, scope, receive, send) -> None:
+        """A control write in its turn. Its body is read first, outside the turn: a client
+        that sends its body slowly (a flaky link) holds up nobody else's registration."""
+        try:
+            body = await read_asgi_body(receive, _header(scope, b"content-length"),
+                                        targets.MAX_BODY, "4 MiB for a registration, a "
+                                        "binding or another control request")
+        except HttpError as exc:
+            await answer_error(send, exc.status, str(exc))
+            return
+        except ClientGone:
+            return
+        given = False
+
+        async def replay():
+            nonlocal given
+            if given:
+                return await receive()  # what the client does next (a disconnect)
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async with self.control:
+            await self.app(scope, replay, send)
 
 
 def _route(scope) -> str:
