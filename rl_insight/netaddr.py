@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+from pathlib import Path
 
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 
@@ -174,6 +175,25 @@ def ray_port_hint(port: int) -> str:
             "--min-worker-port/--max-worker-port` say otherwise")
 
 
+def handout_ports() -> range:
+    """Where ports handed out for another process to bind later are chosen: above Ray's
+    worker ports and below the kernel's ephemeral range (32768-60999 by default, from
+    /proc/sys/net/ipv4/ip_local_port_range). Ports a kernel gives for ``bind(0)`` lie in
+    the ephemeral range, where any outgoing connection can take one as its local port
+    before the server binds it, and a port an open connection holds cannot be listened
+    on (a test's server lost its port so in a fresh-clone run)."""
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return range(RAY_WORKER_PORTS.stop, max(RAY_WORKER_PORTS.stop, min(low, 32768)))
+
+
+# a process may narrow it (tests: one slice per pytest worker, so two never pick alike)
+HANDOUT_PORTS = handout_ports()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (for tests and ad-hoc servers)."""
     return free_ports(1, host)[0]
@@ -183,16 +203,39 @@ _handed_out: set[int] = set()  # ports this process already gave away
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct free ports, none given out before by this process (a port handed
-    out may not be bound yet): all are held open at once while they are chosen."""
+    """``n`` distinct free ports from HANDOUT_PORTS, none given out before by this process
+    (a port handed out may not be bound yet): all are held open at once while they are
+    chosen. Where that range is too small (a kernel whose ephemeral range starts low), the
+    kernel chooses."""
+    import random
+
     socks, ports = [], []
+    within = HANDOUT_PORTS
+    pick = random.Random()
     try:
-        while len(ports) < n:
-            s = bind_socket(host, 0)
+        for _ in range(20 * n + 1000):
+            if len(ports) == n:
+                break
+            if len(within) >= 1000:
+                port = pick.randrange(within.start, within.stop)
+                if port in _handed_out or port in ports:
+                    continue
+                try:
+                    s = bind_socket(host, port)
+                except OSError:
+                    continue
+            else:
+                s = bind_socket(host, 0)
+                port = s.getsockname()[1]
+                if port in _handed_out:
+                    socks.append(s)
+                    continue
             socks.append(s)
-            port = s.getsockname()[1]
-            if port not in _handed_out:
-                ports.append(port)
+            ports.append(port)
+        if len(ports) < n:
+            raise OSError(errno.EADDRINUSE, f"no {n} free ports in {within.start}-"
+                                            f"{within.stop - 1}: free some, or narrow what "
+                                            "listens there")
         _handed_out.update(ports)
         return ports
     finally:

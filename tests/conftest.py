@@ -16,6 +16,20 @@ import requests
 from rl_insight import netaddr
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _own_ports() -> range:
+    """This pytest worker's slice of the ports netaddr hands out: two workers never pick
+    the same port for servers they start seconds later."""
+    whole = netaddr.HANDOUT_PORTS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    k = int(worker[2:]) if worker[2:].isdigit() else 0
+    size = len(whole) // max(1, count)
+    return range(whole.start + k * size, whole.start + (k + 1) * size)
+
+
+netaddr.HANDOUT_PORTS = _own_ports()
 pytest_plugins = ["tests.worlds"]  # the session-wide server and Ray cluster
 WORLDS = ("ray_world", "route_server")  # each ranked in HEAVY_FIRST: its group runs whole
 # modules whose shared fixtures start a Ray cluster and run a simulated or real training

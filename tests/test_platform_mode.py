@@ -22,6 +22,7 @@ import sys
 import pytest
 
 from dashboards import build
+from rl_insight import netaddr
 from tests.conftest import REPO, OwnPrometheus, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster
@@ -32,18 +33,15 @@ RUN = {"project": "platform", "experiment_name": "no-server"}
 
 
 # Ports a platform agrees on beforehand are bound long after they are chosen (the hub's and
-# the engines': seconds later, by Ray workers). Chosen below the kernel's ephemeral range
-# (32768-60999 here: an outgoing connection takes its local port there, and a port an open
-# connection holds cannot be listened on; an engine's bind failed so in a fresh-clone run)
-# and above Ray's worker ports (10002-19999).
-AGREED_PORTS = range(20000, 32000)
+# the engines': seconds later, by Ray workers): from netaddr.HANDOUT_PORTS (below the
+# kernel's ephemeral range, above Ray's worker ports; this worker's slice of it).
 
 
 def free_consecutive_ports(n: int) -> int:
     """A base port with base..base+n-1 free (a platform's pre-agreed ports)."""
     pick = random.Random()
     for _ in range(200):
-        base = pick.randrange(AGREED_PORTS.start, AGREED_PORTS.stop - n)
+        base = pick.randrange(netaddr.HANDOUT_PORTS.start, netaddr.HANDOUT_PORTS.stop - n)
         socks = []
         try:
             for i in range(n):
