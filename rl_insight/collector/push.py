@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from rl_insight import tracebacks
 from rl_insight.collector import connection
 
 log = logging.getLogger(__name__)
@@ -226,6 +227,7 @@ class Sender:
             else:
                 r = self.session.request(method, url, timeout=self.timeout, **kw)
         except (requests.RequestException, *connection.HttpError) as exc:
+            tracebacks.release(exc)  # the body goes now, not at the next full collection
             self.last_error = f"{exc.__class__.__name__} talking to {url}"
             return self._note(False, what), None
         self._seen(r)

@@ -17,6 +17,7 @@ import time
 
 import requests
 
+from rl_insight import tracebacks
 from rl_insight.config import TraceSettings
 from rl_insight.server.ingest.otlp import PROTOBUF
 from rl_insight.server.ingest.spool import Spool
@@ -97,6 +98,7 @@ class Relay:
                                    headers={"Content-Type": PROTOBUF},
                                    timeout=self.settings.relay_timeout_s)
         except requests.RequestException as exc:
+            tracebacks.release(exc)  # the batch goes now, not at the next full collection
             self._note_down(f"cannot reach {self.url}: {exc.__class__.__name__}")
             return "retry"
         if r.status_code < 300:
