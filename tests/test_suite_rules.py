@@ -84,3 +84,14 @@ def test_the_checks_find_what_they_look_for():
     assert long_bare_sleeps("import time\ntime.sleep(3)\n") == [2]
     assert long_bare_sleeps("import time\ntime.sleep(0.2)\n") == []
     assert long_bare_sleeps(f"import time\ntime.sleep(60)  {NOT_A_WAIT}: stays up\n") == []
+
+
+def test_the_soak_outlasts_its_load_at_every_length():
+    """`make soak` runs 600 s of load: the heavy modules' 600 s deadline cut it off at its
+    own end (pytest-timeout, 2026-12-04)."""
+    from tests.reliability import test_soak
+
+    marks = [m for m in test_soak.pytestmark if m.name == "timeout"]
+    assert [m.args[0] for m in marks] == [test_soak.timeout_for(test_soak.SECONDS)]
+    for seconds in (90.0, 600.0, 3600.0):
+        assert test_soak.timeout_for(seconds) > seconds + 300, seconds

@@ -23,11 +23,20 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import Cli, free_port_overrides, side_by_side
+from tests.conftest import SETUP_TIMEOUT_S, Cli, free_port_overrides, side_by_side
 from tests.raycluster import RayCluster
 
-pytestmark = pytest.mark.integration
 SECONDS = float(os.environ.get("RL_INSIGHT_SOAK_SECONDS", "90"))
+
+
+def timeout_for(seconds: float) -> float:
+    """The test's own deadline: its load may take `seconds` plus 300 (the driver's wait)
+    and the set-up and teardown 120 beside it; never under the heavy modules' 600 s, so
+    `make soak`'s 600 s of load is not cut off at 600."""
+    return max(SETUP_TIMEOUT_S, seconds + 300 + 120)
+
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(timeout_for(SECONDS))]
 SPANS_PER_TICK = int(os.environ.get("RL_INSIGHT_SOAK_SPANS_PER_S", "500")) // 100
 # One step of this many MB between the window's last two thirds is not a trend: in 45 s
 # (CI) it is 16 MB a minute, in 450 s (`make soak`) 1.6. A leak like the one the soak
@@ -143,7 +152,7 @@ def test_soak_has_no_growth_trend(tmp_path_factory):
         r = subprocess.run([sys.executable, str(script), str(SECONDS), str(out),
                             str(SPANS_PER_TICK)],
                            env=cluster.env(), cwd=tmp, capture_output=True, text=True,
-                           timeout=SECONDS + 300)
+                           timeout=SECONDS + 300)  # within timeout_for
         assert r.returncode == 0, r.stderr[-3000:]
     finally:
         stop.set()
