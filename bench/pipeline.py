@@ -85,15 +85,17 @@ def wait_accounted(receiver, url: str, before: int, dropped_before: float, n: in
                    timeout: float) -> tuple[bool, int, float, float]:
     """Until n spans arrived at the receiver or were dropped and counted: whether they all
     were, how many arrived, how many were dropped, and when the last one arrived."""
-    end, last, t_last = time.monotonic() + timeout, -1, time.perf_counter()
-    while True:
+    seen = {"arrived": -1, "t_last": time.perf_counter(), "dropped": 0.0}
+
+    def accounted() -> bool:
         arrived = len(receiver.spans) - before
-        if arrived > last:
-            last, t_last = arrived, time.perf_counter()
-        dropped = spans_dropped(url) - dropped_before
-        if arrived + dropped >= n or time.monotonic() > end:
-            return arrived + dropped >= n, arrived, dropped, t_last
-        time.sleep(0.1)
+        if arrived > seen["arrived"]:
+            seen["arrived"], seen["t_last"] = arrived, time.perf_counter()
+        seen["dropped"] = spans_dropped(url) - dropped_before
+        return arrived + seen["dropped"] >= n
+
+    done = bool(wait_until(accounted, timeout, 0.1))
+    return done, seen["arrived"], seen["dropped"], seen["t_last"]
 
 
 def wait_until(cond, timeout: float, interval: float = 0.05):

@@ -60,9 +60,13 @@ def test_a_failed_relay_to_tempo_keeps_no_batch_for_the_collector(tmp_path, refu
 
 
 @pytest.mark.parametrize("proxied", [False, True], ids=["urllib3 pool", "requests"])
-def test_a_failed_push_keeps_no_body_for_the_collector(refusing_url, proxied):
+def test_a_failed_push_keeps_no_body_for_the_collector(refusing_url, proxied, monkeypatch):
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    if proxied:  # a proxy in the environment sends it through requests (it refuses too)
+        monkeypatch.setenv("HTTP_PROXY", refusing_url)
     sender = Sender(refusing_url)
-    sender._direct = not proxied  # a proxied sender goes through requests
+    assert sender._direct is not proxied
     with frames_left_behind() as frames:
         sent = [sender.spans(BODY) for _ in range(3)]
     assert sent == [False] * 3, sender.last_error
