@@ -18,7 +18,14 @@ Definitions (docs/anatomy.md has them with the measured error):
 - weight update: the union of the ranks' ``update_weights``;
 - overlap: rollout (any replica generating) and training (any rank busy) at once;
 - staleness: weight updates finished between the start of the generation the trainer
-  consumed (the last one ended before its first phase in the window) and that phase.
+  consumed (the last one ended before its first phase in the window) and that phase;
+- a framework's driver lane (``driver``: its step loop's phases, from its own spans) adds
+  its generation to the rollout (no replica breakdown: no straggler) and its other states
+  to the trainer's phases; its ``idle`` (waiting) stays in ``other``;
+- goodput buckets (NeMo-RL's ``rl.bucket``): the union of each bucket's spans.
+
+A framework that logs timing keys and no spans gets its rows from :func:`timing_row`
+instead: the same fields, from the keys' seconds (``source`` "timing_keys").
 """
 
 from __future__ import annotations
@@ -35,10 +42,13 @@ from rl_insight.engine_requests import (
     tail,
     tail_share,
 )
+from rl_insight.integrations.table import Parts
 
 Interval = tuple[int, int]  # (start_ns, end_ns), start <= end
 
 WEIGHT_UPDATE = "update_weights"
+IDLE = "idle"  # a driver's waiting, as the framework names it
+LANES, TIMING_KEYS = "lanes", "timing_keys"  # where a row's figures come from
 NS = 1e9
 
 
@@ -137,6 +147,11 @@ class StepRow:
     # goodput: GPU-seconds busy and idle per role (replica roles, "ranks", "weight_sync")
     gpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     tokens_per_gpu_second: float | None = None
+    # seconds per goodput bucket (productive, overhead, idle, wasted) where the framework
+    # tags its spans with one (NeMo-RL's rl.bucket)
+    buckets: dict[str, float] = field(default_factory=dict)
+    source: str = LANES  # LANES, or TIMING_KEYS: no replica breakdown, no straggler
+    framework: str | None = None  # the table its timing keys were read with
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("replicas", "roles")}
@@ -168,7 +183,8 @@ def _straggler(busy: Mapping[str, float]) -> tuple[float | None, str | None, flo
 def step_row(step: int, start_ns: int, end_ns: int,
              lanes: Mapping[str, Iterable[tuple[str, int, int]]],
              requests: Sequence[Request] = (), gpus_per_replica: float = 1.0,
-             gpus_per_rank: float = 1.0) -> StepRow:
+             gpus_per_rank: float = 1.0,
+             buckets: Mapping[str, Iterable[Interval]] | None = None) -> StepRow:
     """The anatomy of one step. ``lanes``: lane id -> (state, start, end) intervals; they
     may reach outside the window (sums are clipped to it) and should include the
     previous step's, which staleness looks back into. Replica lanes of every role count
@@ -176,16 +192,19 @@ def step_row(step: int, start_ns: int, end_ns: int,
     overlap and staleness are the policy's rollout's (role family ``rollout``), and each
     role has its own row. ``requests``: the engines' request spans that ended in the
     window (the server's rule: a request belongs to the step it ended in); GPU-seconds
-    count ``gpus_per_replica`` per replica lane and ``gpus_per_rank`` per rank lane."""
+    count ``gpus_per_replica`` per replica lane and ``gpus_per_rank`` per rank lane;
+    ``buckets``: goodput bucket -> its spans' intervals."""
     window = end_ns - start_ns
     gen_by_replica: dict[str, list[Interval]] = {}
     role_of: dict[str, str] = {}
     rank_states: dict[str, list[Interval]] = {}
     rank_all: list[Interval] = []
+    driver_gen: list[Interval] = []
     per_rank: dict[str, tuple[list[Interval], list[Interval]]] = {}  # (work, weight sync)
     for lane, intervals in lanes.items():
         c = laneid.classify(lane)
         rep, rank = c.kind == laneid.REPLICA, c.kind == laneid.RANK
+        driver = c.kind == laneid.DRIVER
         if rep:
             key = laneid.replica_key(lane)
             role_of[key] = c.role
@@ -198,13 +217,23 @@ def step_row(step: int, start_ns: int, end_ns: int,
                 rank_states.setdefault(state, []).append((s, e))
                 own = per_rank.setdefault(lane, ([], []))
                 own[state == WEIGHT_UPDATE].append((s, e))
+            elif driver:
+                if is_generation(state):
+                    driver_gen.append((s, e))
+                    continue
+                if state != IDLE:  # waiting is no phase: it stays in `other`
+                    rank_all.append((s, e))
+                    rank_states.setdefault(state, []).append((s, e))
     gen_by_replica = {r: union(iv) for r, iv in gen_by_replica.items()}
     policy = {r: iv for r, iv in gen_by_replica.items()
               if laneid.family_of(role_of[r]) == laneid.ROLLOUT}
-    gen_union = clip(union(iv for ivs in policy.values() for iv in ivs), start_ns, end_ns)
+    gen_union = clip(union([*(iv for ivs in policy.values() for iv in ivs), *driver_gen]),
+                     start_ns, end_ns)
     busy_union = clip(union(rank_all), start_ns, end_ns)
     row = StepRow(step, start_ns, end_ns, window / NS, length(gen_union) / NS)
     inside = {r: clip(iv, start_ns, end_ns) for r, iv in gen_by_replica.items()}
+    if driver_gen and not policy:  # the framework's whole rollout, replicas unknown
+        row.roles[laneid.ROLLOUT] = RoleRow(row.generate_s, 0)
     by_role: dict[str, list[str]] = {}
     for r in inside:
         by_role.setdefault(role_of[r], []).append(r)
@@ -228,10 +257,45 @@ def step_row(step: int, start_ns: int, end_ns: int,
     row.trainer_busy_s = length(busy_union) / NS
     row.trainer_idle_s = (window - length(busy_union)) / NS
     row.overlap_s = length(intersect(gen_union, busy_union)) / NS
-    anything = union([*busy_union, *(iv for ivs in inside.values() for iv in ivs)])
+    anything = union([*busy_union, *gen_union,
+                      *(iv for ivs in inside.values() for iv in ivs)])
     row.other_s = (window - length(anything)) / NS
+    if driver_gen and not policy:
+        policy = {laneid.ROLLOUT: union(driver_gen)}
     row.staleness = _staleness(start_ns, end_ns, rank_states, policy)
+    for bucket, iv in (buckets or {}).items():
+        seconds = length(clip(union(iv), start_ns, end_ns)) / NS
+        if seconds > 0:
+            row.buckets[bucket] = seconds
     _goodput(row, per_rank, requests, gpus_per_replica, gpus_per_rank)
+    return row
+
+
+def timing_row(step: int, end_ns: int, parts: Parts, framework: str,
+               start_ns: int | None = None) -> StepRow:
+    """A step's anatomy from its timing keys (a framework that logs no spans): the
+    rollout's generation, each phase, the weight sync; ``other`` what the parts leave of
+    the step. Parts that add up to more than the step ran at once (an asynchronous
+    trainer): ``overlap`` is at least that much. The step's time is the framework's own
+    where it logs one, else the window since ``start_ns``."""
+    if parts.step_s is not None:
+        duration = parts.step_s
+        start_ns = end_ns - int(duration * NS)
+    else:
+        start_ns = end_ns if start_ns is None else min(start_ns, end_ns)
+        duration = (end_ns - start_ns) / NS
+    row = StepRow(step, start_ns, end_ns, float(duration), parts.generate_s,
+                  source=TIMING_KEYS, framework=framework)
+    row.phases = {p: s for p, s in parts.phases.items() if s > 0}
+    row.weight_update_s = parts.weight_update_s
+    busy = sum(row.phases.values())
+    row.trainer_busy_s = min(busy, duration)
+    row.trainer_idle_s = max(0.0, duration - busy)
+    if parts.generate_s > 0:
+        row.roles[laneid.ROLLOUT] = RoleRow(parts.generate_s, 0)
+    work = parts.generate_s + busy
+    row.other_s = max(0.0, duration - work)
+    row.overlap_s = max(0.0, work - duration)
     return row
 
 

@@ -15,7 +15,10 @@ Names, by caller:
   ``reward_replica_0``, ``reward_rm_replica_0``, ``teacher_replica_0``,
   ``teacher_deepseek_r1_replica_2``; its tests list these);
 - trainer ranks: ``rank_<r>`` (``DistProfiler.annotate``, every verl version);
-- ``trainer``: this package's own step marks (``rl_insight.client.steps``).
+- ``trainer``: this package's own step marks (``rl_insight.client.steps``);
+- ``driver``: a framework's step loop, the phases it runs one after another, where the
+  framework says no more (ROLL's and NeMo-RL's driver spans, AReaL's trainer scopes,
+  TRL's profiled calls: rl_insight/integrations/tables.py); one lane per run.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import NamedTuple
 REPLICA = "replica"
 RANK = "rank"
 TRAINER = "trainer"
+DRIVER = "driver"
 OTHER = "other"
 
 ROLLOUT = "rollout"  # the role of a bare replica_<n>: the policy's own rollout
@@ -41,21 +45,22 @@ _RANK = re.compile(r"^rank_(\d+)$")
 # an alerting rule selecting replica or rank lanes uses these, never a pattern of its own
 REPLICA_LANES = "([^/]+_)?replica_[0-9]+"
 RANK_LANES = "rank_[0-9]+"
-DEDICATED_LANES = f"{REPLICA_LANES}|{RANK_LANES}"
+DEDICATED_LANES = f"{REPLICA_LANES}|{RANK_LANES}|{DRIVER}"
 # role families a dashboard shows apart: the policy's rollout, reward models, teachers
 FAMILIES = (ROLLOUT, "reward", "teacher")
 
 
 class Lane(NamedTuple):
-    kind: str  # REPLICA, RANK, TRAINER or OTHER
-    role: str  # a replica's role (rollout, reward_rm, teacher_x ...); RANKS; "" otherwise
+    kind: str  # REPLICA, RANK, DRIVER, TRAINER or OTHER
+    role: str  # a replica's role (rollout, reward_rm, teacher_x ...); RANKS; DRIVER; "" else
     number: int | None  # the replica's or rank's number
 
     @property
     def dedicated(self) -> bool:
-        """A lane with series of its own (state gauges): replicas and ranks. Other
-        lanes (per request, per trajectory: thousands) are pooled per state."""
-        return self.kind in (REPLICA, RANK)
+        """A lane with series of its own (state gauges): replicas, ranks and a
+        framework's driver. Other lanes (per request, per trajectory: thousands) are
+        pooled per state."""
+        return self.kind in (REPLICA, RANK, DRIVER)
 
     @property
     def family(self) -> str:
@@ -66,6 +71,7 @@ class Lane(NamedTuple):
 
 _NOT_DEDICATED = Lane(OTHER, "", None)
 _TRAINER = Lane(TRAINER, "", None)
+_DRIVER = Lane(DRIVER, DRIVER, None)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -81,6 +87,8 @@ def classify(lane: str | None) -> Lane:
         return Lane(RANK, RANKS, int(m.group(1)))
     if lane == TRAINER:
         return _TRAINER
+    if lane == DRIVER:
+        return _DRIVER
     return _NOT_DEDICATED
 
 
@@ -129,14 +137,18 @@ def engine_role(replica: str) -> str:
 
 
 def role_of(lane: str | None) -> str:
-    """A replica's role, ``ranks`` for a rank lane, "" for any other lane."""
+    """A replica's role, ``ranks`` for a rank lane, ``driver`` for the driver's, ""
+    for any other lane."""
     return classify(lane).role
 
 
 def sort_key(lane: str) -> tuple:
-    """Replica lanes first, by family, role and number; then ranks by number; then the
-    rest by name (a timeline reads top-down: rollout, reward, teacher, ranks, others)."""
+    """The driver first (the step's phases), then replica lanes by family, role and
+    number; then ranks by number; then the rest by name (a timeline reads top-down:
+    driver, rollout, reward, teacher, ranks, others)."""
     c = classify(lane)
+    if c.kind == DRIVER:
+        return (-1, 0, "", 0, lane)
     if c.kind == REPLICA:
         fam = FAMILIES.index(c.family) if c.family in FAMILIES else len(FAMILIES)
         return (0, fam, c.role, c.number, lane)

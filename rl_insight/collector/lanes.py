@@ -50,7 +50,7 @@ RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
 def duration_lane(lane: str) -> str:
     """The ``state_lane_id`` a lane's state durations are counted under."""
     kind = laneid.classify(lane).kind
-    if kind == laneid.REPLICA:
+    if kind in (laneid.REPLICA, laneid.DRIVER):
         return lane
     return RANK_LANES if kind == laneid.RANK else POOLED_LANE
 

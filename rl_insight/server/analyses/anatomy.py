@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 
-from rl_insight import laneid
-from rl_insight.anatomy import StepRow, step_row
+from rl_insight import integrations, laneid
+from rl_insight.anatomy import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
 from rl_insight.engine_requests import Request
+from rl_insight.integrations.table import parts
 
 TRAINER_LANE = "trainer"  # the client's step marks (rl_insight.client.steps)
 STEP_STATE = "train_step"
@@ -36,6 +37,26 @@ PREFIX = "rl_insight_step_"
 DROP_BUCKET_NS = 100_000_000
 RUN = ("project", "experiment_name")
 REDO_ROWS = 8  # final rows a late lane can still be put in (with max_wait_s)
+MAX_TIMING_STEPS = 64  # steps whose timing keys wait for their row (the oldest dropped)
+MAX_BUCKET_SPANS = 4096  # goodput-bucket intervals held per run (a few steps' worth)
+
+
+def _from_lanes(row: StepRow) -> bool:
+    """Whether any lane put something in the row (else it is all `other`)."""
+    return bool(row.replicas or row.phases or row.generate_s > 0)
+
+
+class _Timings:
+    """A step's timing keys as the framework trackers send them (several processes may
+    each send some: slime's rollout manager and its training rank)."""
+
+    __slots__ = ("framework", "values", "first_ns", "last_ns", "lagged")
+
+    def __init__(self, framework: str, at_ns: int) -> None:
+        self.framework = framework
+        self.lagged = False  # the keys logged with the next step came
+        self.values: dict[str, float] = {}
+        self.first_ns = self.last_ns = at_ns
 
 
 class RunAnatomy:
@@ -63,6 +84,92 @@ class RunAnatomy:
         # it was final, or once REDO_ROWS newer rows are final; until then a lane actor
         # that started late or restarted can still put its spans in the row (redone)
         self.prunes: deque[tuple[int, int]] = deque()
+        # timing keys per step, for a run whose lanes say nothing (a framework that logs
+        # timings and no spans): rows "from timing keys" once a later step reported
+        self.timings: OrderedDict[int, _Timings] = OrderedDict()
+        self.timing_final = -1  # the newest step a timing row was made for
+        self.timing_end = 0  # that row's end: the next row's start without a step time
+        self.timings_late = 0  # timing keys of a step whose row was made (or dropped)
+        self.lane_rows = False  # a row had lane data: the lanes win over timing keys
+        self.buckets: deque[tuple[str, int, int]] = deque(maxlen=MAX_BUCKET_SPANS)
+        self.mark_steps: deque[int] = deque(maxlen=MAX_SPANS_PER_LANE)  # recent marks' steps
+
+    def add_timing(self, framework: str, step: int, at_ns: int,
+                   values: dict[str, float]) -> None:
+        """A step's timing keys; a key the table marks as lagging belongs to the step
+        before (slime's weight sync, timed after it logged its step)."""
+        fw = integrations.get(framework)
+        if fw is None:
+            return
+        for key, value in values.items():
+            t = fw.timing(key)
+            target = step - (t.lag if t is not None else 0)
+            if target != step and target not in self.timings and \
+                    target > self.timing_final:
+                target = step  # no step before it: the first step's own (an initial sync)
+            if target <= self.timing_final:
+                self.timings_late += 1
+                continue
+            entry = self.timings.get(target)
+            if entry is None:
+                entry = self.timings[target] = _Timings(fw.name, at_ns)
+                self.timings = OrderedDict(sorted(self.timings.items()))
+                while len(self.timings) > MAX_TIMING_STEPS:
+                    self.timings.popitem(last=False)
+            if target == step:
+                entry.values[key] = value
+                entry.last_ns = max(entry.last_ns, at_ns)
+            else:  # beside the step's own (slime's first step: its initial weight sync)
+                entry.values[key] = entry.values.get(key, 0.0) + value
+                entry.lagged = True
+
+    def add_bucket(self, bucket: str, start: int, end: int) -> None:
+        self.buckets.append((bucket, start, end))
+
+    def _buckets(self, start: int, end: int) -> dict[str, list[tuple[int, int]]]:
+        out: dict[str, list[tuple[int, int]]] = {}
+        for bucket, s, e in self.buckets:
+            if e > start and s < end:
+                out.setdefault(bucket, []).append((s, e))
+        return out
+
+    def _timing_rows(self, now_ns: int, settings: AnatomySettings, finished: bool
+                     ) -> list[StepRow]:
+        """Rows of the steps whose timing keys are all in: a later step reported and
+        settle_s passed, or the run finished, or max_wait_s passed."""
+        out: list[StepRow] = []
+        settle, wait = int(settings.settle_s * 1e9), int(settings.max_wait_s * 1e9)
+        steps = list(self.timings)
+        for i, step in enumerate(steps):
+            entry = self.timings[step]
+            fw = integrations.get(entry.framework)
+            # a later step reported; where the table has keys logged a step late, they
+            # came too (or two later steps reported: this step has none)
+            later = len(steps) - i - 1
+            complete = later >= 2 or (later == 1 and (entry.lagged or not fw.lagging))
+            if not (finished or now_ns >= entry.last_ns + wait or
+                    (complete and now_ns >= entry.last_ns + settle)):
+                break
+            del self.timings[step]
+            self.timing_final = step
+            if self.lane_rows:
+                continue  # the lanes tell this run's steps
+            start = self.timing_end or None
+            row = timing_row(step, entry.last_ns, parts(fw, entry.values), fw.name,
+                             start_ns=start if start is not None else entry.first_ns)
+            self.timing_end = entry.last_ns
+            self._replace_or_append(row)
+            out.append(row)
+        return out
+
+    def _replace_or_append(self, row: StepRow) -> None:
+        """Put a row in, in place of a row of the same step (lanes that came after its
+        timing keys replace that row; a redone row its old self)."""
+        for i in range(len(self.rows) - 1, max(-1, len(self.rows) - REDO_ROWS - 1), -1):
+            if self.rows[i].step == row.step:
+                self.rows[i] = row
+                return
+        self.rows.append(row)
 
     def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
         if lane == TRAINER_LANE and state == STEP_STATE:
@@ -70,7 +177,12 @@ class RunAnatomy:
                 number = int(step)
             except (TypeError, ValueError):
                 return
+            # one mark per step: a framework's own step span and its tracker's mark (two
+            # processes, or two paths, telling the same step) are one step, the first
+            if number in self.mark_steps:
+                return
             if end not in self.marks and end > self.final_end:
+                self.mark_steps.append(number)
                 self.marks[end] = (number, start)
                 self.durations.append((end - start) / 1e9)
                 self.last_mark_end = max(self.last_mark_end, end)
@@ -128,6 +240,7 @@ class RunAnatomy:
         reported past its end, or the run finished, or max_wait_s passed; and settle_s
         passed in any case (spans of different lanes arrive through different actors)."""
         out = self._redo_late()
+        out += self._timing_rows(now_ns, settings, finished)
         settle, wait = int(settings.settle_s * 1e9), int(settings.max_wait_s * 1e9)
         while self.prunes and (self.prunes[0][0] <= now_ns or
                                len(self.prunes) > REDO_ROWS):
@@ -144,11 +257,16 @@ class RunAnatomy:
             del self.marks[end]
             row = step_row(step, start, end, {lane: list(q) for lane, q in self.lanes.items()},
                            self._take_requests(start, end), settings.gpus_per_replica,
-                           settings.gpus_per_rank)
+                           settings.gpus_per_rank, self._buckets(start, end))
             row.requests_dropped = self._take_dropped(start, end)
-            self.rows.append(row)
-            out.append(row)
             self.final_end = end
+            if _from_lanes(row):
+                self.lane_rows = True
+                self._replace_or_append(row)
+                out.append(row)
+            elif not (self.timings or self.timing_final >= 0):
+                self.rows.append(row)  # all `other`: nothing else tells this step
+                out.append(row)
             self.prunes.append((now_ns + wait, start - (end - start)))
         return out
 
@@ -165,8 +283,9 @@ class RunAnatomy:
             row = self.rows[i]
             if row.start_ns < self.horizon:
                 break
-            if row.start_ns < late[1] and late[0] < row.end_ns:
-                new = step_row(row.step, row.start_ns, row.end_ns, lanes)
+            if row.start_ns < late[1] and late[0] < row.end_ns and row.source == "lanes":
+                new = step_row(row.step, row.start_ns, row.end_ns, lanes, (), 1.0, 1.0,
+                               self._buckets(row.start_ns, row.end_ns))
                 # its requests were joined when it was first made: they stay
                 for k in ("requests", "tail", "critical", "tail_share",
                           "generated_tokens"):
@@ -184,6 +303,8 @@ class RunAnatomy:
         for q in self.lanes.values():
             while q and q[0][2] < before_ns:
                 q.popleft()
+        while self.buckets and self.buckets[0][2] < before_ns:
+            self.buckets.popleft()
 
 
 class AnatomyStore:
@@ -205,6 +326,24 @@ class AnatomyStore:
                 if lane != TRAINER_LANE and not laneid.is_dedicated(lane):
                     continue
                 self._run((project, experiment)).add_span(lane, state, start, end, step)
+
+    def add_timings(self, rows: Iterable[tuple[str, str, str, int, int, dict]]) -> None:
+        """Framework trackers' timing keys: (project, experiment, framework, step, sent
+        at ns, {key: seconds})."""
+        if not self.settings.enabled:
+            return
+        with self._lock:
+            for project, experiment, framework, step, at_ns, values in rows:
+                self._run((project, experiment)).add_timing(framework, step, at_ns, values)
+
+    def add_buckets(self, rows: Iterable[tuple[str, str, str, int, int]]) -> None:
+        """Goodput buckets of a framework's spans: (project, experiment, bucket, start,
+        end)."""
+        if not self.settings.enabled:
+            return
+        with self._lock:
+            for project, experiment, bucket, start, end in rows:
+                self._run((project, experiment)).add_bucket(bucket, start, end)
 
     def add_requests(self, rows: Iterable[tuple[str, str, Request]]) -> None:
         """Engine request spans of runs (rl_insight/server/ingest/engine_requests.py), held until
@@ -252,7 +391,8 @@ class AnatomyStore:
             return [{"project": p, "experiment_name": e, "steps": len(r.rows),
                      "pending_steps": len(r.marks), "late_spans": r.late_spans,
                      "pending_requests": len(r.requests), "late_requests": r.requests_late,
-                     "dropped_requests": r.requests_dropped}
+                     "dropped_requests": r.requests_dropped,
+                     "pending_timing_steps": len(r.timings), "late_timings": r.timings_late}
                     for (p, e), r in self._runs.items()]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -323,6 +463,10 @@ class _Families:
         "gpu_seconds": "GPU-seconds of the step per role, busy or idle (weight_sync: the "
                        "ranks' update_weights)",
         "tokens_per_gpu_second": "Tokens generated per GPU-second of the step",
+        "bucket_seconds": "Time of the step the framework's own spans put in each goodput "
+                          "bucket (productive, overhead, idle, wasted: NeMo-RL's rl.bucket)",
+        "from_timing_keys": "1 when this step's anatomy comes from the framework's timing "
+                            "keys (no replica breakdown, no straggler), 0 from its lanes",
     }
 
     def __init__(self) -> None:
@@ -345,7 +489,8 @@ class _Families:
                "trainer_busy_seconds": r.trainer_busy_s,
                "trainer_idle_seconds": r.trainer_idle_s,
                "trainer_idle_ratio": r.trainer_idle_s / r.duration_s if r.duration_s else 0,
-               "overlap_seconds": r.overlap_s}
+               "overlap_seconds": r.overlap_s,
+               "from_timing_keys": float(r.source == "timing_keys")}
         if r.straggler_ratio is not None:
             one["straggler_ratio"] = r.straggler_ratio
             one["median_generate_seconds"] = r.median_generate_s
@@ -401,6 +546,9 @@ class _Families:
             for use, v in g.items():
                 self.add("gpu_seconds", self.DOCS["gpu_seconds"], [*run, role, use], v,
                          ("role", "use"), ts)
+        for bucket, seconds in r.buckets.items():
+            self.add("bucket_seconds", self.DOCS["bucket_seconds"], [*run, bucket], seconds,
+                     ("bucket",), ts)
         for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
             self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
                      [*run, phase], seconds, ("phase",), ts)

@@ -139,6 +139,11 @@ class ServerMetrics:
             "from its arrival (what a lane actor's flush waits for)", ["route"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10),
             registry=self.registry)
+        self.framework_spans = Counter(
+            "rl_insight_framework_spans", "A framework's own spans (not this package's) by "
+            "what its table made of them: mapped to a lane, unmatched (no rule: kept in "
+            "Tempo as they are), no_run (no project and experiment_name)",
+            ["framework", "outcome"], registry=self.registry)
         self.intake_refused = Counter(
             "rl_insight_intake_refused", "Pushes and span exports answered 503 because "
             "server.max_intake_inflight were in progress (the senders send them again)",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rl_insight.config import Settings
 from rl_insight.server.httpio import ClientGone, HttpError, read_asgi_body, text_body
-from rl_insight.server.ingest import engine_requests, otlp, textpolicy
+from rl_insight.server.ingest import engine_requests, framework_spans, otlp, textpolicy
 from rl_insight.server.ingest.otlp import OtlpError
 from rl_insight.server.ingest.pushstore import PushError, parse_grouping_key
 
@@ -75,9 +75,18 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
     texts = textpolicy.apply(req, traces.text_policy, traces.text_max_bytes)
     if texts:
         state.metrics.span_texts.labels(traces.text_policy).inc(texts)
+    rows = list(otlp.iter_state_rows(req))
+    annotated = False
+    if len(rows) < n:  # spans that are no state: step timings, a framework's own spans?
+        found = framework_spans.read(req)
+        rows += found.rows
+        annotated = found.annotated
+        state.anatomy.add_timings(found.timings)
+        state.anatomy.add_buckets(found.buckets)
+        for (framework, outcome), count in found.counts.items():
+            state.metrics.framework_spans.labels(framework, outcome).inc(count)
     for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
         state.experiments.touch(project, experiment)
-    rows = list(otlp.iter_state_rows(req))
     state.recent.add(rows)
     state.anatomy.add(rows)
     if len(rows) < n:  # spans that are no state: an engine's requests among them?
@@ -85,8 +94,8 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
         if engine:
             state.anatomy.add_requests(engine)
             state.recent.add_requests(engine)
-    payload = raw if ctype.split(";")[0].strip().lower() == otlp.PROTOBUF and not texts \
-        else req.SerializeToString()
+    plain = ctype.split(";")[0].strip().lower() == otlp.PROTOBUF and not (texts or annotated)
+    payload = raw if plain else req.SerializeToString()
     if n:
         state.relay.submit(payload, n)
     return otlp.response(ctype)

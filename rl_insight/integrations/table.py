@@ -1,0 +1,162 @@
+"""What a framework's table says, and how it is read: its step key, its timing keys as
+parts of a step's anatomy, and its own spans as lanes and states.
+
+Plain data in, plain data out. The client's framework trackers read a table to pick the
+step and the timing keys out of each logged dict; the server reads the same tables to
+map a framework's own spans (OpenTelemetry, Chrome traces) into lanes and step marks.
+A framework is a table (rl_insight/integrations/tables.py), never a code path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from functools import lru_cache
+
+# the parts of a step that have a fixed meaning; any other part is a named phase
+GENERATE = "generate"  # the policy's rollout generating (no replica breakdown)
+WEIGHTS = "update_weights"  # the weight sync to the rollout engines
+IDLE = "idle"  # time the framework itself says was spent waiting (not work)
+
+# lanes a span rule can put a span on
+DRIVER = "driver"  # the framework's step loop: the phases it runs one after another
+RANK = "rank"  # a trainer rank's lane, rank_<n>: the rank from the span's resource
+STEP = "step"  # the step itself: a step mark on lane `trainer`
+
+BUCKETS = ("productive", "overhead", "idle", "wasted")  # NeMo-RL's goodput buckets
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A timing key's part of the step; ``lag`` 1 when the value logged with step k is
+    step k-1's (slime times the weight sync after it logged the step)."""
+
+    part: str
+    lag: int = 0
+
+
+@dataclass(frozen=True)
+class SpanRule:
+    """Where one of the framework's span names goes: a lane (``DRIVER``, ``RANK`` or
+    ``STEP``) and our state name; ``step_attr`` the attribute holding the step number."""
+
+    lane: str
+    state: str
+    step_attr: str | None = None
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: one table per framework
+class Framework:
+    """One framework's table. Keys are as the framework logs them (``perf/rollout_time``);
+    a key holding ``*`` matches like a shell pattern (``*/time/compute_advantage``, per
+    data domain). Span rules are keyed by span name, or ``<service.name>:<span name>``
+    where the same name means different work in different processes."""
+
+    name: str  # rl_insight.integrations name, also the value of `framework` attributes
+    title: str
+    source: str  # the framework's files and commit (or release) the table was read from
+    step_key: str | None = None  # the dict key holding the step number, if any
+    step_time_key: str | None = None  # the current step's wall time, seconds
+    timings: Mapping[str, Timing] = field(default_factory=dict)
+    # timing keys that add up others (perf/train_time = log-probs + actor train + ...):
+    # kept as scalars, never counted as a part (it would count their time twice)
+    containers: frozenset[str] = frozenset()
+    spans: Mapping[str, SpanRule] = field(default_factory=dict)
+    scopes: frozenset[str] = frozenset()  # OTLP instrumentation scopes that name it
+    # (resource attribute, pattern with one group) giving a span's trainer rank
+    rank_from: tuple[str, str] | None = None
+    bucket_attr: str | None = None  # the span attribute holding a goodput bucket
+    # a framework with no step span: the attribute that tells each event's step (its
+    # trace importer makes the step marks from the events that carry it)
+    step_from_attr: str | None = None
+    key_prefixes: tuple[str, ...] = ()  # key groups its dashboard shows, in order
+
+    @property
+    def lagging(self) -> bool:
+        """Whether some timing key is logged with the step after its own."""
+        return any(t.lag for t in self.timings.values())
+
+    def timing(self, key: str) -> Timing | None:
+        """The part a logged key is, or None (a scalar like any other)."""
+        return _timing(self, key)
+
+    def rule(self, name: str, service: str | None = None) -> SpanRule | None:
+        """The rule for a span of this framework."""
+        if service:
+            hit = self.spans.get(f"{service}:{name}")
+            if hit is not None:
+                return hit
+        return self.spans.get(name)
+
+    def rank(self, resource: Mapping[str, object]) -> int | None:
+        """The trainer rank a resource says its spans come from."""
+        if self.rank_from is None:
+            return None
+        key, pattern = self.rank_from
+        value = resource.get(key)
+        if value is None:
+            return None
+        m = re.fullmatch(pattern, str(value))
+        return int(m.group(1)) if m else None
+
+
+@lru_cache(maxsize=8192)
+def _timing(fw: Framework, key: str) -> Timing | None:
+    if key in fw.containers or any("*" in c and fnmatchcase(key, c)
+                                   for c in fw.containers):
+        return None
+    hit = fw.timings.get(key)
+    if hit is not None:
+        return hit
+    for pattern, t in fw.timings.items():
+        if "*" in pattern and fnmatchcase(key, pattern):
+            return t
+    return None
+
+
+def timing_values(fw: Framework, items: Iterable[tuple[str, float]]
+                  ) -> dict[str, float]:
+    """The framework's timing keys among a logged dict's (key, number) pairs, finite and
+    not negative (a NaN or a clock jump is no part of a step)."""
+    out = {}
+    for key, value in items:
+        wanted = key == fw.step_time_key or fw.timing(key) is not None
+        if wanted and value == value and 0 <= value < 1e7:
+            out[key] = float(value)
+    return out
+
+
+@dataclass
+class Parts:
+    """A step's anatomy as its timing keys tell it: seconds per part, the step's own
+    time when the framework logs one."""
+
+    generate_s: float = 0.0
+    weight_update_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # part -> seconds
+    idle_s: float = 0.0
+    step_s: float | None = None
+
+
+def parts(fw: Framework, values: Mapping[str, float]) -> Parts:
+    """Sum each key's seconds into its part (several keys may make one part, e.g. a
+    data domain each)."""
+    out = Parts()
+    for key, seconds in values.items():
+        if key == fw.step_time_key:
+            out.step_s = seconds
+            continue
+        t = fw.timing(key)
+        if t is None:
+            continue
+        if t.part == GENERATE:
+            out.generate_s += seconds
+        elif t.part == IDLE:
+            out.idle_s += seconds
+        else:
+            if t.part == WEIGHTS:
+                out.weight_update_s += seconds
+            out.phases[t.part] = out.phases.get(t.part, 0.0) + seconds
+    return out

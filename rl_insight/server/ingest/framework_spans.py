@@ -1,0 +1,152 @@
+"""Spans with no state lane, read once for what the frameworks' tables make of them:
+
+- step timings: this package's framework trackers send each step's timing keys as a
+  span ``step_timing`` (attributes ``framework``, ``step``, ``timing.<key>``), from
+  which the step anatomy makes its rows where no lane tells the step;
+- a framework's own spans (ROLL's and NeMo-RL's OpenTelemetry tracers, AReaL's and
+  NeMo-RL's Chrome traces through ``rl-insight import``): its table
+  (rl_insight/integrations/tables.py) puts them on the driver's lane, a rank's lane or
+  the trainer's step marks. Those spans are annotated in place with the lane, the state
+  and the run, so Tempo holds them as it holds this package's own.
+
+A framework is known by the resource attribute ``rl_insight.framework`` (the importer
+sets it) or its tracers' instrumentation scope. Its run is the resource's or the span's
+``project`` and ``experiment_name`` (``OTEL_RESOURCE_ATTRIBUTES``). Spans a table does
+not name, and spans of no run, are kept as they are and counted, never refused.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from rl_insight import integrations
+from rl_insight.integrations.table import DRIVER, RANK, STEP, Framework
+from rl_insight.server.ingest.otlp import value_of
+
+STEP_TIMING = "step_timing"  # rl_insight/integrations/tracker.py
+TIMING_PREFIX = "timing."
+FRAMEWORK_ATTR = "rl_insight.framework"
+TRAINER_LANE = "trainer"
+STEP_STATE = "train_step"
+RUN_KEYS = ("project", "experiment_name")
+
+# outcomes counted per framework: mapped to a lane, no rule in its table, no run named
+MAPPED, UNMATCHED, NO_RUN = "mapped", "unmatched", "no_run"
+
+
+@dataclass
+class Found:
+    """What one export held beyond the state lanes' own spans."""
+
+    # (project, experiment, framework, step, sent at ns, {key: seconds})
+    timings: list[tuple] = field(default_factory=list)
+    # state rows, as otlp.iter_state_rows yields them
+    rows: list[tuple] = field(default_factory=list)
+    # (project, experiment, bucket, start, end)
+    buckets: list[tuple] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)  # (framework, outcome) -> spans
+    annotated: bool = False  # spans were given attributes: re-encode the export
+
+
+def _attrs(kvs) -> dict:
+    return {kv.key: value_of(kv.value) for kv in kvs}
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def read(req) -> Found:
+    """Every span without a ``state_lane_id``: step timings and framework spans."""
+    found = Found()
+    for rs in req.resource_spans:
+        resource = None
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                if span.name == STEP_TIMING:
+                    _timing(span, found)
+                    continue
+                if resource is None:
+                    resource = _attrs(rs.resource.attributes)
+                    rfw = integrations.get(resource.get(FRAMEWORK_ATTR))
+                fw = rfw or integrations.by_scope(ss.scope.name)
+                if fw is not None:
+                    _framework_span(fw, resource, span, found)
+    return found
+
+
+def _timing(span, found: Found) -> None:
+    attrs = _attrs(span.attributes)
+    if "state_lane_id" in attrs:
+        return
+    step = _int(attrs.get("step"))
+    fw = attrs.get("framework")
+    if step is None or not fw:
+        return
+    values = {}
+    for k, v in attrs.items():
+        if k.startswith(TIMING_PREFIX) and isinstance(v, (int, float)) and v == v:
+            values[k[len(TIMING_PREFIX):]] = float(v)
+    if values:
+        found.timings.append((str(attrs.get("project", "")),
+                              str(attrs.get("experiment_name", "")), str(fw), step,
+                              span.end_time_unix_nano, values))
+
+
+def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> None:
+    attrs = None
+    for kv in span.attributes:
+        if kv.key == "state_lane_id":  # one of ours after all
+            return
+    attrs = _attrs(span.attributes)
+    service = resource.get("service.name")
+    rule = fw.rule(span.name, str(service) if service is not None else None)
+    if rule is None:
+        found.counts[(fw.name, UNMATCHED)] += 1
+        return
+    project = attrs.get("project", resource.get("project"))
+    experiment = attrs.get("experiment_name", resource.get("experiment_name"))
+    if not project or not experiment:
+        found.counts[(fw.name, NO_RUN)] += 1
+        return
+    step = _int(attrs.get(rule.step_attr)) if rule.step_attr else None
+    if rule.lane == STEP:
+        if step is None:
+            found.counts[(fw.name, UNMATCHED)] += 1
+            return
+        lane, state = TRAINER_LANE, STEP_STATE
+    elif rule.lane == RANK:
+        rank = fw.rank({**resource, **attrs})
+        if rank is None:
+            found.counts[(fw.name, UNMATCHED)] += 1
+            return
+        lane, state = f"rank_{rank}", rule.state
+    else:
+        lane, state = DRIVER, rule.state
+    process = str(resource.get("service.instance.id") or service or fw.name)
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    found.rows.append((str(project), str(experiment), lane, state, start, end, process,
+                       step))
+    if fw.bucket_attr and attrs.get(fw.bucket_attr):
+        found.buckets.append((str(project), str(experiment), str(attrs[fw.bucket_attr]),
+                              start, end))
+    found.counts[(fw.name, MAPPED)] += 1
+    # Tempo holds it as this package's own state span: on its lane, in its run
+    extra = {"state_lane_id": lane, "state_name": state,
+             "monitor.trace_segment": "state_interval", "framework": fw.name,
+             "project": str(project), "experiment_name": str(experiment)}
+    if step is not None:
+        extra["step"] = step
+    for k, v in extra.items():
+        if k not in attrs or k in ("state_lane_id", "state_name"):
+            span.attributes.append(KeyValue(
+                key=k, value=AnyValue(int_value=v) if isinstance(v, int)
+                else AnyValue(string_value=v)))
+    found.annotated = True
