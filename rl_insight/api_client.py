@@ -24,9 +24,9 @@ class ServerClient:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
+        kw.setdefault("headers", self.headers)
         try:
-            r = requests.request(method, self.url + path, headers=self.headers,
-                                 timeout=self.timeout, **kw)
+            r = requests.request(method, self.url + path, timeout=self.timeout, **kw)
         except requests.RequestException as exc:
             raise ApiError(None, f"cannot reach the server at {self.url} "
                                  f"({exc.__class__.__name__}); is it running? "
@@ -48,3 +48,8 @@ class ServerClient:
 
     def post(self, path: str, body: Any) -> Any:
         return self.request("POST", path, json=body)
+
+    def post_bytes(self, path: str, body: bytes, content_type: str) -> Any:
+        """A body as it is (an OTLP export to /v1/traces)."""
+        headers = {**self.headers, "Content-Type": content_type}
+        return self.request("POST", path, data=body, headers=headers)

@@ -461,6 +461,75 @@ def cmd_dashboards_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """A framework's trace files into the server (once, or following them as they grow):
+    AReaL's and NeMo-RL's Chrome traces, ROLL's OTLP/JSON lines."""
+    import glob
+    import time
+
+    from rl_insight import integrations
+    from rl_insight.api_client import ApiError
+    from rl_insight.integrations import tracefiles
+
+    fw = integrations.get(args.framework)
+    if fw is None or not fw.spans:
+        known = ", ".join(n for n, f in integrations.FRAMEWORKS.items() if f.spans)
+        print(f"rl-insight: no span table for framework {args.framework!r}; known: {known}",
+              file=sys.stderr)
+        return 2
+    client = _client(args)
+    run = tracefiles.Run(fw, args.project, args.experiment)
+
+    def send(payload: bytes) -> bool:
+        try:
+            client.post_bytes("/v1/traces", payload, "application/x-protobuf")
+            return True
+        except ApiError as exc:
+            print(f"rl-insight: {exc}", file=sys.stderr)
+            return False
+
+    if args.follow:
+        followers = [tracefiles.Follower(p, run, send, args.anchor) for p in args.files]
+        print(f"following {', '.join(args.files)} for {fw.title} into {client.url} "
+              f"(run {args.project}/{args.experiment}); Ctrl-C stops")
+        try:
+            while True:
+                n = sum(f.poll() for f in followers)
+                if n:
+                    print(f"{sum(f.spans_sent for f in followers)} spans sent", flush=True)
+                for f in followers:
+                    for path, why in list(f.bad.items()):
+                        print(f"rl-insight: {path}: {why}; skipped", file=sys.stderr)
+                        f.bad[path] = ""
+                    f.bad = {k: v for k, v in f.bad.items() if v}
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return 0
+    paths = sorted({p for pattern in args.files for p in glob.glob(pattern)})
+    if not paths:
+        print(f"rl-insight: no file matches {' '.join(args.files)}", file=sys.stderr)
+        return 2
+    total, failed = 0, 0
+    for path in paths:
+        sent = 0
+        try:
+            for _, payload, n in tracefiles.read_all([path], run, args.anchor):
+                if not send(payload):
+                    failed += 1
+                    break
+                sent += n
+        except (OSError, ValueError) as exc:
+            print(f"rl-insight: {path}: {exc}; is it a trace file of {fw.title}?",
+                  file=sys.stderr)
+            failed += 1
+            continue
+        total += sent
+        print(f"{path}: {sent} spans")
+    print(f"{total} spans of {len(paths)} files sent to {client.url} as "
+          f"{args.project}/{args.experiment}" + (f"; {failed} failed" if failed else ""))
+    return 1 if failed else 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -560,6 +629,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the path of the shipped runtime-env file whose values come "
                         "from each node's environment (ray job submit --runtime-env PATH)")
     p.set_defaults(func=cmd_ray_env)
+
+    p = top.add_parser("import", parents=[remote],
+                       help="a framework's trace files into the server (AReaL, NeMo-RL "
+                            "Chrome traces; ROLL's OTLP/JSON lines)")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="files or shell patterns (quoted with --follow: new files count)")
+    p.add_argument("--framework", required=True, help="areal, nemo-rl or roll")
+    p.add_argument("--project", required=True)
+    p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True)
+    p.add_argument("--anchor", type=float, default=None, metavar="UNIX_SECONDS",
+                   help="the unix time of the trace clock's zero (default: the last "
+                        "event ends when the file was last written)")
+    p.add_argument("--follow", action="store_true",
+                   help="keep reading the files as they grow, until Ctrl-C")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between reads")
+    p.set_defaults(func=cmd_import)
 
     p = top.add_parser("alerts", parents=[remote],
                        help="the alerts now firing or pending (exit code 1 when some fire)")

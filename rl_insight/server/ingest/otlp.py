@@ -3,8 +3,6 @@ and reading span attributes. Relaying always re-encodes as protobuf."""
 
 from __future__ import annotations
 
-import base64
-import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -17,9 +15,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from rl_insight import otlp_json
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
 
 class OtlpError(ValueError):
@@ -47,22 +46,6 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
     return out
 
 
-def _hex_ids_to_b64(node: Any) -> None:
-    """OTLP/JSON writes trace and span ids as hex; protobuf's JSON mapping wants base64."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k in _ID_FIELDS and isinstance(v, str):
-                try:
-                    node[k] = base64.b64encode(bytes.fromhex(v)).decode()
-                except ValueError:
-                    raise OtlpError(400, f"{k} {v!r} is not hex") from None
-            else:
-                _hex_ids_to_b64(v)
-    elif isinstance(node, list):
-        for v in node:
-            _hex_ids_to_b64(v)
-
-
 def decode(body: bytes, content_type: str) -> ExportTraceServiceRequest:
     ctype = (content_type or "").split(";")[0].strip().lower()
     req = ExportTraceServiceRequest()
@@ -75,17 +58,9 @@ def decode(body: bytes, content_type: str) -> ExportTraceServiceRequest:
         return req
     if ctype == JSON:
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise OtlpError(400, f"the body is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise OtlpError(400, "the JSON body must be an object with resourceSpans")
-        _hex_ids_to_b64(data)
-        try:
-            json_format.ParseDict(data, req, ignore_unknown_fields=True)
-        except json_format.ParseError as exc:
-            raise OtlpError(400, f"the JSON is not an OTLP trace request: {exc}") from None
-        return req
+            return otlp_json.parse(body)
+        except ValueError as exc:
+            raise OtlpError(400, str(exc)) from None
     raise OtlpError(415, f"Content-Type {content_type!r} is not supported; use "
                          f"{PROTOBUF} or {JSON}")
 
