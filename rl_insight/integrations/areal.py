@@ -1,0 +1,147 @@
+"""AReaL (inclusionAI/AReaL, ``areal`` 1.0.4 on PyPI): its ``StatsLogger`` wrapped.
+
+AReaL's logging backends are fixed; every trainer commits each step's stats through
+``trainer.stats_logger.commit(epoch, step, global_step, data)`` (areal 1.0.4
+``areal/utils/stats_logger.py``; the PPO trainer at ``rl_trainer.py``). One line after
+the trainer is built wraps it:
+
+    with PPOTrainer(config, ...) as trainer:
+        rl_insight.integrations.areal.attach(trainer)
+        trainer.train(...)
+
+Then each committed dict's keys are gauges, the step is AReaL's ``global_step``, and its
+``timeperf/*`` timers are the step's parts. With AReaL's perf tracer on
+(``perf_tracer.enabled=true``), its Chrome-trace file is followed too: the trainer
+loop's scopes on the driver lane, the actor's work on each rank's lane. Its inference
+servers (``AREAL_LLM_SERVER_ADDRS``, or the rollout controller's) are registered so the
+rollout dashboards fill.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+import rl_insight
+from rl_insight.integrations import tables
+from rl_insight.integrations.tracker import FrameworkTracker
+
+FRAMEWORK = tables.AREAL
+COUNT_SUFFIX = "__count"  # AReaL's own commit drops these
+
+
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:
+        pass
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def run_names(config: Any) -> tuple[str, str]:
+    """The run: ``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME`` if set, else
+    AReaL's experiment and trial names."""
+    sl = getattr(config, "stats_logger", None)
+    project = os.environ.get("RL_INSIGHT_PROJECT") or getattr(
+        config, "experiment_name", None) or getattr(sl, "experiment_name", None) or "areal"
+    experiment = os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or getattr(
+        config, "trial_name", None) or getattr(sl, "trial_name", None) or "trial"
+    return str(project), str(experiment)
+
+
+def attach(trainer: Any) -> FrameworkTracker | None:
+    """Wrap the trainer's stats logger (its ``commit`` and ``close``); follow its perf
+    tracer; register its inference servers. Never raises."""
+    try:
+        return _attach(trainer)
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "rl-insight: attaching to AReaL's trainer failed; training goes on without "
+            "monitoring", exc_info=True)
+        return None
+
+
+def _attach(trainer: Any) -> FrameworkTracker:
+    config = getattr(trainer, "config", None)
+    project, experiment = run_names(config)
+    tracker = FrameworkTracker(FRAMEWORK, project, experiment)
+    wrap(trainer.stats_logger, tracker)
+    if _rank() == 0:
+        register_servers(trainer, config)
+    follow_perf_tracer(config, project, experiment)
+    return tracker
+
+
+def wrap(stats_logger: Any, tracker: FrameworkTracker) -> None:
+    """``commit`` and ``close`` of one StatsLogger, each calling AReaL's own first."""
+    commit, close = stats_logger.commit, stats_logger.close
+
+    @functools.wraps(commit)
+    def commit_and_log(epoch: int, step: int, global_step: int, data: Any) -> Any:
+        out = commit(epoch, step, global_step, data)
+        if _rank() == 0:  # AReaL's own commit does nothing on the other ranks
+            items = [data] if isinstance(data, dict) else list(data or [])
+            for i, item in enumerate(items):
+                tracker.log({k: v for k, v in item.items()
+                             if not str(k).endswith(COUNT_SUFFIX)}, global_step + i)
+        return out
+
+    @functools.wraps(close)
+    def close_and_finish() -> Any:
+        try:
+            return close()
+        finally:
+            tracker.finish()
+
+    stats_logger.commit = commit_and_log
+    stats_logger.close = close_and_finish
+
+
+def server_addresses(trainer: Any) -> list[str]:
+    """AReaL's inference servers, as its remote engines find them: the launcher's
+    ``AREAL_LLM_SERVER_ADDRS``, else the rollout controller's servers."""
+    addrs = [a.strip() for a in os.environ.get("AREAL_LLM_SERVER_ADDRS", "").split(",")
+             if a.strip()]
+    if addrs:
+        return addrs
+    infos = getattr(getattr(trainer, "rollout", None), "server_infos", None) or []
+    return [f"{i.host}:{i.port}" for i in infos if getattr(i, "host", None)]
+
+
+def register_servers(trainer: Any, config: Any) -> None:
+    addrs = server_addresses(trainer)
+    if not addrs:
+        return
+    mode = str(getattr(config, "allocation_mode", "") or "")
+    backend = "vllm" if "vllm" in mode.lower() else "sglang"
+    rl_insight.update_prometheus_config(addrs, backend, [{"replica": i}
+                                                         for i in range(len(addrs))])
+
+
+def follow_perf_tracer(config: Any, project: str, experiment: str) -> None:
+    """AReaL's perf-tracer file of this rank, when its tracer is on, with its clock's
+    zero taken from the tracer itself."""
+    pt = getattr(config, "perf_tracer", None)
+    if pt is None or not getattr(pt, "enabled", False):
+        return
+    from areal.utils import perf_tracer
+
+    if not perf_tracer.is_configured():
+        return
+    tracer = perf_tracer.get_tracer()
+    path = getattr(tracer, "_output_path", None)
+    origin = getattr(tracer, "_origin_ns", None)
+    if not path:
+        return
+    anchor = None if origin is None else \
+        time.time() - (time.perf_counter_ns() - origin) / 1e9
+    from rl_insight.integrations import follow
+
+    follow.start(str(path), FRAMEWORK, project, experiment, anchor)

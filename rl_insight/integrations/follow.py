@@ -1,0 +1,66 @@
+"""``rl-insight import --follow`` inside a training process: a framework's trace files
+read as they grow and sent to the server (or the platform's OTLP endpoint), on one
+background thread that outlives its errors, with a last read at exit.
+
+The framework adapters start one where the framework writes its own traces (ROLL's
+collector file, AReaL's perf tracer), so the user sets nothing more.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+
+from rl_insight.integrations.table import Framework
+from rl_insight.integrations.tracefiles import Follower, Run
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 2.0
+_running: dict[str, object] = {}  # pattern -> its loop: one follower per file pattern
+
+
+def start(pattern: str, framework: Framework, project: str, experiment_name: str,
+          anchor_s: float | None = None, interval_s: float = INTERVAL_S) -> Follower | None:
+    """Follow ``pattern`` for this run; None when monitoring is off, or it already runs.
+    Never raises."""
+    try:
+        return _start(pattern, framework, project, experiment_name, anchor_s, interval_s)
+    except Exception:
+        log.warning("rl-insight: following %s failed to start; its spans stay in the "
+                    "files (`rl-insight import` reads them later)", pattern, exc_info=True)
+        return None
+
+
+def _start(pattern: str, framework: Framework, project: str, experiment_name: str,
+           anchor_s: float | None, interval_s: float) -> Follower | None:
+    from rl_insight import secret
+    from rl_insight.client.core import endpoints, load_settings
+    from rl_insight.collector.loop import Periodic
+    from rl_insight.collector.push import Sender
+
+    if pattern in _running:
+        return None
+    server, otlp = endpoints(warn=False)
+    if not server and not otlp:
+        return None
+    token = secret.export_client_token(load_settings())
+    sender = Sender(server, token, otlp_url=otlp)
+    follower = Follower(pattern, Run(framework, project, experiment_name), sender.spans,
+                        anchor_s)
+
+    def poll() -> None:
+        follower.poll()
+        for path, why in list(follower.bad.items()):
+            if why:
+                log.warning("rl-insight: %s is not a trace file this reads (%s); skipped",
+                            path, why)
+                follower.bad[path] = ""
+
+    loop = Periodic(interval_s, poll, f"rl-insight-follow-{os.path.basename(pattern)}")
+    _running[pattern] = loop.start()
+    atexit.register(loop.stop, 5.0)  # the last lines the framework wrote at its end
+    log.info("rl-insight: following %s (%s) for %s/%s", pattern, framework.title, project,
+             experiment_name)
+    return follower

@@ -1,0 +1,87 @@
+"""ROLL (alibaba/ROLL): ``track_with: rl_insight``.
+
+ROLL builds its one tracker in the pipeline's driver from ``roll.utils.tracking
+.tracker_registry[track_with](config, **tracker_kwargs)`` (``create_tracker``, read at
+8eb27cc2) and calls only ``log(values, step)``, never ``finish`` (the client's exit
+hook hands the rest over). :func:`register` puts this tracker in the registry; importing
+this module in the entry script does it, before the pipeline is built:
+
+    import rl_insight.integrations.roll  # noqa: F401  (track_with: rl_insight)
+
+With ``ROLL_OTEL_ENABLED=1`` ROLL's own collector writes every process's spans (OTLP
+over gRPC, which this server does not take) to ``<otlp_output_dir>/traces/traces.jsonl``:
+the tracker follows that file, so the driver's phases and each rank's work reach the
+step anatomy and Tempo (rl_insight/integrations/tables.py ``ROLL``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rl_insight.integrations import tables
+from rl_insight.integrations.tracker import FrameworkTracker
+
+NAME = "rl_insight"
+FRAMEWORK = tables.ROLL
+
+
+def strip_tag(key: str) -> str:
+    """ROLL's reducer tag off a key (``actor/pg_loss@sum``), as its own trackers do."""
+    head, sep, tag = str(key).rpartition("@")
+    return head if sep and head and "/" not in tag else str(key)
+
+
+class RLInsightTracker:
+    """``tracker_registry["rl_insight"]``: ``RLInsightTracker(config, **tracker_kwargs)``
+    with ``log(values, step)`` and ``finish()``. The run: ``tracker_kwargs`` ``project``
+    and ``experiment_name`` if given, else ``RL_INSIGHT_PROJECT`` /
+    ``RL_INSIGHT_EXPERIMENT_NAME``, else project ``roll`` and ROLL's ``exp_name``."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **tracker_kwargs: Any) -> None:
+        config = dict(config or {})
+        self.project = str(tracker_kwargs.get("project") or
+                           os.environ.get("RL_INSIGHT_PROJECT") or "roll")
+        self.experiment_name = str(tracker_kwargs.get("experiment_name") or
+                                   os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or
+                                   config.get("exp_name") or "roll")
+        self.tracker = FrameworkTracker(FRAMEWORK, self.project, self.experiment_name,
+                                        tracker_kwargs.get("rl_insight") or {})
+        self.config = config
+        self.following = None
+
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        if self.following is None:
+            self.following = self._follow_traces()
+        flat = {strip_tag(k): v for k, v in (values or {}).items()}
+        if step is not None and "system/step" not in flat:
+            flat["system/step"] = step
+        self.tracker.log(flat, step)
+
+    def _follow_traces(self) -> object:
+        """ROLL's own span file, when its tracing is on (its collector writes it)."""
+        envs = self.config.get("system_envs") or {}
+        if "1" not in (envs.get("ROLL_OTEL_ENABLED"), os.environ.get("ROLL_OTEL_ENABLED")):
+            return False
+        from rl_insight.integrations import follow
+
+        root = self.config.get("otlp_output_dir") or "./output/otlp"
+        pattern = os.path.join(str(root), "traces", "traces*.jsonl")
+        return follow.start(pattern, FRAMEWORK, self.project, self.experiment_name) or False
+
+    def finish(self) -> None:
+        self.tracker.finish()
+
+
+def register() -> bool:
+    """Put the tracker in ROLL's registry; False when ROLL is not importable."""
+    try:
+        from roll.utils import tracking
+    except ImportError:
+        return False
+    tracking.tracker_registry[NAME] = RLInsightTracker
+    return True
+
+
+register()

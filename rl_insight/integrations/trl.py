@@ -1,0 +1,163 @@
+"""TRL (``trl`` 1.16.0): ``callbacks=[RLInsightCallback()]``.
+
+A transformers ``TrainerCallback`` in all but its base class (the trainer calls each
+event by name; importing transformers is left to TRL). On the main process, each
+``on_log`` becomes gauges with ``state.global_step`` as the step. TRL times its own work
+in profiling contexts and sends those times to wandb and mlflow only
+(``trl/extras/profiling.py``); the callback takes them too (TRL's ``ProfilingContext``
+reports each one through ``_log_metrics``, which it wraps once), and each step's are
+logged with it as ``profiling/<name>`` keys, the step's parts: generation, rewards, the
+reference log-probs, the loss, the weight sync to vLLM; the optimizer step it times
+itself. With ``use_vllm`` in server mode, the vLLM server's ``/metrics`` is registered.
+``report_to=["rl_insight"]`` works too once :func:`register` ran.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import rl_insight
+from rl_insight.integrations import tables
+from rl_insight.integrations.tracker import FrameworkTracker
+
+FRAMEWORK = tables.TRL
+NAME = "rl_insight"
+PREFIX = "profiling/"
+LOGPS = "GRPOTrainer._get_per_token_logps_and_entropies"
+REF_LOGPS = "GRPOTrainer.ref_logps"  # the log-prob passes before the loss (rollout side)
+
+
+class _Profile:
+    """TRL's profiling times of the current step, by name. The log-prob passes are told
+    apart by where they fall: before the rollout's end (``_prepare_inputs``) they are the
+    reference's and the old policy's; inside the loss they are the loss's own."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.times: dict[str, float] = {}
+        self.logps = 0.0
+
+    def add(self, name: str, seconds: float) -> None:
+        with self.lock:
+            if name == LOGPS:
+                self.logps += seconds
+                return
+            if name == "GRPOTrainer._prepare_inputs":
+                self.times[REF_LOGPS] = self.times.get(REF_LOGPS, 0.0) + self.logps
+                self.logps = 0.0
+            elif name == "GRPOTrainer.compute_loss":
+                self.logps = 0.0
+            self.times[name] = self.times.get(name, 0.0) + seconds
+
+    def take(self) -> dict[str, float]:
+        with self.lock:
+            out, self.times, self.logps = self.times, {}, 0.0
+        return {PREFIX + k: v for k, v in out.items() if v > 0}
+
+
+_PROFILES: list[_Profile] = []  # the callbacks' profiles the one wrapper feeds
+
+
+def _wrap_profiling() -> None:
+    """Have TRL's profiling contexts report to the callbacks too (once per process)."""
+    try:
+        from trl.extras import profiling
+    except ImportError:
+        return
+    cls = profiling.ProfilingContext
+    if getattr(cls._log_metrics, "_rl_insight", False):
+        return
+    original = cls._log_metrics
+
+    def _log_metrics(self, duration: float) -> Any:
+        for profile in list(_PROFILES):
+            profile.add(str(getattr(self, "name", "")), float(duration))
+        return original(self, duration)
+
+    _log_metrics._rl_insight = True
+    cls._log_metrics = _log_metrics
+
+
+def run_names(args: Any) -> tuple[str, str]:
+    """``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME`` if set, else project
+    ``trl`` and the run's name (``run_name``, or its output folder's)."""
+    project = os.environ.get("RL_INSIGHT_PROJECT") or "trl"
+    name = os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or getattr(args, "run_name", None) \
+        or os.path.basename(os.path.normpath(str(getattr(args, "output_dir", "") or "run")))
+    return str(project), str(name)
+
+
+class RLInsightCallback:
+    """Report a TRL (transformers) trainer's steps to RL-Insight; every event a
+    ``TrainerCallback`` has, each returning None (the trainer's control unchanged)."""
+
+    def __init__(self, project: str | None = None, experiment_name: str | None = None
+                 ) -> None:
+        self.project, self.experiment_name = project, experiment_name
+        self.tracker: FrameworkTracker | None = None
+        self.profile = _Profile()
+        self._optimizer_t0: float | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not getattr(state, "is_world_process_zero", True) or self.tracker is not None:
+            return
+        project, name = run_names(args)
+        self.tracker = FrameworkTracker(FRAMEWORK, self.project or project,
+                                        self.experiment_name or name)
+        _PROFILES.append(self.profile)
+        _wrap_profiling()
+        if getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", "") == "server":
+            url = getattr(args, "vllm_server_base_url", None) or \
+                f"{args.vllm_server_host}:{args.vllm_server_port}"
+            address = url.split("://", 1)[-1].rstrip("/")
+            rl_insight.update_prometheus_config([address], "vllm", [{"replica": 0}])
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any,
+                              **kwargs: Any) -> None:
+        self._optimizer_t0 = time.perf_counter()
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._optimizer_t0 is not None:
+            self.profile.add("optimizer_step", time.perf_counter() - self._optimizer_t0)
+            self._optimizer_t0 = None
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None,
+               **kwargs: Any) -> None:
+        if self.tracker is None or not logs:
+            return
+        data = dict(logs)
+        if "train_runtime" in data:  # the run's summary, not a step
+            self.tracker.log(data, None)
+            return
+        data.update(self.profile.take())
+        self.tracker.log(data, state.global_step)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.profile in _PROFILES:
+            _PROFILES.remove(self.profile)
+        if self.tracker is not None:
+            self.tracker.finish()
+
+
+def _nothing(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    return None
+
+
+for _event in ("on_init_end", "on_epoch_begin", "on_epoch_end", "on_step_begin",
+               "on_substep_end", "on_step_end", "on_evaluate", "on_predict", "on_save",
+               "on_prediction_step", "on_push_begin"):
+    setattr(RLInsightCallback, _event, _nothing)
+
+
+def register() -> bool:
+    """``report_to=["rl_insight"]``: the callback in transformers' table of reporting
+    integrations (a module global it reads when a trainer is built)."""
+    try:
+        from transformers.integrations import integration_utils
+    except ImportError:
+        return False
+    integration_utils.INTEGRATION_TO_CALLBACK[NAME] = RLInsightCallback
+    return True
