@@ -257,6 +257,10 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
         environ["RL_INSIGHT_PROJECT"] = args.project
         environ["RL_INSIGHT_EXPERIMENT_NAME"] = args.experiment
     wanted = env_vars(environ)
+    if args.otel:
+        from rl_insight.ray.attach import framework_tracing_env
+
+        wanted.update(framework_tracing_env(wanted, environ))
     if not wanted:
         print("rl-insight: no server URL: pass --server-url http://<server-ip>:18080 or set "
               "RL_INSIGHT_SERVER_URL", file=sys.stderr)
@@ -628,6 +632,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", action="store_true",
                    help="print the path of the shipped runtime-env file whose values come "
                         "from each node's environment (ray job submit --runtime-env PATH)")
+    p.add_argument("--otel", action="store_true",
+                   help="also point the job's own OpenTelemetry tracers (NeMo-RL's) at the "
+                        "server: endpoint, token, and the run as resource attributes "
+                        "(give --project and --experiment-name)")
     p.set_defaults(func=cmd_ray_env)
 
     p = top.add_parser("import", parents=[remote],

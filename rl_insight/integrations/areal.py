@@ -33,10 +33,13 @@ COUNT_SUFFIX = "__count"  # AReaL's own commit drops these
 
 
 def _rank() -> int:
-    try:
-        import torch.distributed as dist
+    """This process's rank: torch.distributed's where the framework set it up (never
+    imported here for it), else ``RANK``."""
+    import sys
 
-        if dist.is_available() and dist.is_initialized():
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
             return dist.get_rank()
     except Exception:
         pass

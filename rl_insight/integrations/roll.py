@@ -16,6 +16,7 @@ step anatomy and Tempo (rl_insight/integrations/tables.py ``ROLL``).
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -50,6 +51,7 @@ class RLInsightTracker:
                                         tracker_kwargs.get("rl_insight") or {})
         self.config = config
         self.following = None
+        atexit.register(self.finish)  # ROLL never calls finish: its end is the driver's
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         if self.following is None:

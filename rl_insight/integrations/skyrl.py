@@ -14,6 +14,9 @@ your runtime env (``rl-insight ray-env``) or export them before ``ray start``.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from rl_insight.integrations import tables
@@ -21,6 +24,11 @@ from rl_insight.integrations.tracker import FrameworkTracker
 
 NAME = "rl_insight"
 FRAMEWORK = tables.SKYRL
+# the step of a dict is the ``step`` SkyRL passes with it (every trainer passes its
+# global_step), not the dict's ``trainer/global_step``: the fully-async trainer logs a
+# step's timing keys in a second dict without it (fully_async_trainer.py, skyrl 0.3.0
+# :598, a9564572 :641), and the step key alone lost them
+_BY_STEP = dataclasses.replace(FRAMEWORK, step_key=None)
 
 
 class _Backend:
@@ -28,7 +36,7 @@ class _Backend:
     (twice: the trainer's, then ``Tracking.__del__``'s)."""
 
     def __init__(self, project: str, experiment_name: str, config: Any) -> None:
-        self.tracker = FrameworkTracker(FRAMEWORK, project, experiment_name,
+        self.tracker = FrameworkTracker(_BY_STEP, project, experiment_name,
                                         _rl_insight_config(config))
 
     def log(self, data: dict, step: int | None = None, **_: Any) -> None:
@@ -39,12 +47,20 @@ class _Backend:
 
 
 def _rl_insight_config(config: Any) -> dict:
-    """``trainer.rl_insight`` of SkyRL's config (a dataclass or a mapping), if any."""
-    trainer = config.get("trainer") if isinstance(config, dict) else \
-        getattr(config, "trainer", None)
-    got = trainer.get("rl_insight") if isinstance(trainer, dict) else \
-        getattr(trainer, "rl_insight", None)
-    return dict(got) if isinstance(got, dict) else {}
+    """``trainer.rl_insight`` of SkyRL's config (a dataclass, a dict, or skyrl_train's
+    Hydra ``DictConfig``, a Mapping whose missing keys may raise), if any."""
+    try:
+        trainer = config.get("trainer") if isinstance(config, Mapping) else \
+            getattr(config, "trainer", None)
+        got = trainer.get("rl_insight") if isinstance(trainer, Mapping) else \
+            getattr(trainer, "rl_insight", None)
+    except Exception:  # a struct-mode DictConfig without the key
+        return {}
+    return _plain(got) if isinstance(got, Mapping) else {}
+
+
+def _plain(m: Mapping) -> dict:
+    return {str(k): _plain(v) if isinstance(v, Mapping) else v for k, v in m.items()}
 
 
 def tracking_class() -> type:
@@ -63,11 +79,22 @@ def tracking_class() -> type:
             chosen = kwargs.get("backend", kwargs.get("backends", args[0] if args else ""))
             names = [chosen] if isinstance(chosen, str) else list(chosen or [])
             if NAME in names:
-                backend = _Backend(project_name, experiment_name, kwargs.get("config"))
+                config = kwargs.get("config", args[1] if len(args) > 1 else None)
+                backend = _Backend(project_name, experiment_name, config)
                 if isinstance(self.logger, dict):  # skyrl_train: a backend per name
                     self.logger[NAME] = backend
                 else:
                     self.logger = backend
+
+        def __del__(self) -> None:
+            # skyrl_train 0.3.1 has no finish(); its __del__ finishes the backends it
+            # names only (skyrl_train/utils/tracking.py:83-98): ours is finished here
+            try:
+                super().__del__()
+            finally:
+                backends = getattr(self, "logger", None)
+                if isinstance(backends, dict) and NAME in backends:
+                    backends[NAME].finish()
 
     return RLInsightTracking
 
@@ -77,11 +104,11 @@ def get_tracker(exp: Any) -> Any:
     experiment's ``get_tracker`` (``return rl_insight.integrations.skyrl.get_tracker(self)``)."""
     cfg = exp.cfg
     cls = tracking_class()
-    try:
-        return cls(project_name=cfg.trainer.project_name,
-                   experiment_name=cfg.trainer.run_name, backend=cfg.trainer.logger,
-                   config=cfg, tags=getattr(cfg.trainer, "tags", None))
-    except TypeError:  # skyrl_train 0.3.1: backends=, no tags
+    params = inspect.signature(cls.__mro__[1].__init__).parameters
+    if "backends" in params:  # skyrl_train 0.3.1: a list of backends, no tags
         return cls(project_name=cfg.trainer.project_name,
                    experiment_name=cfg.trainer.run_name, backends=cfg.trainer.logger,
                    config=cfg)
+    return cls(project_name=cfg.trainer.project_name,
+               experiment_name=cfg.trainer.run_name, backend=cfg.trainer.logger,
+               config=cfg, tags=getattr(cfg.trainer, "tags", None))

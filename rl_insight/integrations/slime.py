@@ -25,6 +25,7 @@ slime versions with ``BACKEND_REGISTRY`` (``slime/utils/tracking/manager.py``) t
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
@@ -96,6 +97,9 @@ def attach(args: Any) -> Any:
         register_backend()
         tracker(args)
         _patch_logging(args)
+        # slime's finish_tracking is imported by name in train.py: the run ends with the
+        # driver, which named it
+        atexit.register(tracker(args).finish)
     except Exception:
         log.warning("rl-insight: attaching to slime failed; training goes on without "
                     "monitoring", exc_info=True)
@@ -191,10 +195,13 @@ def megatron_init(args: Any) -> None:
 
 
 def _rank() -> int:
-    try:
-        import torch.distributed as dist
+    """This process's rank: torch.distributed's where the framework set it up (never
+    imported here for it), else ``RANK``."""
+    import sys
 
-        if dist.is_initialized():
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
             return dist.get_rank()
     except Exception:
         pass

@@ -58,6 +58,9 @@ class Framework:
     title: str
     source: str  # the framework's files and commit (or release) the table was read from
     step_key: str | None = None  # the dict key holding the step number, if any
+    # the key of the dict that ends a step, where a step logs several (slime: its perf
+    # dict, the training rank's last): only that dict marks the step's end
+    step_ends_with: str | None = None
     step_time_key: str | None = None  # the current step's wall time, seconds
     timings: Mapping[str, Timing] = field(default_factory=dict)
     # timing keys that add up others (perf/train_time = log-probs + actor train + ...):

@@ -61,6 +61,9 @@ SLIME = Framework(
            "logged as perf/<name>_time by slime/observability/train_metric_utils.py "
            "log_perf_data), slime/observability/rollout_metrics.py (perf/rollout_time)",
     step_key="rollout/step", step_time_key="perf/step_time",
+    # a rollout's dicts: the rollout manager's at its generation's end, then the training
+    # rank's before its actor train and its perf dict at its end, which ends the step
+    step_ends_with="perf/step_time",
     timings={"perf/rollout_time": _t(GENERATE),
              "perf/actor_train_time": _t(ACTOR_UPDATE),
              "perf/log_probs_time": _t(ACTOR_LOGP),

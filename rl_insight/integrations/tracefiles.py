@@ -39,6 +39,7 @@ from rl_insight.integrations.table import Framework
 
 WALL_US = 1e15  # a timestamp in µs above this is unix time (2001 on)
 FRAMEWORK_ATTR = "rl_insight.framework"
+EXPORT_SPANS = 5000  # spans an export holds at most
 _rand = random.Random(int.from_bytes(os.urandom(8), "little"))
 
 
@@ -137,16 +138,15 @@ def chrome_export(events: Iterable[dict], run: Run, anchor_s: float | None) -> b
     return req.SerializeToString()
 
 
-def step_marks(events: Iterable[dict], run: Run, anchor_s: float | None) -> bytes | None:
-    """This package's own step marks for a framework with no step span (AReaL): step k
-    from the first start to the last end of the events its table maps that carry k in
-    the framework's step attribute. None when the framework has a step span, or no event
-    carries a step."""
-    fw = run.framework
+def step_windows(events: Iterable[dict], fw: Framework, anchor_s: float | None,
+                 into: dict[int, list[int]] | None = None) -> dict[int, list[int]]:
+    """step -> [first start, last end] (unix ns) of the events the table maps that carry
+    the framework's step attribute, merged into ``into`` (the steps a torn read left
+    open); empty when the framework has a step span of its own."""
+    steps: dict[int, list[int]] = {} if into is None else into
     key = fw.step_from_attr
     if not key:
-        return None
-    steps: dict[int, list[int]] = {}
+        return steps
     for ev in events:
         if key not in ev["args"] or fw.rule(ev["name"]) is None:
             continue
@@ -158,11 +158,16 @@ def step_marks(events: Iterable[dict], run: Run, anchor_s: float | None) -> byte
         end = start + int(ev["dur"] * 1000)
         window = steps.setdefault(step, [start, end])
         window[0], window[1] = min(window[0], start), max(window[1], end)
-    if not steps:
+    return steps
+
+
+def marks_export(windows: Mapping[int, list[int]], run: Run) -> bytes | None:
+    """One export of step marks, a ``train_step`` span on lane ``trainer`` per step."""
+    if not windows:
         return None
     req, scope = _export(run)
     trace_id = _rand.getrandbits(128).to_bytes(16, "big")
-    for step, (start, end) in sorted(steps.items()):
+    for step, (start, end) in sorted(windows.items()):
         _span(scope, trace_id, "train_step", start, end,
               {"state_lane_id": "trainer", "state_name": "train_step", "step": step,
                "monitor.trace_segment": "step", "project": run.project,
@@ -170,8 +175,16 @@ def step_marks(events: Iterable[dict], run: Run, anchor_s: float | None) -> byte
     return req.SerializeToString()
 
 
+def step_marks(events: Iterable[dict], run: Run, anchor_s: float | None) -> bytes | None:
+    """This package's own step marks for a framework with no step span (AReaL): step k
+    from the first start to the last end of the events its table maps that carry k in
+    the framework's step attribute. None when the framework has a step span, or no event
+    carries a step."""
+    return marks_export(step_windows(events, run.framework, anchor_s), run)
+
+
 def chrome_exports(events: list[dict], run: Run, anchor_s: float | None,
-                   size: int = 5000) -> Iterator[tuple[bytes, int]]:
+                   size: int = EXPORT_SPANS) -> Iterator[tuple[bytes, int]]:
     """(export, spans) of a trace's events, in exports of at most ``size`` spans, then
     its step marks (over all the events, so no step is cut in two)."""
     for i in range(0, len(events), size):
@@ -299,7 +312,7 @@ class Follower:
 
     def _read(self, path: str) -> int:
         st = self.files.setdefault(path, {"offset": 0, "partial": "", "anchor": None,
-                                          "kind": None})
+                                          "kind": None, "steps": {}})
         size = os.path.getsize(path)
         if size < st["offset"]:  # rewritten from the start
             st.update(offset=0, partial="")
@@ -329,21 +342,38 @@ class Follower:
                 if payload:
                     n += self._send(payload, line.count('"spanId"'))
             return n
-        return self._chrome(path, chrome_events("\n".join(lines), st["kind"]))
+        return self._chrome(path, chrome_events("\n".join(lines), st["kind"]),
+                            torn=bool(st["partial"]))
 
-    def _chrome(self, path: str, events: list[dict]) -> int:
+    def _chrome(self, path: str, events: list[dict], torn: bool = False) -> int:
+        """The events' spans, then the step marks of the steps they hold. A read that
+        ended inside a line caught the framework writing (AReaL writes a step's events
+        at its end, a buffer at a time): the rest of those steps comes with the next
+        read, so their marks wait for it (a mark sent early would end the step short,
+        and the server keeps a step's first mark)."""
         spans = list(complete_events(events))
-        if not spans:
-            return 0
         st = self.files[path]
-        if st["anchor"] is None:
+        if not spans and not st["steps"]:
+            return 0
+        if st["anchor"] is None and spans:
             st["anchor"] = self.anchor_s if self.anchor_s is not None else \
                 anchor_from_mtime(spans, os.path.getmtime(path))
         rank = rank_of(path)
         run = self.run if rank is None else Run(
             self.run.framework, self.run.project, self.run.experiment_name,
             {**self.run.resource, "rank": rank})
-        return sum(self._send(p, n) for p, n in chrome_exports(spans, run, st["anchor"]))
+        sent = 0
+        for i in range(0, len(spans), EXPORT_SPANS):
+            payload = chrome_export(spans[i:i + EXPORT_SPANS], run, st["anchor"])
+            if payload:
+                sent += self._send(payload, len(spans[i:i + EXPORT_SPANS]))
+        step_windows(spans, run.framework, st["anchor"], into=st["steps"])
+        if st["steps"] and not torn:
+            marks = marks_export(st["steps"], run)
+            st["steps"] = {}
+            if marks:
+                self._send(marks, 0)
+        return sent
 
     def _send(self, payload: bytes, spans: int) -> int:
         if self.send(payload):

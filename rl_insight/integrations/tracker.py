@@ -75,8 +75,9 @@ class FrameworkTracker:
         number = self.step_of(data, step)
         if number is None:
             return
-        rl_insight.metric_gauge(STEP_GAUGE, float(number), "The training step")
         fw = self.framework
+        if fw is None or fw.step_ends_with is None or fw.step_ends_with in data:
+            rl_insight.metric_gauge(STEP_GAUGE, float(number), "The training step")
         timings = timing_values(fw, items) if fw is not None else {}
         if timings:
             now = time.time_ns()

@@ -87,6 +87,33 @@ def engine_exporter_env(ours: Mapping[str, str], environ: Mapping[str, str]
     return out
 
 
+OTEL_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTEL_RESOURCE_ENV = "OTEL_RESOURCE_ATTRIBUTES"
+
+
+def framework_tracing_env(ours: Mapping[str, str], environ: Mapping[str, str] = os.environ
+                          ) -> dict[str, str]:
+    """For a framework that traces with OpenTelemetry itself (NeMo-RL's telemetry block):
+    its exporter pointed at this server's ``/v1/traces`` over HTTP, with the token, and
+    the run's names as resource attributes (``project``, ``experiment_name``), which the
+    server files its spans under. The job's own values win; a resource attribute string
+    it already has keeps its keys and gains the run's."""
+    server = ours.get(SERVER_URL_ENV, "")
+    if not server:
+        return {}
+    out = dict(engine_exporter_env(ours, environ))
+    out[OTEL_ENDPOINT_ENV] = environ.get(OTEL_ENDPOINT_ENV) or \
+        server.rstrip("/") + "/v1/traces"
+    pairs = [p for p in environ.get(OTEL_RESOURCE_ENV, "").split(",") if "=" in p]
+    have = {p.split("=", 1)[0].strip() for p in pairs}
+    for key, env in (("project", PROJECT_ENV), ("experiment_name", EXPERIMENT_ENV)):
+        if key not in have and ours.get(env):
+            pairs.append(f"{key}={quote(ours[env], safe='')}")
+    if pairs:
+        out[OTEL_RESOURCE_ENV] = ",".join(pairs)
+    return out
+
+
 def runtime_env(base: Mapping[str, Any] | None = None,
                 environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """``base`` (a Ray runtime_env) with the monitoring variables added; the job's own

@@ -1,0 +1,234 @@
+"""AReaL's PPO trainer loop, replayed with AReaL's own logging code, and RL-Insight
+attached the way a user's script attaches it.
+
+Run in a process of its own with areal 1.0.4 (PyPI) on ``PYTHONPATH``
+(``.venv/frameworks/areal/site-packages``, installed by ``make setup``)::
+
+    python tests/frameworks/areal_run.py --root DIR --trial NAME --truth FILE.json
+
+What is AReaL's own here (areal 1.0.4): ``areal.utils.stats_logger.StatsLogger`` built
+with the whole experiment config and a ``FinetuneSpec`` (``areal/trainer/rl_trainer.py``
+``PPOTrainer.__init__``), ``areal.utils.perf_tracer.configure(config.perf_tracer,
+rank=RANK, role="master")`` (``PPOTrainer._config_perf_tracer``), and the loop of
+``PPOTrainer.train``: per phase a ``stats_tracker.record_timing(key)`` and
+``perf_tracer.trace_scope("train.<name>", category=..., args={"global_step": gs})``
+pair, in its order (rollout, compute_advantage, train_step, update_weights, save,
+checkpoint_for_recover, eval, clear_batches), the commit inside ``train.log_stats``
+through ``_export_and_commit_stats``' shape (``actor.export_stats()`` then
+``rollout.export_stats()``, then ``stats_logger.commit(epoch, epoch_step, global_step,
+stats)``), ``perf_tracer.save(step=global_step)`` last in each step, and ``close()``:
+``stats_logger.close()`` then ``perf_tracer.save(force=True)``.
+
+What stands in for the GPU parts: the actor and its engine are small classes whose
+methods carry AReaL's own decorators and stats calls (``trace_perf("ppo_actor.ppo_update")``
+with ``stats_tracker.scope_func_wrapper("ppo_actor")``, ``trace_perf(
+"fsdp_engine.update_weights_from_distributed")``; ``areal/trainer/ppo/actor.py``,
+``areal/engine/fsdp_engine.py``), and each phase sleeps for a known time. What each
+phase measured (its wall time around the trainer's ``with`` block) goes to ``--truth``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from areal.api.cli_args import BaseExperimentConfig, PerfTracerConfig
+from areal.api.io_struct import FinetuneSpec
+from areal.utils import perf_tracer, stats_tracker
+from areal.utils.perf_tracer import Category, trace_perf
+from areal.utils.stats_logger import StatsLogger
+
+# seconds each phase sleeps; the slow step's weight sync sleeps SLOW_EXTRA_S more
+ROLLOUT_S, ADVANTAGE_S, TRAIN_S, WEIGHTS_S = 0.4, 0.02, 0.2, 0.1
+SLOW_EXTRA_S = 1.2
+BATCH = 8
+STEPS_PER_EPOCH = 3
+
+
+class Engine:
+    """FSDPEngine's weight sync as it traces it (fsdp_engine.py: trace_perf, comm)."""
+
+    def __init__(self) -> None:
+        self.extra_s = 0.0
+
+    @trace_perf("fsdp_engine.update_weights_from_distributed", category="comm")
+    def update_weights_from_distributed(self, meta: dict) -> None:
+        time.sleep(WEIGHTS_S + self.extra_s)
+
+    def train_batch(self) -> dict:
+        time.sleep(TRAIN_S)
+        return {"update_successful": 1.0, "grad_norm": 0.31, "lr": 1.7e-5}
+
+    def export_stats(self) -> dict:
+        return stats_tracker.export_all(reduce_group=None)  # fsdp_engine.py export_stats
+
+
+class Actor:
+    """PPOActor's traced methods (actor.py: compute_advantages, ppo_update) and what
+    ppo_update records, over a batch of BATCH sequences."""
+
+    def __init__(self) -> None:
+        self.engine = Engine()
+
+    @trace_perf("ppo_actor.compute_advantages", category="compute")
+    def compute_advantages(self, batch: dict) -> dict:
+        time.sleep(ADVANTAGE_S)
+        return batch
+
+    @trace_perf("ppo_actor.ppo_update", category="compute")
+    @stats_tracker.scope_func_wrapper("ppo_actor")
+    def ppo_update(self, batch: dict) -> None:
+        reward = batch["rewards"]
+        seqlens = batch["seqlens"]
+        stats_tracker.denominator(n_seqs=torch.ones_like(reward, dtype=torch.bool),
+                                  correct_n_seqs=(reward > 0).bool(),
+                                  incorrect_n_seqs=(reward <= 0).bool())
+        stats_tracker.stat(task_reward=reward.float(), seq_len=seqlens.float(),
+                           denominator="n_seqs")
+        stats_tracker.scalar(eps_clip=0.2, use_dual_clip=0)
+        with stats_tracker.scope("update"):
+            stats_tracker.scalar(**self.engine.train_batch())
+
+    def update_weights(self, meta: dict) -> None:
+        self.engine.update_weights_from_distributed(meta)
+
+    def export_stats(self) -> dict:
+        return self.engine.export_stats()
+
+
+class Rollout:
+    """The remote inference engine's side: its rollout stats (rlvr.py, workflow_executor.py)."""
+
+    def prepare_batch(self, step: int) -> dict:
+        time.sleep(ROLLOUT_S)
+        rewards = torch.tensor([float((step + i) % 2) for i in range(BATCH)])
+        stats_tracker.get("rollout").scalar(reward=float(rewards.mean()), accepted=1)
+        return {"rewards": rewards, "seqlens": torch.full((BATCH,), 100.0 + step)}
+
+    def export_stats(self) -> dict:
+        return stats_tracker.export_all(None)  # sglang_remote.py export_stats
+
+
+class Trainer:
+    """What of PPOTrainer a user's script hands to rl_insight: ``.config`` and
+    ``.stats_logger``, built in PPOTrainer.__init__'s order; ``train`` is its loop."""
+
+    def __init__(self, config: BaseExperimentConfig, ft_spec: FinetuneSpec) -> None:
+        self.config = config
+        self.actor = Actor()
+        self.rollout = Rollout()
+        self.stats_logger = StatsLogger(config, ft_spec)  # rl_trainer.py PPOTrainer.__init__
+        self._config_perf_tracer()
+        self.truth: list[dict] = []
+
+    def _config_perf_tracer(self) -> None:  # rl_trainer.py PPOTrainer._config_perf_tracer
+        rank = int(os.getenv("RANK", "0"))
+        if self.config.perf_tracer is None:
+            return
+        perf_tracer.configure(self.config.perf_tracer, rank=rank, role="master")
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _phase(self, key: str, name: str, category, gs: int, fn, extra_args=None):
+        """One of PPOTrainer.train's `with record_timing(key), trace_scope(name)` pairs,
+        its wall time kept as the truth."""
+        args = {"global_step": gs, **(extra_args or {})}
+        t0, w0 = time.perf_counter(), time.time()
+        with stats_tracker.record_timing(key), \
+                perf_tracer.trace_scope(name, category=category, args=args):
+            out = fn()
+        self.truth[-1]["phases"][key] = time.perf_counter() - t0
+        self.truth[-1]["windows"][key] = [w0, time.time()]
+        return out
+
+    def train(self, total_epochs: int, slow_step: int) -> None:
+        max_steps = total_epochs * STEPS_PER_EPOCH
+        for global_step in range(0, max_steps):
+            epoch = global_step // STEPS_PER_EPOCH
+            step = global_step % STEPS_PER_EPOCH
+            self.truth.append({"global_step": global_step, "phases": {}, "windows": {}})
+            self.actor.engine.extra_s = SLOW_EXTRA_S if global_step == slow_step else 0.0
+            batch = self._phase("rollout", "train.rollout", Category.COMPUTE, global_step,
+                                lambda gs=global_step: self.rollout.prepare_batch(gs),
+                                {"epoch_step": step})
+            adv = self._phase("compute_advantage", "train.compute_advantage",
+                              Category.COMPUTE, global_step,
+                              lambda b=batch: self.actor.compute_advantages(b))
+            self._phase("train_step", "train.ppo_update", Category.COMPUTE, global_step,
+                        lambda a=adv: self.actor.ppo_update(a))
+            self._phase("update_weights", "train.update_weights", Category.COMM,
+                        global_step,
+                        lambda gs=global_step: self.actor.update_weights({"version": gs + 1}))
+            self._phase("save", "train.save", Category.IO, global_step, lambda: None)
+            self._phase("checkpoint_for_recover", "train.checkpoint", Category.IO,
+                        global_step, lambda: None)
+            self._phase("eval", "train.eval", Category.COMPUTE, global_step, lambda: None)
+            self._phase("clear_batches", "train.clear_batches", Category.INSTR,
+                        global_step, lambda: None)
+            with perf_tracer.trace_scope("train.log_stats", category=Category.INSTR,
+                                         args={"global_step": global_step}):
+                self._export_and_commit_stats(epoch, step, global_step)
+            perf_tracer.save(step=global_step)  # PPOTrainer._save_perf_tracer
+
+    def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int):
+        stats = self.actor.export_stats()
+        stats.update(self.rollout.export_stats())
+        self.stats_logger.commit(epoch, epoch_step, global_step, stats)
+
+    def close(self) -> None:  # PPOTrainer.close: the logger, then the tracer's last save
+        self.stats_logger.close()
+        perf_tracer.save(force=True)
+
+
+def config_for(root: str, experiment: str, trial: str, tracer: bool) -> BaseExperimentConfig:
+    """The experiment config a launcher loads (cli_args.py), backends as it defaults
+    them: wandb, swanlab and trackio disabled, no tensorboard."""
+    cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial,
+                               total_train_epochs=2)
+    cfg.stats_logger.experiment_name = experiment
+    cfg.stats_logger.trial_name = trial
+    cfg.stats_logger.fileroot = root
+    if tracer:  # perf_tracer.enabled=true on the command line
+        cfg.perf_tracer = PerfTracerConfig(experiment_name=experiment, trial_name=trial,
+                                           fileroot=root, enabled=True, save_interval=1)
+    return cfg
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--root", required=True, help="AReaL's fileroot")
+    p.add_argument("--experiment", default="areal-replay", help="AReaL's experiment_name")
+    p.add_argument("--trial", required=True, help="AReaL's trial_name")
+    p.add_argument("--epochs", type=int, default=2, help="of 3 steps each")
+    p.add_argument("--slow-step", type=int, default=4)
+    p.add_argument("--no-perf-tracer", action="store_true")
+    p.add_argument("--no-attach", action="store_true", help="RL-Insight left out")
+    p.add_argument("--truth", required=True, help="a JSON file: what each phase took")
+    a = p.parse_args()
+    import rl_insight.integrations.areal
+
+    cfg = config_for(a.root, a.experiment, a.trial, not a.no_perf_tracer)
+    ft_spec = FinetuneSpec(total_train_epochs=a.epochs, dataset_size=STEPS_PER_EPOCH * BATCH,
+                           train_batch_size=BATCH)
+    with Trainer(cfg, ft_spec) as trainer:
+        if not a.no_attach:
+            rl_insight.integrations.areal.attach(trainer)  # the user's one added line
+        trainer.train(a.epochs, a.slow_step)
+    trace = None
+    if perf_tracer.is_configured():
+        trace = str(perf_tracer.get_tracer()._output_path)
+    with open(a.truth, "w") as f:
+        json.dump({"steps": trainer.truth, "slow_step": a.slow_step, "trace_file": trace,
+                   "last_commit_step": trainer.stats_logger.state_dict()["last_commit_step"]},
+                  f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

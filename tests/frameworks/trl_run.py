@@ -1,0 +1,132 @@
+"""A real TRL run (trl 1.16.0 ``GRPOTrainer``, trl/trainer/grpo_trainer.py) on CPU with
+RL-Insight turned on the way TRL users turn on any reporting: ``callbacks=
+[RLInsightCallback()]``. Run by tests/test_framework_trl.py with TRL's packages on
+PYTHONPATH (``make setup``: .venv/frameworks/trl/site-packages) and the run named by
+``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME``.
+
+Nothing is downloaded (as /work/notes/trl_probe.py): a word-level tokenizer built here,
+a tiny Qwen2 with random weights saved to a temporary folder, six prompts. ``beta`` > 0,
+so TRL also computes the reference model's log-probs (and logs ``kl``).
+
+One step is made slow: at step ``--slow-step`` the reward function sleeps
+``--sleep`` seconds. The ground truth goes to ``--out`` (JSON), measured here, beside
+TRL and the callback:
+
+- ``logs``: every dict TRL handed ``on_log`` (a recording callback after ours);
+- ``profile``: TRL's own profiling records, in the order they ended, each with its name,
+  the step it belongs to (``ProfilingContext.step`` is the global step when the context
+  was made, 0-based: the work of logged step k carries k-1) and its seconds, taken by
+  wrapping ``trl.extras.profiling.ProfilingContext._log_metrics`` before the callback
+  wraps it (trl/extras/profiling.py);
+- ``slept``: the step that slept and for how long (perf_counter around the sleep);
+- ``trl``: TRL's version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--slow-step", type=int, default=4)
+    p.add_argument("--sleep", type=float, default=1.5)
+    a = p.parse_args()
+
+    import torch
+    from datasets import Dataset
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    import trl
+    import trl.extras.profiling as profiling
+    from rl_insight.integrations.trl import RLInsightCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+
+    profile: list[dict] = []
+    original = profiling.ProfilingContext._log_metrics
+
+    def record(self, duration):
+        profile.append({"name": self.name, "step": self.step + 1, "seconds": duration})
+        return original(self, duration)
+
+    profiling.ProfilingContext._log_metrics = record
+
+    words = ("the a cat dog sat on mat ran to home big small red blue one two three four "
+             "five six seven eight nine ten yes no good bad is was and or not hello world "
+             "count say").split()
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *words])}
+    tmp = tempfile.mkdtemp(prefix="trl_run_")
+    model_dir = os.path.join(tmp, "tiny-model")
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>",
+                                     eos_token="<eos>", unk_token="<unk>")
+    cfg = Qwen2Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=128, tie_word_embeddings=True,
+                      pad_token_id=vocab["<pad>"], eos_token_id=vocab["<eos>"],
+                      bos_token_id=None)
+    Qwen2ForCausalLM(cfg).save_pretrained(model_dir)
+    hf_tok.save_pretrained(model_dir)
+    prompts = ["the cat sat on the", "count one two three", "say hello", "the dog ran to",
+               "big red dog is", "small blue cat was"]
+    dataset = Dataset.from_dict({"prompt": prompts})
+
+    slept: dict = {}
+
+    def reward_len(completions, trainer_state=None, **kwargs):
+        step = trainer_state.global_step + 1  # the step being made (0-based before it)
+        if step == a.slow_step and not slept:
+            t0 = time.perf_counter()
+            time.sleep(a.sleep)
+            slept.update(step=step, seconds=time.perf_counter() - t0)
+        return [float(len(c.split())) for c in completions]
+
+    logged: list[dict] = []
+
+    class Recorder:  # after ours in the list: sees the dicts as TRL made them
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logged.append({"step": state.global_step, "logs": dict(logs or {})})
+
+    def nothing(self, *args, **kwargs):
+        return None
+
+    for event in ("on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin",
+                  "on_epoch_end", "on_step_begin", "on_pre_optimizer_step",
+                  "on_optimizer_step", "on_substep_end", "on_step_end", "on_evaluate",
+                  "on_predict", "on_save", "on_prediction_step", "on_push_begin"):
+        setattr(Recorder, event, nothing)
+
+    args = GRPOConfig(output_dir=os.path.join(tmp, "out"), max_steps=a.steps,
+                      per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=8, logging_steps=1, report_to=[],
+                      use_cpu=True, bf16=False, gradient_checkpointing=False,
+                      save_strategy="no", learning_rate=1e-3, disable_tqdm=True,
+                      dataloader_num_workers=0, seed=0, beta=0.04)
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=reward_len, args=args,
+                          train_dataset=dataset, processing_class=hf_tok,
+                          callbacks=[RLInsightCallback(), Recorder()])
+    t0 = time.time()
+    trainer.train()
+    with open(a.out, "w") as f:
+        json.dump({"trl": trl.__version__, "logs": logged, "profile": profile,
+                   "slept": slept, "train_s": time.time() - t0}, f, default=str)
+
+
+if __name__ == "__main__":
+    main()

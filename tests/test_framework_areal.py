@@ -1,0 +1,447 @@
+"""AReaL: ``rl_insight.integrations.areal.attach(trainer)`` (its StatsLogger wrapped, its
+perf tracer's ``traces-r{rank}.jsonl`` followed) and ``rl-insight import`` of that file.
+
+The integration tests drive areal 1.0.4 (PyPI; .venv/frameworks/areal/site-packages,
+never imported by pytest) in processes of their own (tests/frameworks/areal_run.py):
+PPOTrainer's loop from ``areal/trainer/rl_trainer.py`` replayed with AReaL's own
+``areal/utils/stats_logger.py`` ``StatsLogger``, ``areal/utils/perf_tracer.py`` and
+``areal/utils/stats_tracker.py``, the actor and engine standing in with AReaL's own
+``trace_perf`` names (``areal/trainer/ppo/actor.py``, ``areal/engine/fsdp_engine.py``).
+Two runs side by side: one with the perf tracer on (the anatomy's rows from its lanes),
+one without (rows from the ``timeperf/*`` keys). Step 4's weight sync is 1.2 s slow; the
+driver writes what each phase took.
+
+The fast-tier tests read AReaL-shaped trace lines (the shapes of perf_tracer.py
+``_record_complete`` and its metadata events) with rl_insight/integrations/tracefiles.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from rl_insight.integrations import tables, tracefiles
+from rl_insight.server.ingest import framework_spans
+from rl_insight.server.ingest.otlp import value_of
+from tests.conftest import REPO, prom_query, wait_for
+
+AREAL_PATH = REPO / ".venv" / "frameworks" / "areal" / "site-packages"
+DRIVER = REPO / "tests" / "frameworks" / "areal_run.py"
+PROJECT = "areal-replay"  # AReaL's experiment_name: the run's project
+TRACED, KEYS, IMPORTED = "ppo_traced", "ppo_keys", "ppo_imported"  # trial names
+STEPS, SLOW, SLOW_EXTRA_S = 6, 4, 1.2
+CLOSE_S = 0.05  # how near a row's figures come to what the driver measured
+AREAL = tables.AREAL
+
+
+# ---------------------------------------------------------------- integration tier
+
+
+@pytest.fixture(scope="module")
+def runs(route_server, tmp_path_factory):
+    """The two runs, at once: {trial: truth} (truth: what each phase of each step took,
+    the trace file). Their processes have ended when this returns."""
+    assert (AREAL_PATH / "areal" / "utils" / "stats_logger.py").exists(), (
+        f"areal is not in {AREAL_PATH}: run `make setup` (it installs AREAL_PACKAGES "
+        "there without their dependencies)")
+    cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own runs
+    env = {k: v for k, v in cli.env.items()
+           if not k.startswith(("RL_INSIGHT_", "VERL_")) and k not in ("RANK", "WORLD_SIZE")}
+    env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
+                "PYTHONPATH": f"{REPO}{os.pathsep}{AREAL_PATH}"})
+    procs = {}
+    for trial in (TRACED, KEYS):
+        work = tmp_path_factory.mktemp(trial)
+        args = [sys.executable, str(DRIVER), "--root", str(work), "--experiment", PROJECT,
+                "--trial", trial, "--slow-step", str(SLOW), "--truth", str(work / "truth.json")]
+        if trial == KEYS:
+            args.append("--no-perf-tracer")
+        log = (work / "driver.log").open("w")
+        procs[trial] = (subprocess.Popen(args, env=env, cwd=work, stdout=log,
+                                         stderr=subprocess.STDOUT), work, log)
+    truths = {}
+    for trial, (proc, work, log) in procs.items():
+        try:
+            code = proc.wait(300)  # areal's import alone took 7 s idle, 30 s loaded
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+        assert code == 0, (work / "driver.log").read_text()[-5000:]
+        truths[trial] = json.loads((work / "truth.json").read_text())
+        truths[trial]["log"] = (work / "driver.log").read_text()
+    return truths
+
+
+def anatomy(url: str, experiment: str) -> list[dict]:
+    r = requests.get(url + "/api/v1/anatomy", timeout=10,
+                     params={"project": PROJECT, "experiment_name": experiment})
+    return r.json()["steps"] if r.status_code == 200 else []
+
+
+def all_rows(url: str, experiment: str) -> list[dict]:
+    """The run's rows once every step has one (the run finished: none is held back)."""
+    return wait_for(lambda: (rows := anatomy(url, experiment)) and
+                    [r["step"] for r in rows] == list(range(STEPS)) and rows, 30,
+                    f"a row for each of the {STEPS} steps of {PROJECT}/{experiment}")
+
+
+@pytest.mark.integration
+def test_committed_scalars_reach_prometheus_with_the_runs_labels(route_server, runs):
+    """Every number AReaL's commit got (its ``__count`` keys dropped, as its own commit
+    drops them) is a gauge of the run named by AReaL's experiment and trial names."""
+    truth = runs[TRACED]
+    assert "Epoch 2/2 Step 3/3 Train step 6/6 done." in truth["log"]  # AReaL's own line
+    assert truth["last_commit_step"] == STEPS - 1
+    prom = route_server.cli.prometheus
+    run = f'project="{PROJECT}",experiment_name="{TRACED}"'
+    want = {"rl_insight_monitor_timeperf_rollout": truth["steps"][-1]["phases"]["rollout"],
+            "rl_insight_monitor_timeperf_update_weights":
+                truth["steps"][-1]["phases"]["update_weights"],
+            "rl_insight_monitor_ppo_actor_task_reward_avg": 0.5,
+            "rl_insight_monitor_ppo_actor_update_grad_norm": 0.31,
+            "rl_insight_monitor_rollout_reward": 0.5,
+            "rl_insight_monitor_step": STEPS - 1}
+
+    def got() -> dict:
+        res = prom_query(prom, f'last_over_time({{{run},__name__=~"rl_insight_monitor_.*"}}'
+                               f'[10m])')
+        return {x["metric"]["__name__"]: float(x["value"][1]) for x in res}
+    have = wait_for(lambda: (g := got()) and all(
+        abs(g.get(k, -1) - v) < 1e-3 for k, v in want.items()) and g, 30,
+        f"the last commit's keys of {PROJECT}/{TRACED} in Prometheus")
+    assert not [n for n in have if n.endswith("_count")], have  # AReaL's __count keys
+    res = prom_query(prom, f'last_over_time(rl_insight_monitor_timeperf_rollout{{{run}}}[10m])')
+    assert res[0]["metric"]["metric_key"] == "timeperf/rollout"
+
+
+@pytest.mark.integration
+def test_steps_from_the_perf_tracers_lanes(route_server, runs):
+    """The perf tracer followed: a row per global_step from the driver lane (the
+    trainer's ``train.*`` scopes; its window from the rollout's start to the last
+    mapped scope's end, train.eval's), each part as long as the driver measured it; the actor's weight sync
+    (``fsdp_engine.update_weights_from_distributed``) on rank 0's lane."""
+    truth = runs[TRACED]
+    assert truth["trace_file"].endswith("perf_tracer/master/traces-r0.jsonl")
+    rows = all_rows(route_server.url, TRACED)
+    for row, step in zip(rows, truth["steps"], strict=True):
+        ph, win = step["phases"], step["windows"]
+        where = f"step {row['step']}: {row}"
+        assert row["source"] == "lanes", where
+        assert row["generate_s"] == pytest.approx(ph["rollout"], abs=CLOSE_S), where
+        assert row["phases"]["update_weights"] == pytest.approx(ph["update_weights"],
+                                                                abs=CLOSE_S), where
+        assert row["phases"]["actor_update"] == pytest.approx(ph["train_step"],
+                                                              abs=CLOSE_S), where
+        assert row["phases"]["compute_advantage"] == pytest.approx(
+            ph["compute_advantage"], abs=CLOSE_S), where
+        assert row["start_ns"] / 1e9 == pytest.approx(win["rollout"][0], abs=CLOSE_S), where
+        assert row["end_ns"] / 1e9 == pytest.approx(win["eval"][1], abs=CLOSE_S), where
+        assert row["gpu_seconds"]["weight_sync"]["busy"] == pytest.approx(
+            ph["update_weights"], abs=CLOSE_S), where  # rank_0's lane
+    assert rows[SLOW]["phases"]["update_weights"] > SLOW_EXTRA_S
+
+
+@pytest.mark.integration
+def test_steps_from_the_timing_keys_without_the_perf_tracer(route_server, runs):
+    """No perf tracer: the rows come from each commit's ``timeperf/*`` keys."""
+    truth = runs[KEYS]
+    assert truth["trace_file"] is None
+    rows = all_rows(route_server.url, KEYS)
+    for row, step in zip(rows, truth["steps"], strict=True):
+        ph = step["phases"]
+        where = f"step {row['step']}: {row}"
+        assert row["source"] == "timing_keys", where
+        assert row["framework"] == "areal", where
+        assert row["generate_s"] == pytest.approx(ph["rollout"], abs=CLOSE_S), where
+        assert row["phases"]["update_weights"] == pytest.approx(ph["update_weights"],
+                                                                abs=CLOSE_S), where
+        assert row["phases"]["actor_update"] == pytest.approx(ph["train_step"],
+                                                              abs=CLOSE_S), where
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("trial", [TRACED, KEYS])
+def test_the_slow_step_is_explained_by_its_weight_sync(route_server, runs, trial):
+    """Step 4's 1.2 s of extra weight sync comes first, over the API and in
+    ``rl-insight report --step 4``."""
+    url = route_server.url
+    all_rows(url, trial)
+    got = requests.get(url + "/api/v1/anatomy/explain", timeout=10, params={
+        "project": PROJECT, "experiment_name": trial, "step": SLOW}).json()
+    top = got["contributions"][0]
+    assert top["part"] == "phase:update_weights", got
+    assert top["over_s"] == pytest.approx(SLOW_EXTRA_S, abs=0.2), got
+    r = route_server.cli.run("report", "--project", PROJECT, "--experiment-name", trial,
+                             "--step", str(SLOW))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"step {SLOW}: "), r.stdout
+    first = lines[lines.index("where the time went, most over the baseline first:") + 1]
+    assert "phase:update_weights" in first, r.stdout
+
+
+@pytest.mark.integration
+def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
+    """``rl-insight import traces-r0.jsonl --framework areal`` after the run, into a
+    run of its own: the steps from the events' global_step, the file placed in time by
+    its mtime (its last event ends when it was written), so the same rows."""
+    url = route_server.url
+    trace = runs[TRACED]["trace_file"]
+    followed = all_rows(url, TRACED)
+    r = route_server.cli.run("import", trace, "--framework", "areal", "--project", PROJECT,
+                             "--experiment-name", IMPORTED)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"as {PROJECT}/{IMPORTED}" in r.stdout, r.stdout
+    rows = all_rows(url, IMPORTED)
+    for row, was in zip(rows, followed, strict=True):
+        where = f"step {row['step']}: {row} / followed: {was}"
+        assert row["source"] == "lanes", where
+        for key in ("start_ns", "end_ns"):
+            assert row[key] / 1e9 == pytest.approx(was[key] / 1e9, abs=CLOSE_S), where
+        assert row["duration_s"] == pytest.approx(was["duration_s"], abs=1e-3), where
+        assert row["generate_s"] == pytest.approx(was["generate_s"], abs=1e-3), where
+        assert row["phases"] == pytest.approx(was["phases"], abs=1e-3), where
+
+
+# ---------------------------------------------------------------- fast tier
+
+PID = 1344
+META = [  # perf_tracer.py: the metadata events it writes once per process and thread
+    {"name": "thread_name", "ph": "M", "pid": PID, "tid": PID, "args": {"name": "MainThread"}},
+    {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": "[master] Rank 0, Process"}},
+    {"name": "process_sort_index", "ph": "M", "pid": PID, "args": {"sort_index": 0}},
+]
+
+
+def ev(name: str, ts: int, dur: int, cat: str = "compute", step: int | None = None,
+       **args) -> dict:
+    """One complete event as perf_tracer.py's ``_record_complete`` writes it: the
+    trainer's scopes carry ``global_step``, nested ``trace_perf`` events only rank and role."""
+    a = {} if step is None else {"global_step": step}
+    a.update(args)
+    a.update({"rank": 0, "role": "master"})
+    return {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": PID, "tid": PID,
+            "cat": cat, "args": a}
+
+
+def step_events(step: int, t0: int) -> list[dict]:
+    """One PPO step's events in the file's order (a span is written when it exits: the
+    nested one before its scope), ``t0`` µs after the tracer's start."""
+    return [
+        ev("train.rollout", t0, 400_000, step=step, epoch_step=step % 3),
+        ev("ppo_actor.compute_advantages", t0 + 400_100, 19_800),
+        ev("train.compute_advantage", t0 + 400_050, 20_000, step=step),
+        ev("ppo_actor.ppo_update", t0 + 420_200, 199_600),
+        ev("train.ppo_update", t0 + 420_100, 200_000, step=step),
+        ev("fsdp_engine.update_weights_from_distributed", t0 + 620_200, 99_700, "comm"),
+        ev("train.update_weights", t0 + 620_100, 100_000, "comm", step=step),
+        ev("train.save", t0 + 720_200, 1, "io", step=step),
+        ev("train.checkpoint", t0 + 720_300, 1, "io", step=step),
+        ev("train.eval", t0 + 720_400, 1, step=step),
+        ev("train.clear_batches", t0 + 720_500, 1, "instr", step=step),
+        ev("train.log_stats", t0 + 720_600, 5_000, "instr", step=step),
+    ]
+
+
+STEP_US = 730_000
+TRACE = META + step_events(0, 600) + step_events(1, 600 + STEP_US)
+
+
+def lines(events: list[dict]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in events)  # json.dumps, a line each
+
+
+def decode(payload: bytes) -> tuple[dict, list[tuple[str, int, int, dict]]]:
+    """(resource attributes, [(name, start ns, end ns, attributes)]) of one export."""
+    req = ExportTraceServiceRequest.FromString(payload)
+    (rs,) = req.resource_spans
+    res = {kv.key: value_of(kv.value) for kv in rs.resource.attributes}
+    spans = [(s.name, s.start_time_unix_nano, s.end_time_unix_nano,
+              {kv.key: value_of(kv.value) for kv in s.attributes})
+             for ss in rs.scope_spans for s in ss.spans]
+    return res, spans
+
+
+def marks_of(payloads: list[bytes]) -> dict[int, tuple[int, int]]:
+    """step -> (start, end) of every step mark among the exports (a step twice fails)."""
+    out: dict[int, tuple[int, int]] = {}
+    for p in payloads:
+        for name, start, end, attrs in decode(p)[1]:
+            if attrs.get("monitor.trace_segment") == "step":
+                assert name == "train_step" and attrs["state_lane_id"] == "trainer"
+                assert attrs["step"] not in out, f"step {attrs['step']} marked twice"
+                out[attrs["step"]] = (start, end)
+    return out
+
+
+def window(step: int, anchor_s: float) -> tuple[int, int]:
+    """A step's mark as it should be: its rollout's start to its last mapped scope's
+    end, train.eval's (the table maps neither train.clear_batches nor train.log_stats,
+    and the nested events carry no step)."""
+    t0 = 600 + step * STEP_US
+    return int(anchor_s * 1e9) + t0 * 1000, int(anchor_s * 1e9) + (t0 + 720_401) * 1000
+
+
+RUN = tracefiles.Run(AREAL, PROJECT, "unit")
+ANCHOR = 1_796_411_930.0  # the tracer's clock's zero, in unix seconds
+
+
+def test_complete_events_keep_areals_spans_and_skip_its_metadata():
+    got = list(tracefiles.complete_events(
+        TRACE + [{"name": "workflow_executor.rollout_batch", "ph": "i", "ts": 5, "s": "t",
+                  "pid": PID, "tid": PID, "args": {}}]))
+    assert [e["name"] for e in got] == [e["name"] for e in TRACE if e["ph"] == "X"]
+    assert got[0] == {"name": "train.rollout", "ts": 600.0, "dur": 400_000.0,
+                      "args": {"global_step": 0, "epoch_step": 0, "rank": 0,
+                               "role": "master"}, "pid": PID, "tid": PID}
+    # begin/end pairs (NeMo-RL's shape), innermost first
+    be = [{"name": "outer", "ph": "B", "ts": 10, "pid": 1, "tid": 1, "args": {"k": 1}},
+          {"name": "inner", "ph": "B", "ts": 20, "pid": 1, "tid": 1},
+          {"name": "inner", "ph": "E", "ts": 30, "pid": 1, "tid": 1},
+          {"name": "outer", "ph": "E", "ts": 50, "pid": 1, "tid": 1}]
+    assert [(e["name"], e["ts"], e["dur"]) for e in tracefiles.complete_events(be)] == \
+        [("inner", 20.0, 10.0), ("outer", 10.0, 40.0)]
+
+
+def test_chrome_export_places_events_at_the_anchor_and_maps_them_at_the_server():
+    events = list(tracefiles.complete_events(TRACE))
+    run = tracefiles.Run(AREAL, PROJECT, "unit", {"rank": 0})
+    res, spans = decode(tracefiles.chrome_export(events, run, ANCHOR))
+    assert res["rl_insight.framework"] == "areal" and res["project"] == PROJECT
+    assert res["experiment_name"] == "unit" and res["rank"] == 0
+    name, start, end, attrs = spans[0]
+    assert (name, start, end) == ("train.rollout", int(ANCHOR * 1e9) + 600_000,
+                                  int(ANCHOR * 1e9) + 400_600_000)
+    assert attrs == {"global_step": 0, "epoch_step": 0, "rank": 0, "role": "master"}
+    assert tracefiles.chrome_export([], run, ANCHOR) is None
+    # the server's mapping of the same export: the trainer's scopes on the driver lane,
+    # the actor's on rank 0's, the rest (train.log_stats, nested helpers) kept, counted
+    found = framework_spans.read(ExportTraceServiceRequest.FromString(
+        tracefiles.chrome_export(events, run, ANCHOR)))
+    lanes = {(row[2], row[3]) for row in found.rows}
+    assert ("driver", "generate") in lanes and ("driver", "update_weights") in lanes
+    assert ("rank_0", "actor_update") in lanes and ("rank_0", "update_weights") in lanes
+    # per step: train.clear_batches, train.log_stats, ppo_actor.compute_advantages
+    assert found.counts[("areal", "unmatched")] == 2 * 3
+
+
+def test_step_marks_span_each_global_steps_mapped_events():
+    events = list(tracefiles.complete_events(TRACE))
+    marks = marks_of([tracefiles.step_marks(events, RUN, ANCHOR)])
+    assert marks == {0: window(0, ANCHOR), 1: window(1, ANCHOR)}
+    # only events that carry the step and that the table maps count
+    assert tracefiles.step_marks(
+        [e for e in events if "global_step" not in e["args"]], RUN, ANCHOR) is None
+    assert tracefiles.step_marks(
+        [e for e in events if e["name"] == "train.log_stats"], RUN, ANCHOR) is None
+    # a framework with a step span of its own gets none
+    assert tracefiles.step_marks(events, tracefiles.Run(tables.VERL, "p", "e"),
+                                 ANCHOR) is None
+    # the events' exports come first, the marks last, over all the events
+    payloads = [p for p, _ in tracefiles.chrome_exports(events, RUN, ANCHOR, size=5)]
+    assert len(payloads) == len(range(0, len(events), 5)) + 1
+    assert marks_of(payloads[-1:]) == marks
+
+
+def test_anchor_from_mtime_ends_the_last_event_at_the_files_write():
+    events = list(tracefiles.complete_events(TRACE))
+    last_end = (600 + STEP_US + 720_600 + 5_000) / 1e6  # step 1's train.log_stats
+    assert tracefiles.anchor_from_mtime(events, ANCHOR + 10) == \
+        pytest.approx(ANCHOR + 10 - last_end)
+    assert tracefiles.anchor_from_mtime([], ANCHOR) is None
+    wall = [dict(e, ts=ANCHOR * 1e6 + e["ts"]) for e in events]  # unix µs already
+    assert tracefiles.anchor_from_mtime(wall, ANCHOR) is None
+
+
+@pytest.mark.parametrize("path, rank", [
+    ("traces-r0.jsonl", 0), ("/x/logs/u/exp/trial/perf_tracer/master/traces-r12.jsonl", 12),
+    ("/x/perf_tracer/actor/traces-r3.jsonl", 3), ("nemorl_trace.json", None),
+    ("/x/r5/traces.jsonl", None)])
+def test_rank_of_reads_areals_file_name(path, rank):
+    assert tracefiles.rank_of(path) == rank
+
+
+class Sink:
+    """The Follower's ``send``: keeps what it was given (or refuses, when told)."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+        self.refuse = False
+
+    def __call__(self, payload: bytes) -> bool:
+        if self.refuse:
+            return False
+        self.payloads.append(payload)
+        return True
+
+    def names(self) -> list[str]:
+        return [s[0] for p in self.payloads for s in decode(p)[1]
+                if s[3].get("monitor.trace_segment") != "step"]
+
+
+def traces_file(tmp_path: Path) -> Path:
+    d = tmp_path / "logs" / "u" / PROJECT / "unit" / "perf_tracer" / "master"
+    d.mkdir(parents=True)
+    return d / "traces-r0.jsonl"
+
+
+def test_follower_reads_the_file_as_it_grows_and_a_torn_line_waits(tmp_path):
+    path = traces_file(tmp_path)
+    sink = Sink()
+    f = tracefiles.Follower(str(path.parent / "traces-r*.jsonl"), RUN, sink, ANCHOR)
+    assert f.poll() == 0  # no file yet
+    step0, step1 = META + step_events(0, 600), step_events(1, 600 + STEP_US)
+    path.write_text(lines(step0))  # perf_tracer.save(step=0)
+    assert f.poll() == 12 and sink.names() == [e["name"] for e in step0 if e["ph"] == "X"]
+    assert marks_of(sink.payloads) == {0: window(0, ANCHOR)}
+    res, _ = decode(sink.payloads[0])
+    assert res["rank"] == 0 and res["experiment_name"] == "unit"  # from traces-r0
+    assert f.poll() == 0  # nothing new
+    text = lines(step1)
+    cut = text.index("\n", len(text) // 2) + 20  # inside a line
+    with path.open("a") as out:
+        out.write(text[:cut])
+    before = len(sink.names())
+    n = f.poll()
+    assert n == text[:cut].count("\n") and len(sink.names()) == before + n
+    with path.open("a") as out:
+        out.write(text[cut:])
+    assert f.poll() == 12 - n
+    assert sink.names()[12:] == [e["name"] for e in step1]  # each line once, in order
+    assert marks_of(sink.payloads) == {0: window(0, ANCHOR), 1: window(1, ANCHOR)}
+    assert f.spans_sent == 24 and not f.bad
+
+
+def test_follower_sends_again_what_the_server_refused(tmp_path):
+    path = traces_file(tmp_path)
+    sink = Sink()
+    f = tracefiles.Follower(str(path), RUN, sink, ANCHOR)
+    path.write_text(lines(META + step_events(0, 600)))
+    sink.refuse = True
+    assert f.poll() == 0 and f.exports_failed == 2 and len(f.unsent) == 2
+    sink.refuse = False
+    assert f.poll() == 12 and not f.unsent
+    assert marks_of(sink.payloads) == {0: window(0, ANCHOR)}
+
+
+def test_follower_without_an_anchor_takes_the_files_mtime(tmp_path):
+    path = traces_file(tmp_path)
+    path.write_text(lines(TRACE))
+    written = time.time() - 30
+    os.utime(path, (written, written))
+    sink = Sink()
+    tracefiles.Follower(str(path), RUN, sink).poll()
+    anchor = written - (600 + STEP_US + 725_600) / 1e6
+    got = marks_of(sink.payloads)
+    for step in (0, 1):
+        assert got[step][0] == pytest.approx(window(step, anchor)[0], abs=2_000)
+        assert got[step][1] == pytest.approx(window(step, anchor)[1], abs=2_000)

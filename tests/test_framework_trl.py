@@ -1,0 +1,263 @@
+"""TRL: ``callbacks=[RLInsightCallback()]`` (rl_insight/integrations/trl.py).
+
+The integration test drives a real trl 1.16.0 ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
+on CPU in a process of its own (tests/frameworks/trl_run.py, TRL's packages from
+.venv/frameworks/trl/site-packages: pytest never imports TRL), with one step made slow
+in its reward function. The callback takes TRL's own profiling times
+(trl/extras/profiling.py, ``ProfilingContext._log_metrics``, which TRL sends to wandb
+and mlflow only) as the step's parts; the run's ground truth is what the driver
+recorded beside it: every dict TRL logged, TRL's profiling records, the sleep.
+
+The fast-tier tests check the callback's per-step bookkeeping without TRL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+import requests
+
+from rl_insight import naming
+from rl_insight.integrations import tables
+from rl_insight.integrations import trl as adapter
+from tests.conftest import REPO, prom_query, wait_for
+
+TRL_PATH = REPO / ".venv" / "frameworks" / "trl" / "site-packages"
+DRIVER = REPO / "tests" / "frameworks" / "trl_run.py"
+RUN = {"project": "framework-trl", "experiment_name": "grpo-slow-reward"}
+STEPS, SLOW, SLEEP = 6, 4, 1.5
+GENERATE = {"GRPOTrainer.transformers.generate", "GRPOTrainer.transformers.generate_batch",
+            "GRPOTrainer.vLLM.generate"}
+LOGPS = "GRPOTrainer._get_per_token_logps_and_entropies"
+
+
+def _numeric(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _per_step(profile: list[dict]) -> dict[int, dict[str, float]]:
+    """TRL's profiling records per step (the step each context was made in, + 1), the
+    reference's log-prob passes (those that end before ``_prepare_inputs`` does) apart."""
+    out: dict[int, dict[str, float]] = {}
+    pending = 0.0
+    for rec in profile:
+        step = out.setdefault(rec["step"], {})
+        name, seconds = rec["name"], rec["seconds"]
+        if name == LOGPS:
+            pending += seconds
+            continue
+        if name == "GRPOTrainer._prepare_inputs":
+            step["ref_logps"] = step.get("ref_logps", 0.0) + pending
+        if name in ("GRPOTrainer._prepare_inputs", "GRPOTrainer.compute_loss"):
+            pending = 0.0
+        if name in GENERATE:
+            name = "generate"
+        step[name] = step.get(name, 0.0) + seconds
+    return out
+
+
+@pytest.mark.integration
+def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server, tmp_path):
+    """A 6-step GRPOTrainer run, step 4's reward function 1.5 s slow: every number TRL
+    logged is a series in Prometheus; the step anatomy has a row per step from its
+    timing keys, generation and rewards as long as TRL's own profiling measured them;
+    ``rl-insight report --step 4`` and the explain route put the reward phase first."""
+    assert (TRL_PATH / "trl" / "trainer" / "grpo_trainer.py").exists(), (
+        f"trl is not in {TRL_PATH}: run `make setup` (it installs TRL_PACKAGES there "
+        "without their dependencies)")
+    cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own run
+    truth_file = tmp_path / "truth.json"
+    env = {k: v for k, v in cli.env.items() if not k.startswith(("RL_INSIGHT_", "VERL_"))}
+    env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
+                "RL_INSIGHT_PROJECT": RUN["project"],
+                "RL_INSIGHT_EXPERIMENT_NAME": RUN["experiment_name"],
+                "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+                "PYTHONPATH": os.pathsep.join([str(REPO), str(TRL_PATH)])})
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(DRIVER), "--out", str(truth_file), "--steps",
+                        str(STEPS), "--slow-step", str(SLOW), "--sleep", str(SLEEP)],
+                       env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    truth = json.loads(truth_file.read_text())
+    assert truth["trl"] == "1.16.0"
+    assert truth["slept"]["step"] == SLOW and truth["slept"]["seconds"] >= SLEEP
+    slept = truth["slept"]["seconds"]
+    assert [d["step"] for d in truth["logs"]] == [*range(1, STEPS + 1), STEPS]
+    print(f"the TRL run took {time.monotonic() - t0:.1f}s (train {truth['train_s']:.1f}s)")
+
+    # a. every number TRL logged is a series of the run, at its last value
+    last: dict[str, float] = {}
+    for d in truth["logs"]:
+        last.update((k, float(v)) for k, v in d["logs"].items() if _numeric(v))
+    assert {"reward", "completions/mean_length", "kl", "train_runtime"} <= set(last)
+    want = {naming.metric_name(k, "gauge")[0]: (k, v) for k, v in last.items()}
+    want["rl_insight_monitor_step"] = ("step", float(STEPS))
+    ident = ",".join(f'{k}="{v}"' for k, v in RUN.items())
+    got: dict = {}
+
+    def series() -> bool:
+        got.clear()
+        for x in prom_query(cli.prometheus, f"{{{ident}}}"):
+            got[x["metric"]["__name__"]] = (x["metric"].get("metric_key"),
+                                            float(x["value"][1]))
+        return all(name in got and _same(got[name][1], v) for name, (_, v) in want.items())
+
+    try:
+        wait_for(series, 30, "every number TRL logged in Prometheus at its last value")
+    except AssertionError:
+        wrong = {name: (k, v, got.get(name)) for name, (k, v) in want.items()
+                 if name not in got or not _same(got[name][1], v)}
+        raise AssertionError(f"missing or not at the last logged value: {wrong}") from None
+    for name, (key, _) in want.items():
+        if naming.metric_name(key, "gauge")[1]:  # the name had to change: the key kept
+            assert got[name][0] == key, (name, got[name])
+    # and TRL's profiling times, which TRL itself sends to wandb and mlflow only
+    gen = naming.metric_name("profiling/GRPOTrainer.transformers.generate", "gauge")[0]
+    assert gen in got and got[gen][1] > 0
+
+    # b. a row per step from its timing keys, the parts as TRL's profiling measured them
+    parts = _per_step(truth["profile"])
+    assert sorted(parts) == list(range(1, STEPS + 1))
+    params = {"project": RUN["project"], "experiment_name": RUN["experiment_name"]}
+
+    def rows():
+        a = requests.get(url + "/api/v1/anatomy", params=params, timeout=10)
+        steps = a.json()["steps"] if a.status_code == 200 else []
+        return steps if [s["step"] for s in steps] == list(range(1, STEPS + 1)) else None
+
+    steps = wait_for(rows, 30, f"anatomy rows of steps 1-{STEPS}", interval=0.5)
+    for row in steps:
+        n, truth_n = row["step"], parts[row["step"]]
+        assert row["source"] == "timing_keys" and row["framework"] == "trl", row
+        assert row["generate_s"] > 0
+        assert row["generate_s"] == pytest.approx(truth_n["generate"], abs=0.05), n
+        assert row["phases"]["reward"] == pytest.approx(
+            truth_n["GRPOTrainer._calculate_rewards"], abs=0.05), n
+        # beta > 0: the reference model's log-probs, inside the rollout's preparation
+        assert 0 < row["phases"]["ref_compute_log_prob"] == pytest.approx(
+            truth_n["ref_logps"], abs=0.05), n
+        assert row["phases"]["ref_compute_log_prob"] < truth_n["GRPOTrainer._prepare_inputs"]
+        # the loss (its own log-prob pass inside) and the optimizer step the callback times
+        assert row["phases"]["actor_update"] >= truth_n["GRPOTrainer.compute_loss"] - 1e-6
+    reward = {row["step"]: row["phases"]["reward"] for row in steps}
+    others = [v for n, v in reward.items() if n != SLOW]
+    assert reward[SLOW] - statistics.median(others) == pytest.approx(slept, abs=0.1), reward
+    assert reward[SLOW] - max(others) > slept - 0.1, reward
+
+    # c. why step 4 was slow: the reward phase first, in the report and at the route
+    explained = requests.get(url + "/api/v1/anatomy/explain",
+                             params={**params, "step": SLOW}, timeout=10)
+    assert explained.status_code == 200, explained.text
+    top = explained.json()["contributions"][0]
+    assert top["part"] == "phase:reward", explained.json()["contributions"]
+    assert top["over_s"] == pytest.approx(slept, abs=0.1), top
+    r = cli.run("report", "--project", RUN["project"], "--experiment-name",
+                RUN["experiment_name"], "--step", str(SLOW))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("where the time went"))
+    assert "phase:reward" in lines[head + 1], r.stdout
+
+
+def _same(got: float, want: float) -> bool:
+    if math.isnan(want):
+        return math.isnan(got)
+    return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)
+
+
+# ---------------------------------------------------------------- the fast tier
+
+
+def test_the_profile_tells_the_reference_log_probs_from_the_losss():
+    """Log-prob passes that end before ``_prepare_inputs`` does are the reference's (and
+    the old policy's); the pass inside ``compute_loss`` is the loss's own; ``take`` hands
+    out the step's times as ``profiling/<name>`` keys and empties the profile."""
+    p = adapter._Profile()
+    p.add("GRPOTrainer.transformers.generate", 0.5)
+    p.add(LOGPS, 0.25)  # the reference model
+    p.add(LOGPS, 0.125)  # the old policy
+    p.add("GRPOTrainer.reward_len", 0.0625)
+    p.add("GRPOTrainer._calculate_rewards", 0.125)
+    p.add("GRPOTrainer._prepare_inputs", 1.0)
+    p.add(LOGPS, 4.0)  # inside the loss
+    p.add("GRPOTrainer.compute_loss", 4.5)
+    p.add("optimizer_step", 0.375)
+    got = p.take()
+    assert got == {"profiling/GRPOTrainer.transformers.generate": 0.5,
+                   "profiling/GRPOTrainer.reward_len": 0.0625,
+                   "profiling/GRPOTrainer._calculate_rewards": 0.125,
+                   "profiling/GRPOTrainer._prepare_inputs": 1.0,
+                   "profiling/GRPOTrainer.ref_logps": 0.375,
+                   "profiling/GRPOTrainer.compute_loss": 4.5,
+                   "profiling/optimizer_step": 0.375}
+    # what the TRL table makes of them: generation, rewards, the reference's log-probs,
+    # the actor's update; _prepare_inputs holds the first three (no part of its own)
+    fw = tables.TRL
+    assert {k: fw.timing(k).part for k in got if fw.timing(k) is not None} == {
+        "profiling/GRPOTrainer.transformers.generate": "generate",
+        "profiling/GRPOTrainer._calculate_rewards": "reward",
+        "profiling/GRPOTrainer.ref_logps": "ref_compute_log_prob",
+        "profiling/GRPOTrainer.compute_loss": "actor_update",
+        "profiling/optimizer_step": "actor_update"}
+    assert p.take() == {}
+    # a pass pending at a step's end is that step's, not the next's reference
+    p.add(LOGPS, 0.5)
+    assert p.take() == {}
+    p.add("GRPOTrainer._prepare_inputs", 0.25)
+    assert p.take() == {"profiling/GRPOTrainer._prepare_inputs": 0.25}
+    # with no reference model, no ref key at all (a zero is no part of a step)
+    p.add("GRPOTrainer.transformers.generate", 0.5)
+    p.add("GRPOTrainer._prepare_inputs", 0.75)
+    assert "profiling/GRPOTrainer.ref_logps" not in p.take()
+
+
+def test_each_step_of_the_callback_carries_its_own_profile():
+    """``on_log``: a step's dict goes with its step and that step's profile (the
+    optimizer step the callback times between its two events); the run's summary with
+    no step and no profile."""
+    sent: list = []
+    cb = adapter.RLInsightCallback()
+    cb.tracker = SimpleNamespace(log=lambda data, step: sent.append((data, step)))
+    state = SimpleNamespace(global_step=1, is_world_process_zero=True)
+    cb.profile.add("GRPOTrainer.transformers.generate", 0.5)
+    cb.on_pre_optimizer_step(None, state, None)
+    cb.on_optimizer_step(None, state, None)
+    logs = {"loss": 0.0, "reward": 8.0}
+    cb.on_log(None, state, None, logs=logs)
+    assert logs == {"loss": 0.0, "reward": 8.0}  # the trainer's dict is left alone
+    (data, step), = sent
+    assert step == 1 and data["reward"] == 8.0
+    assert data["profiling/GRPOTrainer.transformers.generate"] == 0.5
+    assert 0 < data["profiling/optimizer_step"] < 1
+    sent.clear()
+    state.global_step = 2
+    cb.profile.add("GRPOTrainer.transformers.generate", 0.25)
+    cb.on_log(None, state, None, logs={"reward": 7.0})
+    assert sent == [({"reward": 7.0, "profiling/GRPOTrainer.transformers.generate": 0.25},
+                     2)]
+    sent.clear()
+    cb.on_log(None, state, None, logs={"train_runtime": 3.0, "total_flos": 0.0})
+    assert sent == [({"train_runtime": 3.0, "total_flos": 0.0}, None)]
+
+
+def test_run_names(monkeypatch):
+    """The environment's names first, else project ``trl`` and the run's name, else its
+    output folder's."""
+    monkeypatch.delenv("RL_INSIGHT_PROJECT", raising=False)
+    monkeypatch.delenv("RL_INSIGHT_EXPERIMENT_NAME", raising=False)
+    args = SimpleNamespace(run_name=None, output_dir="/data/runs/grpo-7/")
+    assert adapter.run_names(args) == ("trl", "grpo-7")
+    assert adapter.run_names(SimpleNamespace(run_name="qwen-gsm8k",
+                                             output_dir="/x")) == ("trl", "qwen-gsm8k")
+    assert adapter.run_names(SimpleNamespace()) == ("trl", "run")
+    monkeypatch.setenv("RL_INSIGHT_PROJECT", "team")
+    monkeypatch.setenv("RL_INSIGHT_EXPERIMENT_NAME", "exp-1")
+    assert adapter.run_names(args) == ("team", "exp-1")
