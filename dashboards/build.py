@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
+    from dashboards import frameworks as F
     from dashboards import panels as P
 except ImportError:  # run as a script from this folder
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from dashboards import frameworks as F
     from dashboards import panels as P
 
 # the output ships in the package, where Grafana's provisioning reads it
@@ -177,6 +179,11 @@ def repeat_variable(group: P.KeyGroup) -> dict:
             "current": {"text": "All", "value": "$__all"}, "options": [], "hide": 2}
 
 
+def all_key_groups() -> tuple[P.KeyGroup, ...]:
+    """verl's key groups and each other framework's (dashboards/frameworks.py)."""
+    return P.key_groups() + tuple(g for fw in F.frameworks() for g in F.Groups(fw).groups())
+
+
 def model(d: Dashboard) -> dict:
     return {
         "uid": d.uid, "title": d.title, "description": d.description,
@@ -184,7 +191,7 @@ def model(d: Dashboard) -> dict:
         "schemaVersion": SCHEMA_VERSION, "version": 1, "graphTooltip": 1,
         "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
         "templating": {"list": [variable(v, d.replica_metric) for v in d.variables] + [
-            repeat_variable(g) for g in P.key_groups()
+            repeat_variable(g) for g in all_key_groups()
             if any(p.repeat == g.variable for sec in d.sections for p in sec.panels)]},
         "annotations": {"list": []},
         "links": [{"title": "RL-Insight", "type": "dashboards", "tags": ["rl-insight"],
@@ -296,6 +303,16 @@ def dashboards() -> list[Dashboard]:
             + ("TransferQueue, " if tq else "") + "the timeline.",
             [ALERTS, *trainer, ANATOMY, OMNI_ROLLOUT, *([TQ] if tq else []), TIMELINE,
              *ALL_KEYS], ENGINE_VARS + ("lane_role",), BACKENDS["vllm-omni"][2]))
+    for fw in F.frameworks():  # other RL frameworks (rl_insight/integrations)
+        engines = fw.name in F.ENGINES
+        out.append(Dashboard(
+            f"rl-insight-framework-{fw.name.replace('_', '-')}",
+            f"RL-Insight · {fw.title}",
+            f"A {fw.title} run: its trainer's keys, each step's anatomy from what "
+            f"{fw.title} records" + (", its rollout engines" if engines else "")
+            + ", every key it logs.", F.sections(fw, Section, P.key_panel),
+            (ENGINE_VARS + ("lane_role",)) if engines else RUN_VARS,
+            BACKENDS["sglang"][2] if engines else ""))
     for key in LLM_BACKENDS:
         name, rollout, replica_metric = BACKENDS[key]
         for mode, mode_title, extra in (("sync", "synchronous", []),

@@ -46,6 +46,9 @@ DASHBOARD_RUNS = {  # a dashboard's uid, as far as it names the run it shows
     "transfer-queue": TQ_RUN}
 
 
+FRAMEWORK_BOARDS = "rl-insight-framework-"  # tests/test_simulation_frameworks.py
+
+
 def simulate(cluster, name: str) -> subprocess.Popen:
     backend, mode, exp, more = RUNS[name]
     log = tempfile.TemporaryFile("w+")  # a file: side by side, no pipe fills up
@@ -68,9 +71,11 @@ def output(proc: subprocess.Popen) -> str:
 
 
 @pytest.fixture(scope="module")
-def world(ray_world):
+def world(ray_world, framework_runs):
     """The three runs, two batches one after another, on the shared server and Ray
-    cluster (tests/worlds.py), plus Debian's node_exporter registered as node-a's."""
+    cluster (tests/worlds.py), plus Debian's node_exporter registered as node-a's; the
+    other frameworks' runs (tests/test_simulation_frameworks.py reads them) go on beside
+    them."""
     cli, url, cluster = ray_world.cli, ray_world.url, ray_world.cluster
     node_exporter = None
     if shutil.which("prometheus-node-exporter"):
@@ -171,6 +176,8 @@ def test_every_panel_query_returns_data_for_the_run(world):
     end_all = max(r["t_done"] for r in runs.values()) + 5
     empty, checked, skipped = [], 0, []
     for d in build.dashboards():
+        if d.uid.startswith(FRAMEWORK_BOARDS):  # with their runs: test_simulation_frameworks
+            continue
         run = run_for(d.uid, runs)
         start = (run or min(runs.values(), key=lambda r: r["t_start"]))["t_start"] - 5
         end = run["t_done"] + 2 if run else end_all
@@ -214,6 +221,8 @@ def test_dashboard_variables_list_the_run(world):
     cli, _, runs = world
     prom = cli.prometheus
     for d in build.dashboards():
+        if d.uid.startswith(FRAMEWORK_BOARDS):
+            continue
         model = build.model(d)
         run = run_for(d.uid, runs)
         for var in model["templating"]["list"]:

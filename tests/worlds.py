@@ -22,15 +22,20 @@ cluster took a tenth of the machine's CPU for the rest of the suite.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from rl_insight import netaddr
-from tests.conftest import Cli, free_port_overrides, side_by_side
+from tests.conftest import REPO, Cli, free_port_overrides, side_by_side
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster
 from tests.webhook import WebhookReceiver
@@ -158,3 +163,79 @@ def route_server():
         raise
     yield world
     close("route_server")
+
+
+# -- other RL frameworks' runs on the Ray world's server (tests/frameworks/*_run.py) --------
+FRAMEWORKS = Path(__file__).resolve().parent / "frameworks"
+VENV_FRAMEWORKS = Path(sys.prefix) / "frameworks"  # `make setup`: their own packages
+FRAMEWORK_RUNS = {  # name -> (driver, its arguments, on the Ray cluster, site-packages)
+    "slime": ("slime_run.py", ("--slow-step", "3"), True, None),
+    "roll": ("roll_run.py", ("--slow-step", "3"), False, None),
+    "nemo_rl": ("nemo_rl_run.py", ("--slow-step", "3"), False, None),
+}
+FRAMEWORK_PROJECT = "e2e-frameworks"
+
+
+class FrameworkRuns:
+    """Each framework's run started at once (they wait on their own clocks more than they
+    compute), read when a test first needs them: ``results()`` waits for all."""
+
+    def __init__(self, world: RayWorld) -> None:
+        self.world = world
+        self.work = _workdir("frameworks")
+        self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
+        self._results: dict[str, dict] | None = None
+        for name, (driver, args, on_ray, packages) in FRAMEWORK_RUNS.items():
+            out = self.work / name
+            out.mkdir()
+            env = world.cluster.env() if on_ray else {
+                k: v for k, v in os.environ.items()
+                if not k.startswith(("RAY_", "RL_INSIGHT_", "VERL_"))}
+            env.update({"RL_INSIGHT_SERVER_URL": world.url, "VERL_RL_INSIGHT_ENABLE": "1",
+                        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1",
+                        "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"})
+            paths = [str(REPO)] + ([str(VENV_FRAMEWORKS / packages / "site-packages")]
+                                   if packages else [])
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+            log = (out / "log.txt").open("w+")
+            proc = subprocess.Popen(
+                [sys.executable, str(FRAMEWORKS / driver), "--project", FRAMEWORK_PROJECT,
+                 "--experiment-name", f"e2e-{name}", "--truth", str(out / "truth.json"),
+                 *args], env=env, cwd=out, stdout=log, stderr=subprocess.STDOUT, text=True)
+            proc.log = log
+            self.procs[name] = (proc, out)
+
+    def results(self) -> dict[str, dict]:
+        """name -> the driver's RUN line, its ground truth and when it was done."""
+        if self._results is None:
+            out = {}
+            for name, (proc, work) in self.procs.items():
+                proc.wait(timeout=300)
+                proc.log.seek(0)
+                text = proc.log.read()
+                assert proc.returncode == 0, f"{name}: " + text[-6000:]
+                line = next(x for x in text.splitlines() if x.startswith("RUN "))
+                run = json.loads(line[len("RUN "):])
+                run["truth"] = json.loads((work / "truth.json").read_text())
+                run["t_done"] = time.time()
+                run["output"] = text
+                out[name] = run
+            self._results = out
+        return self._results
+
+    def stop(self) -> None:
+        for proc, _ in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        shutil.rmtree(self.work, True)
+
+
+@pytest.fixture(scope="session")
+def framework_runs(ray_world):
+    """The frameworks' runs (slime on the Ray world's cluster, the others beside it),
+    started once, for the all-panels runs and the frameworks' own tests."""
+    runs = FrameworkRuns(ray_world)
+    OPEN["ray_world"].callback(runs.stop)
+    yield runs
+    runs.stop()

@@ -259,7 +259,8 @@ def rollout_log(rollout_id: int, args: Any, samples: list, rollout_extra_metrics
         start, end = generation_window(samples, rollout_time)
         rl_insight.trace_span(name=GENERATE_STATE, start_time_ns=start, end_time_ns=end,
                               attributes={"state_lane_id": "driver", "step": rollout_id,
-                                          "samples": len(samples or [])})
+                                          "samples": len(samples or []),
+                                          "monitor.trace_segment": "state_interval"})
     except Exception:
         log.warning("rl-insight: slime's rollout hook failed", exc_info=True)
     chained = _chained(args, "custom_rollout_log_function_path")

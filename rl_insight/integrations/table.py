@@ -30,11 +30,9 @@ BUCKETS = ("productive", "overhead", "idle", "wasted")  # NeMo-RL's goodput buck
 
 @dataclass(frozen=True)
 class Timing:
-    """A timing key's part of the step; ``lag`` 1 when the value logged with step k is
-    step k-1's (slime times the weight sync after it logged the step)."""
+    """A timing key's part of the step."""
 
     part: str
-    lag: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,11 +73,6 @@ class Framework:
     # trace importer makes the step marks from the events that carry it)
     step_from_attr: str | None = None
     key_prefixes: tuple[str, ...] = ()  # key groups its dashboard shows, in order
-
-    @property
-    def lagging(self) -> bool:
-        """Whether some timing key is logged with the step after its own."""
-        return any(t.lag for t in self.timings.values())
 
     def timing(self, key: str) -> Timing | None:
         """The part a logged key is, or None (a scalar like any other)."""

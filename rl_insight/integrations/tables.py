@@ -36,8 +36,8 @@ CHECKPOINT = "save_checkpoint"
 OFFLOAD = "offload"
 
 
-def _t(part: str, lag: int = 0) -> Timing:
-    return Timing(part, lag)
+def _t(part: str) -> Timing:
+    return Timing(part)
 
 
 VERL = Framework(
@@ -71,10 +71,10 @@ SLIME = Framework(
              "perf/teacher_log_probs_time": _t("teacher_compute_log_prob"),
              "perf/data_preprocess_time": _t(DATA),
              "perf/wake_up_time": _t(OFFLOAD),
-             # timed after log_perf_data of their iteration: logged with the next
-             "perf/update_weights_time": _t(WEIGHTS, lag=1),
-             "perf/save_model_time": _t(CHECKPOINT, lag=1),
-             "perf/sleep_time": _t(OFFLOAD, lag=1)},
+             # timed after the step before logged its perf dict: parts of this step, whose
+             # perf/step_time (train_wait + train) holds them, as its window does
+             "perf/update_weights_time": _t(WEIGHTS),
+             "perf/save_model_time": _t(CHECKPOINT), "perf/sleep_time": _t(OFFLOAD)},
     # train_time holds the log-probs and the actor train; train_wait_time is the gap
     # between two train blocks (the rollout, the weight sync, the save)
     containers=frozenset({"perf/train_time", "perf/train_wait_time"}),

@@ -48,7 +48,6 @@ def main(argv=None) -> int:
 
     os.environ.update(framework_tracing_env(env_vars(), os.environ))  # ray-env --otel
     from nemo_rl.utils.logger import Logger
-    from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider

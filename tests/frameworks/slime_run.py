@@ -95,9 +95,10 @@ class RolloutManager:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             time.sleep(0.02)
-        for i in range(requests * len(self.engines)):
-            s = t0 + rng.uniform(0, 0.05)
-            e = t0 + seconds - rng.uniform(0, 0.05)
+        n = requests * len(self.engines)
+        for i in range(n):  # the first request starts the rollout, the last ends it
+            s = t0 + (rng.uniform(0, 0.05) if i else 0.0)
+            e = t0 + seconds - (rng.uniform(0, 0.05) if i < n - 1 else 0.0)
             sample = Namespace(index=i, trace={"events": [
                 {"type": "span_start", "name": "sglang_generate", "ts": s},
                 {"type": "span_end", "name": "sglang_generate", "ts": e}]})

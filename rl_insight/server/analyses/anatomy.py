@@ -50,11 +50,10 @@ class _Timings:
     """A step's timing keys as the framework trackers send them (several processes may
     each send some: slime's rollout manager and its training rank)."""
 
-    __slots__ = ("framework", "values", "first_ns", "last_ns", "lagged")
+    __slots__ = ("framework", "values", "first_ns", "last_ns")
 
     def __init__(self, framework: str, at_ns: int) -> None:
         self.framework = framework
-        self.lagged = False  # the keys logged with the next step came
         self.values: dict[str, float] = {}
         self.first_ns = self.last_ns = at_ns
 
@@ -96,32 +95,20 @@ class RunAnatomy:
 
     def add_timing(self, framework: str, step: int, at_ns: int,
                    values: dict[str, float]) -> None:
-        """A step's timing keys; a key the table marks as lagging belongs to the step
-        before (slime's weight sync, timed after it logged its step)."""
-        fw = integrations.get(framework)
-        if fw is None:
+        """A step's timing keys (several records may hold some each)."""
+        if integrations.get(framework) is None:
             return
-        for key, value in values.items():
-            t = fw.timing(key)
-            target = step - (t.lag if t is not None else 0)
-            if target != step and target not in self.timings and \
-                    target > self.timing_final:
-                target = step  # no step before it: the first step's own (an initial sync)
-            if target <= self.timing_final:
-                self.timings_late += 1
-                continue
-            entry = self.timings.get(target)
-            if entry is None:
-                entry = self.timings[target] = _Timings(fw.name, at_ns)
-                self.timings = OrderedDict(sorted(self.timings.items()))
-                while len(self.timings) > MAX_TIMING_STEPS:
-                    self.timings.popitem(last=False)
-            if target == step:
-                entry.values[key] = value
-                entry.last_ns = max(entry.last_ns, at_ns)
-            else:  # beside the step's own (slime's first step: its initial weight sync)
-                entry.values[key] = entry.values.get(key, 0.0) + value
-                entry.lagged = True
+        if step <= self.timing_final:
+            self.timings_late += len(values)
+            return
+        entry = self.timings.get(step)
+        if entry is None:
+            entry = self.timings[step] = _Timings(framework, at_ns)
+            self.timings = OrderedDict(sorted(self.timings.items()))
+            while len(self.timings) > MAX_TIMING_STEPS:
+                self.timings.popitem(last=False)
+        entry.values.update(values)
+        entry.last_ns = max(entry.last_ns, at_ns)
 
     def add_bucket(self, bucket: str, start: int, end: int) -> None:
         self.buckets.append((bucket, start, end))
@@ -142,18 +129,15 @@ class RunAnatomy:
         steps = list(self.timings)
         for i, step in enumerate(steps):
             entry = self.timings[step]
-            fw = integrations.get(entry.framework)
-            # a later step reported; where the table has keys logged a step late, they
-            # came too (or two later steps reported: this step has none)
-            later = len(steps) - i - 1
-            complete = later >= 2 or (later == 1 and (entry.lagged or not fw.lagging))
+            later = i + 1 < len(steps)  # a later step reported: this one's keys are in
             if not (finished or now_ns >= entry.last_ns + wait or
-                    (complete and now_ns >= entry.last_ns + settle)):
+                    (later and now_ns >= entry.last_ns + settle)):
                 break
             del self.timings[step]
             self.timing_final = step
             if self.lane_rows:
                 continue  # the lanes tell this run's steps
+            fw = integrations.get(entry.framework)
             start = self.timing_end or None
             row = timing_row(step, entry.last_ns, parts(fw, entry.values), fw.name,
                              start_ns=start if start is not None else entry.first_ns)
