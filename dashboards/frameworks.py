@@ -179,8 +179,9 @@ def sections(fw: Framework, section, key_panel) -> list:
     if fw.name in ENGINES:
         name, panels = ENGINES[fw.name]
         out.append(section(f"Rollout ({name})", panels, repeat="role"))
-    if fw.name in LIVE_LANES:
-        out.append(section("State timeline", TIMELINE_PROM))
+    if fw.name in LIVE_LANES:  # no per-request lanes: no pooled ones
+        out.append(section("State timeline", tuple(
+            p for p in TIMELINE_PROM if p.title != "Pooled lanes in each state")))
     if fw.name in TRACED:
         out.append(section("Spans (Tempo)", tempo(fw)))
     out += [section(f"All {g.title}", (key_panel(g),), collapsed=True)

@@ -69,6 +69,10 @@ def explain(rows: Sequence[Mapping], step: int,
         out["critical_path"] = _generation(row, before, top["part"].split(":", 1)[1])
     out["goodput"] = _goodput(row, base_duration)
     out["requests_dropped"] = row.get("requests_dropped", 0)
+    out["source"] = row.get("source", "lanes")
+    out["framework"] = row.get("framework")
+    if row.get("buckets"):
+        out["goodput"]["buckets"] = row["buckets"]
     return out
 
 
@@ -147,6 +151,9 @@ def render(e: Mapping) -> str:
         lines[0] += (f", {e['over_baseline_s']:+.2f}s against the median of steps "
                      f"{e['baseline_steps'][0]}-{e['baseline_steps'][-1]} "
                      f"({e['baseline_duration_s']:.2f}s)")
+    if e.get("source") == "timing_keys":
+        lines.append(f"(from {e.get('framework') or 'the framework'}'s timing keys: its parts "
+                     "as it timed them, no replica breakdown)")
     lines.append("where the time went, most over the baseline first:")
     for c in e["contributions"]:
         if abs(c["over_s"]) < 0.005 and c["seconds"] < 0.005:
@@ -154,6 +161,10 @@ def render(e: Mapping) -> str:
         lines.append(f"  {c['over_s']:+8.2f}s  {c['part']:<34} {c['seconds']:.2f}s "
                      f"(baseline {c['baseline_s']:.2f}s)")
     cp = e.get("critical_path")
+    if cp and cp.get("slowest_replica") is None:
+        lines.append(f"critical path: {cp['role']} generation, as a whole (no replica lanes: "
+                     "the framework's own rollout span or timing key)")
+        cp = None
     if cp:
         ratio = cp.get("straggler_ratio")
         lines.append(f"critical path: {cp['role']} generation, slowest replica "

@@ -196,7 +196,12 @@ def test_the_slow_step_is_explained_by_its_weight_sync(route_server, runs, trial
 def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
     """``rl-insight import traces-r0.jsonl --framework areal`` after the run, into a
     run of its own: the steps from the events' global_step, the file placed in time by
-    its mtime (its last event ends when it was written), so the same rows."""
+    its mtime (its last event ends when it was written), so the same rows.
+
+    The last step's row waits: rank 0's lane ended before its mark did, and nothing
+    tells the server an imported file's run is over (``anatomy.max_wait_s``, 120 s,
+    finalizes it), so the rows compared are the first STEPS - 1, and the last if it came.
+    """
     url = route_server.url
     trace = runs[TRACED]["trace_file"]
     followed = all_rows(url, TRACED)
@@ -204,15 +209,21 @@ def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
                              "--experiment-name", IMPORTED)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"as {PROJECT}/{IMPORTED}" in r.stdout, r.stdout
-    rows = all_rows(url, IMPORTED)
-    for row, was in zip(rows, followed, strict=True):
+    rows = wait_for(lambda: (got := anatomy(url, IMPORTED)) and
+                    [x["step"] for x in got][:STEPS - 1] == list(range(STEPS - 1)) and got,
+                    30, f"a row for steps 0-{STEPS - 2} of {PROJECT}/{IMPORTED}")
+    for row, was in zip(rows, followed, strict=False):
         where = f"step {row['step']}: {row} / followed: {was}"
-        assert row["source"] == "lanes", where
+        assert row["step"] == was["step"] and row["source"] == "lanes", where
         for key in ("start_ns", "end_ns"):
             assert row[key] / 1e9 == pytest.approx(was[key] / 1e9, abs=CLOSE_S), where
-        assert row["duration_s"] == pytest.approx(was["duration_s"], abs=1e-3), where
+        # the followed run's window may be its tracker's mark (commit to commit), the
+        # first of the two to arrive: a few ms apart; its parts are the same spans'
+        assert row["duration_s"] == pytest.approx(was["duration_s"], abs=CLOSE_S), where
         assert row["generate_s"] == pytest.approx(was["generate_s"], abs=1e-3), where
         assert row["phases"] == pytest.approx(was["phases"], abs=1e-3), where
+        assert row["gpu_seconds"]["weight_sync"]["busy"] == pytest.approx(
+            was["gpu_seconds"]["weight_sync"]["busy"], abs=1e-3), where  # rank 0's lane
 
 
 # ---------------------------------------------------------------- fast tier

@@ -3,10 +3,11 @@
 The integration test drives a real trl 1.16.0 ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
 on CPU in a process of its own (tests/frameworks/trl_run.py, TRL's packages from
 .venv/frameworks/trl/site-packages: pytest never imports TRL), with one step made slow
-in its reward function. The callback takes TRL's own profiling times
-(trl/extras/profiling.py, ``ProfilingContext._log_metrics``, which TRL sends to wandb
-and mlflow only) as the step's parts; the run's ground truth is what the driver
-recorded beside it: every dict TRL logged, TRL's profiling records, the sleep.
+in its reward function and an evaluation right after it (and at the end). The callback
+takes TRL's own profiling times (trl/extras/profiling.py, ``ProfilingContext.
+_log_metrics``, which TRL sends to wandb and mlflow only) as the step's parts; the run's
+ground truth is what the driver recorded beside it: every dict TRL logged, TRL's
+profiling records, the sleep.
 
 The fast-tier tests check the callback's per-step bookkeeping without TRL.
 """
@@ -49,6 +50,8 @@ def _per_step(profile: list[dict]) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
     pending = 0.0
     for rec in profile:
+        if rec["eval"]:  # an evaluation's: no part of a training step
+            continue
         step = out.setdefault(rec["step"], {})
         name, seconds = rec["name"], rec["seconds"]
         if name == LOGPS:
@@ -66,10 +69,13 @@ def _per_step(profile: list[dict]) -> dict[int, dict[str, float]]:
 
 @pytest.mark.integration
 def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server, tmp_path):
-    """A 6-step GRPOTrainer run, step 4's reward function 1.5 s slow: every number TRL
-    logged is a series in Prometheus; the step anatomy has a row per step from its
-    timing keys, generation and rewards as long as TRL's own profiling measured them;
-    ``rl-insight report --step 4`` and the explain route put the reward phase first."""
+    """A 6-step GRPOTrainer run, step 4's reward function 1.5 s slow and an evaluation
+    after step 4: every number TRL logged is a series in Prometheus; the step anatomy
+    has a row per step from its timing keys, generation and rewards as long as TRL's own
+    profiling measured them in the step (the evaluation's are none of step 4's);
+    ``rl-insight report --step 4`` and the explain route put the reward phase first.
+    Drives trl 1.16.0: trl/trainer/grpo_trainer.py (``GRPOTrainer``, its logs),
+    trl/extras/profiling.py (``ProfilingContext``: the times of its parts)."""
     assert (TRL_PATH / "trl" / "trainer" / "grpo_trainer.py").exists(), (
         f"trl is not in {TRL_PATH}: run `make setup` (it installs TRL_PACKAGES there "
         "without their dependencies)")
@@ -83,21 +89,29 @@ def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server, tmp_pa
                 "PYTHONPATH": os.pathsep.join([str(REPO), str(TRL_PATH)])})
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, str(DRIVER), "--out", str(truth_file), "--steps",
-                        str(STEPS), "--slow-step", str(SLOW), "--sleep", str(SLEEP)],
+                        str(STEPS), "--slow-step", str(SLOW), "--sleep", str(SLEEP),
+                        "--eval-steps", str(SLOW)],
                        env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     truth = json.loads(truth_file.read_text())
     assert truth["trl"] == "1.16.0"
     assert truth["slept"]["step"] == SLOW and truth["slept"]["seconds"] >= SLEEP
     slept = truth["slept"]["seconds"]
-    assert [d["step"] for d in truth["logs"]] == [*range(1, STEPS + 1), STEPS]
+    kinds = [("step" if "loss" in d["logs"] else "eval" if "eval_runtime" in d["logs"]
+              else "summary" if "train_loss" in d["logs"] else "?", d["step"])
+             for d in truth["logs"]]
+    assert kinds == [*(("step", n) for n in range(1, SLOW + 1)), ("eval", SLOW),
+                     *(("step", n) for n in range(SLOW + 1, STEPS + 1)),
+                     ("eval", STEPS), ("summary", STEPS)], kinds  # and at the run's end
+    assert any(rec["eval"] and rec["name"] in GENERATE for rec in truth["profile"])
     print(f"the TRL run took {time.monotonic() - t0:.1f}s (train {truth['train_s']:.1f}s)")
 
     # a. every number TRL logged is a series of the run, at its last value
     last: dict[str, float] = {}
     for d in truth["logs"]:
         last.update((k, float(v)) for k, v in d["logs"].items() if _numeric(v))
-    assert {"reward", "completions/mean_length", "kl", "train_runtime"} <= set(last)
+    assert {"reward", "completions/mean_length", "kl", "train_runtime",
+            "eval_reward"} <= set(last)
     want = {naming.metric_name(k, "gauge")[0]: (k, v) for k, v in last.items()}
     want["rl_insight_monitor_step"] = ("step", float(STEPS))
     ident = ",".join(f'{k}="{v}"' for k, v in RUN.items())
@@ -176,7 +190,7 @@ def _same(got: float, want: float) -> bool:
 # ---------------------------------------------------------------- the fast tier
 
 
-def test_the_profile_tells_the_reference_log_probs_from_the_losss():
+def test_log_prob_passes_before_prepare_inputs_are_the_references():
     """Log-prob passes that end before ``_prepare_inputs`` does are the reference's (and
     the old policy's); the pass inside ``compute_loss`` is the loss's own; ``take`` hands
     out the step's times as ``profiling/<name>`` keys and empties the profile."""
@@ -221,8 +235,8 @@ def test_the_profile_tells_the_reference_log_probs_from_the_losss():
 
 def test_each_step_of_the_callback_carries_its_own_profile():
     """``on_log``: a step's dict goes with its step and that step's profile (the
-    optimizer step the callback times between its two events); the run's summary with
-    no step and no profile."""
+    optimizer step the callback times between its two events); an evaluation's metrics
+    and the run's summary with no step and no profile."""
     sent: list = []
     cb = adapter.RLInsightCallback()
     cb.tracker = SimpleNamespace(log=lambda data, step: sent.append((data, step)))
@@ -243,9 +257,23 @@ def test_each_step_of_the_callback_carries_its_own_profile():
     cb.on_log(None, state, None, logs={"reward": 7.0})
     assert sent == [({"reward": 7.0, "profiling/GRPOTrainer.transformers.generate": 0.25},
                      2)]
+    # an evaluation's metrics: no step, and what TRL profiled in it (its generation) is
+    # neither theirs nor the next step's
     sent.clear()
-    cb.on_log(None, state, None, logs={"train_runtime": 3.0, "total_flos": 0.0})
-    assert sent == [({"train_runtime": 3.0, "total_flos": 0.0}, None)]
+    cb.profile.add("GRPOTrainer.transformers.generate", 2.0)
+    cb.on_log(None, state, None, logs={"eval_loss": 0.0, "eval_runtime": 2.5, "epoch": 0.5})
+    assert sent == [({"eval_loss": 0.0, "eval_runtime": 2.5, "epoch": 0.5}, None)]
+    sent.clear()
+    state.global_step = 3
+    cb.profile.add("GRPOTrainer.transformers.generate", 0.125)
+    # include_num_input_tokens_seen: a step's dict holds train_runtime too
+    cb.on_log(None, state, None, logs={"loss": 0.5, "train_runtime": 9.0})
+    assert sent == [({"loss": 0.5, "train_runtime": 9.0,
+                      "profiling/GRPOTrainer.transformers.generate": 0.125}, 3)]
+    sent.clear()
+    cb.on_log(None, state, None, logs={"train_runtime": 3.0, "total_flos": 0.0,
+                                       "train_loss": 0.25})
+    assert sent == [({"train_runtime": 3.0, "total_flos": 0.0, "train_loss": 0.25}, None)]
 
 
 def test_run_names(monkeypatch):

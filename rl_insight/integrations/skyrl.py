@@ -14,7 +14,6 @@ your runtime env (``rl-insight ray-env``) or export them before ``ray start``.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -24,11 +23,6 @@ from rl_insight.integrations.tracker import FrameworkTracker
 
 NAME = "rl_insight"
 FRAMEWORK = tables.SKYRL
-# the step of a dict is the ``step`` SkyRL passes with it (every trainer passes its
-# global_step), not the dict's ``trainer/global_step``: the fully-async trainer logs a
-# step's timing keys in a second dict without it (fully_async_trainer.py, skyrl 0.3.0
-# :598, a9564572 :641), and the step key alone lost them
-_BY_STEP = dataclasses.replace(FRAMEWORK, step_key=None)
 
 
 class _Backend:
@@ -36,7 +30,7 @@ class _Backend:
     (twice: the trainer's, then ``Tracking.__del__``'s)."""
 
     def __init__(self, project: str, experiment_name: str, config: Any) -> None:
-        self.tracker = FrameworkTracker(_BY_STEP, project, experiment_name,
+        self.tracker = FrameworkTracker(FRAMEWORK, project, experiment_name,
                                         _rl_insight_config(config))
 
     def log(self, data: dict, step: int | None = None, **_: Any) -> None:

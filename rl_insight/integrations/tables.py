@@ -179,7 +179,8 @@ SKYRL = Framework(
     name="skyrl", title="SkyRL",
     source="NovaSky-AI/SkyRL a9564572 skyrl/train/trainer.py, fully_async_trainer.py "
            "(Timer names, logged as timing/<name>); the same in skyrl 0.3.0 on PyPI",
-    step_key="trainer/global_step", step_time_key="timing/step",
+    # every call passes step= (the fully-async trainer's timings dict has no step key)
+    step_time_key="timing/step",
     timings={"timing/generate": _t(GENERATE),
              "timing/fwd_logprobs_values_reward": _t(ACTOR_LOGP),
              "timing/compute_advantages_and_returns": _t(ADVANTAGES),
@@ -188,13 +189,14 @@ SKYRL = Framework(
              "timing/postprocess_generator_output": _t(DATA),
              "timing/policy_train": _t(ACTOR_UPDATE),
              "timing/critic_train": _t(CRITIC_UPDATE),
-             "timing/sync_weights": _t(WEIGHTS), "timing/eval": _t(VALIDATION),
+             "timing/sync_weights": _t(WEIGHTS),
              "timing/save_checkpoints": _t(CHECKPOINT),
              "timing/save_hf_model": _t(CHECKPOINT),
              "timing/update_ref_with_policy": _t("update_ref"),
              "timing/wait_for_generation_buffer": _t(IDLE)},
+    # eval runs outside the step's timer (before training, then after the step)
     containers=frozenset({"timing/train_critic_and_policy", "timing/run_training",
-                          "timing/cleanup_old_checkpoints",
+                          "timing/cleanup_old_checkpoints", "timing/eval",
                           "timing/policy_critic_overlap_train"}),
     key_prefixes=("policy/", "critic/", "reward/", "generate/", "loss/", "timing/",
                   "trainer/", "eval/", "vllm/"),

@@ -2,7 +2,8 @@
 
 A transformers ``TrainerCallback`` in all but its base class (the trainer calls each
 event by name; importing transformers is left to TRL). On the main process, each
-``on_log`` becomes gauges with ``state.global_step`` as the step. TRL times its own work
+``on_log`` becomes gauges, a training step's with ``state.global_step`` as the step (an
+evaluation's and the run's summary with none). TRL times its own work
 in profiling contexts and sends those times to wandb and mlflow only
 (``trl/extras/profiling.py``); the callback takes them too (TRL's ``ProfilingContext``
 reports each one through ``_log_metrics``, which it wraps once), and each step's are
@@ -129,7 +130,14 @@ class RLInsightCallback:
         if self.tracker is None or not logs:
             return
         data = dict(logs)
-        if "train_runtime" in data:  # the run's summary, not a step
+        if "loss" not in data and any(k.endswith("_runtime") for k in data):
+            # not a training step's dict (each has `loss`; with
+            # include_num_input_tokens_seen it has `train_runtime` too): the run's summary
+            # (train_runtime, train_loss) or an evaluation's metrics (eval_runtime,
+            # eval_*), logged with no step. What TRL profiled in an evaluation (its
+            # generation, its loss) is no part of the step before it, whose parts it
+            # would replace at the server
+            self.profile.take()
             self.tracker.log(data, None)
             return
         data.update(self.profile.take())

@@ -4,9 +4,12 @@ RL-Insight turned on the way TRL users turn on any reporting: ``callbacks=
 PYTHONPATH (``make setup``: .venv/frameworks/trl/site-packages) and the run named by
 ``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME``.
 
-Nothing is downloaded (as /work/notes/trl_probe.py): a word-level tokenizer built here,
-a tiny Qwen2 with random weights saved to a temporary folder, six prompts. ``beta`` > 0,
-so TRL also computes the reference model's log-probs (and logs ``kl``).
+Nothing is downloaded: a word-level tokenizer built here, a tiny Qwen2 with random
+weights saved to a folder beside ``--out``, six prompts. ``beta`` > 0,
+so TRL also computes the reference model's log-probs (and logs ``kl``);
+``include_num_input_tokens_seen`` on, so each step's dict also holds ``train_runtime``
+(transformers' ``Trainer.log``); with ``--eval-steps N`` an evaluation on two prompts
+every N steps (its own generation, rewards and loss, profiled by TRL as a step's are).
 
 One step is made slow: at step ``--slow-step`` the reward function sleeps
 ``--sleep`` seconds. The ground truth goes to ``--out`` (JSON), measured here, beside
@@ -17,7 +20,7 @@ TRL and the callback:
   the step it belongs to (``ProfilingContext.step`` is the global step when the context
   was made, 0-based: the work of logged step k carries k-1) and its seconds, taken by
   wrapping ``trl.extras.profiling.ProfilingContext._log_metrics`` before the callback
-  wraps it (trl/extras/profiling.py);
+  wraps it (trl/extras/profiling.py), ``eval`` true for those made in an evaluation;
 - ``slept``: the step that slept and for how long (perf_counter around the sleep);
 - ``trl``: TRL's version.
 """
@@ -41,26 +44,29 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--slow-step", type=int, default=4)
     p.add_argument("--sleep", type=float, default=1.5)
+    p.add_argument("--eval-steps", type=int, default=0)
     a = p.parse_args()
 
     import torch
+    import trl
+    import trl.extras.profiling as profiling
     from datasets import Dataset
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    import trl
-    import trl.extras.profiling as profiling
-    from rl_insight.integrations.trl import RLInsightCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    from rl_insight.integrations.trl import RLInsightCallback
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
 
     profile: list[dict] = []
+    evaluating: list[bool] = []
     original = profiling.ProfilingContext._log_metrics
 
     def record(self, duration):
-        profile.append({"name": self.name, "step": self.step + 1, "seconds": duration})
+        profile.append({"name": self.name, "step": self.step + 1, "seconds": duration,
+                        "eval": bool(evaluating)})
         return original(self, duration)
 
     profiling.ProfilingContext._log_metrics = record
@@ -69,7 +75,7 @@ def main() -> None:
              "five six seven eight nine ten yes no good bad is was and or not hello world "
              "count say").split()
     vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *words])}
-    tmp = tempfile.mkdtemp(prefix="trl_run_")
+    tmp = tempfile.mkdtemp(prefix="trl_run_", dir=os.path.dirname(os.path.abspath(a.out)))
     model_dir = os.path.join(tmp, "tiny-model")
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -112,15 +118,30 @@ def main() -> None:
                   "on_predict", "on_save", "on_prediction_step", "on_push_begin"):
         setattr(Recorder, event, nothing)
 
+    evals = {"eval_strategy": "steps", "eval_steps": a.eval_steps,
+             "per_device_eval_batch_size": 2} if a.eval_steps else {}
     args = GRPOConfig(output_dir=os.path.join(tmp, "out"), max_steps=a.steps,
                       per_device_train_batch_size=2, num_generations=2,
                       max_completion_length=8, logging_steps=1, report_to=[],
                       use_cpu=True, bf16=False, gradient_checkpointing=False,
                       save_strategy="no", learning_rate=1e-3, disable_tqdm=True,
-                      dataloader_num_workers=0, seed=0, beta=0.04)
+                      dataloader_num_workers=0, seed=0, beta=0.04,
+                      include_num_input_tokens_seen=True, **evals)
     trainer = GRPOTrainer(model=model_dir, reward_funcs=reward_len, args=args,
-                          train_dataset=dataset, processing_class=hf_tok,
+                          train_dataset=dataset,
+                          eval_dataset=dataset.select(range(2)) if a.eval_steps else None,
+                          processing_class=hf_tok,
                           callbacks=[RLInsightCallback(), Recorder()])
+    evaluate = trainer.evaluate
+
+    def evaluating_too(*args, **kwargs):  # the trainer calls self.evaluate
+        evaluating.append(True)
+        try:
+            return evaluate(*args, **kwargs)
+        finally:
+            evaluating.pop()
+
+    trainer.evaluate = evaluating_too
     t0 = time.time()
     trainer.train()
     with open(a.out, "w") as f:

@@ -92,6 +92,9 @@ class RunAnatomy:
         self.lane_rows = False  # a row had lane data: the lanes win over timing keys
         self.buckets: deque[tuple[str, int, int]] = deque(maxlen=MAX_BUCKET_SPANS)
         self.mark_steps: deque[int] = deque(maxlen=MAX_SPANS_PER_LANE)  # recent marks' steps
+        # the windows of the newest final marks, made into rows or not (nothing but
+        # timing keys told them yet): a late lane's spans make them again
+        self.windows: OrderedDict[int, tuple[int, int]] = OrderedDict()
 
     def add_timing(self, framework: str, step: int, at_ns: int,
                    values: dict[str, float]) -> None:
@@ -148,12 +151,22 @@ class RunAnatomy:
 
     def _replace_or_append(self, row: StepRow) -> None:
         """Put a row in, in place of a row of the same step (lanes that came after its
-        timing keys replace that row; a redone row its old self)."""
-        for i in range(len(self.rows) - 1, max(-1, len(self.rows) - REDO_ROWS - 1), -1):
-            if self.rows[i].step == row.step:
-                self.rows[i] = row
+        timing keys replace that row; a redone row its old self), else in step order."""
+        i = len(self.rows)
+        for _ in range(min(len(self.rows), 2 * REDO_ROWS)):
+            if self.rows[i - 1].step == row.step:
+                self.rows[i - 1] = row
                 return
-        self.rows.append(row)
+            if self.rows[i - 1].step < row.step:
+                break
+            i -= 1
+        if i == len(self.rows):
+            self.rows.append(row)
+        else:
+            if len(self.rows) == self.rows.maxlen:  # full: the oldest goes, as append's
+                self.rows.popleft()
+                i -= 1
+            self.rows.insert(max(i, 0), row)
 
     def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
         if lane == TRAINER_LANE and state == STEP_STATE:
@@ -244,6 +257,9 @@ class RunAnatomy:
                            settings.gpus_per_rank, self._buckets(start, end))
             row.requests_dropped = self._take_dropped(start, end)
             self.final_end = end
+            self.windows[step] = (start, end)
+            while len(self.windows) > 2 * REDO_ROWS:
+                self.windows.popitem(last=False)
             if _from_lanes(row):
                 self.lane_rows = True
                 self._replace_or_append(row)
@@ -256,20 +272,23 @@ class RunAnatomy:
 
     def _redo_late(self) -> list[StepRow]:
         """Rows of final steps that a late span overlaps, computed again (a lane actor
-        that restarted sends what it had not delivered, after newer spans), as long as
-        their spans are still held."""
+        that restarted sends what it had not delivered, after newer spans; a framework's
+        own spans come seconds after its step's mark), as long as their spans are still
+        held. Lanes that come late replace a row made from timing keys meanwhile."""
         late, self.late = self.late, None
         if late is None:
             return []
         lanes = {lane: list(q) for lane, q in self.lanes.items()}
+        rows = {r.step: r for r in self.rows if r.start_ns >= self.horizon}
         redone = []
-        for i in range(len(self.rows) - 1, -1, -1):
-            row = self.rows[i]
-            if row.start_ns < self.horizon:
-                break
-            if row.start_ns < late[1] and late[0] < row.end_ns and row.source == "lanes":
-                new = step_row(row.step, row.start_ns, row.end_ns, lanes, (), 1.0, 1.0,
-                               self._buckets(row.start_ns, row.end_ns))
+        for step, (start, end) in self.windows.items():
+            if start < self.horizon or not (start < late[1] and late[0] < end):
+                continue
+            new = step_row(step, start, end, lanes, (), 1.0, 1.0, self._buckets(start, end))
+            if not _from_lanes(new):
+                continue
+            row = rows.get(step)
+            if row is not None and row.source == "lanes":
                 # its requests were joined when it was first made: they stay
                 for k in ("requests", "tail", "critical", "tail_share",
                           "generated_tokens"):
@@ -277,8 +296,9 @@ class RunAnatomy:
                 total = sum(g["busy"] + g["idle"] for g in new.gpu_seconds.values())
                 if new.generated_tokens is not None and total > 0:
                     new.tokens_per_gpu_second = new.generated_tokens / total
-                self.rows[i] = new
-                redone.append(self.rows[i])
+            self.lane_rows = True
+            self._replace_or_append(new)
+            redone.append(new)
         return redone
 
     def _prune(self, before_ns: int) -> None:

@@ -107,14 +107,18 @@ def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> Non
             return
     attrs = _attrs(span.attributes)
     service = resource.get("service.name")
-    rule = fw.rule(span.name, str(service) if service is not None else None)
-    if rule is None:
-        found.counts[(fw.name, UNMATCHED)] += 1
-        return
     project = attrs.get("project", resource.get("project"))
     experiment = attrs.get("experiment_name", resource.get("experiment_name"))
     if not project or not experiment:
         found.counts[(fw.name, NO_RUN)] += 1
+        return
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if fw.bucket_attr and attrs.get(fw.bucket_attr):  # a leaf's goodput, mapped or not
+        found.buckets.append((str(project), str(experiment), str(attrs[fw.bucket_attr]),
+                              start, end))
+    rule = fw.rule(span.name, str(service) if service is not None else None)
+    if rule is None:
+        found.counts[(fw.name, UNMATCHED)] += 1
         return
     step = _int(attrs.get(rule.step_attr)) if rule.step_attr else None
     if rule.lane == STEP:
@@ -131,12 +135,8 @@ def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> Non
     else:
         lane, state = DRIVER, rule.state
     process = str(resource.get("service.instance.id") or service or fw.name)
-    start, end = span.start_time_unix_nano, span.end_time_unix_nano
     found.rows.append((str(project), str(experiment), lane, state, start, end, process,
                        step))
-    if fw.bucket_attr and attrs.get(fw.bucket_attr):
-        found.buckets.append((str(project), str(experiment), str(attrs[fw.bucket_attr]),
-                              start, end))
     found.counts[(fw.name, MAPPED)] += 1
     # Tempo holds it as this package's own state span: on its lane, in its run
     extra = {"state_lane_id": lane, "state_name": state,
