@@ -89,13 +89,19 @@ def _key(key: str) -> Query:
     return Query(f"{gauge_key(key)}{{{RUN}}}", key)
 
 
+def _name_pattern(key: str) -> str:
+    """A timing key's exported name, as a regex where the key is a pattern (``*``)."""
+    star = "xstarx"
+    return gauge_key(key.replace("*", star)).replace(star, ".+")
+
+
 def training(fw: Framework) -> tuple[Panel, ...]:
     """The framework's headline keys, then the step's time as its timing keys tell it
     (each key of its table a line: the framework's own breakdown)."""
     out = [ts(title, *(_key(k) for k in keys), unit=unit,
               description=f"{fw.title}: {', '.join(keys)}.")
            for title, unit, keys in CURATED[fw.name]]
-    names = "|".join(gauge_key(k) for k in fw.timings if "*" not in k)
+    names = "|".join(sorted({_name_pattern(k) for k in fw.timings}))
     if names:
         out.append(ts("Step time by the framework's timers",
                       Query(f'label_replace({{__name__=~"{names}",{RUN}}}, "key", "$1", '

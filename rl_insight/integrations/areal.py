@@ -78,7 +78,7 @@ def _attach(trainer: Any) -> FrameworkTracker:
     wrap(trainer.stats_logger, tracker)
     if _rank() == 0:
         register_servers(trainer, config)
-    pass  # MUTATION follow_perf_tracer(config, project, experiment)
+    follow_perf_tracer(config, project, experiment)
     return tracker
 
 

@@ -205,21 +205,22 @@ SKYRL = Framework(
 TRL = Framework(
     name="trl", title="TRL",
     source="trl 1.16.0 trl/extras/profiling.py (ProfilingContext names, "
-           "GRPOTrainer.<name>), trl/trainer/grpo_trainer.py (logs: step_time)",
+           "<the trainer's class>.<name>), trl/trainer/grpo_trainer.py (logs: step_time)",
     # profiling/<name> keys are what RLInsightCallback adds to the step's logs from
-    # TRL's own profiling contexts (TRL sends those to wandb and mlflow only)
-    timings={"profiling/GRPOTrainer.transformers.generate": _t(GENERATE),
-             "profiling/GRPOTrainer.vLLM.generate": _t(GENERATE),
-             "profiling/GRPOTrainer.transformers.generate_batch": _t(GENERATE),
-             "profiling/GRPOTrainer._calculate_rewards": _t(REWARD),
-             "profiling/GRPOTrainer.compute_loss": _t(ACTOR_UPDATE),
+    # TRL's own profiling contexts (TRL sends those to wandb and mlflow only); the
+    # trainer's class is GRPOTrainer, or a subclass of it with its own name
+    timings={"profiling/*.transformers.generate": _t(GENERATE),
+             "profiling/*.vLLM.generate": _t(GENERATE),
+             "profiling/*.transformers.generate_batch": _t(GENERATE),
+             "profiling/*._calculate_rewards": _t(REWARD),
+             "profiling/*.compute_loss": _t(ACTOR_UPDATE),
              "profiling/optimizer_step": _t(ACTOR_UPDATE),
-             "profiling/GRPOTrainer.sync_weights": _t(WEIGHTS),
-             "profiling/GRPOTrainer.ref_logps": _t(REF_LOGP)},
+             "profiling/*.sync_weights": _t(WEIGHTS),
+             "profiling/*.ref_logps": _t(REF_LOGP)},
     # step_time: training_step's wall time without the optimizer step; _prepare_inputs
     # holds the generation, the rewards and the reference log-probs
-    containers=frozenset({"step_time", "profiling/GRPOTrainer._prepare_inputs",
-                          "profiling/GRPOTrainer._get_per_token_logps_and_entropies"}),
+    containers=frozenset({"step_time", "profiling/*._prepare_inputs",
+                          "profiling/*._get_per_token_logps_and_entropies"}),
     key_prefixes=("rewards/", "completions/", "clip_ratio/", "profiling/"),
 )
 

@@ -27,8 +27,9 @@ from rl_insight.integrations.tracker import FrameworkTracker
 FRAMEWORK = tables.TRL
 NAME = "rl_insight"
 PREFIX = "profiling/"
-LOGPS = "GRPOTrainer._get_per_token_logps_and_entropies"
-REF_LOGPS = "GRPOTrainer.ref_logps"  # the log-prob passes before the loss (rollout side)
+# TRL names a timer "<the trainer's class>.<method>" (a subclass of GRPOTrainer its own)
+LOGPS = "_get_per_token_logps_and_entropies"
+REF_LOGPS = "ref_logps"  # the log-prob passes before the loss (the rollout's side)
 
 
 class _Profile:
@@ -42,14 +43,16 @@ class _Profile:
         self.logps = 0.0
 
     def add(self, name: str, seconds: float) -> None:
+        trainer, _, method = name.partition(".")
         with self.lock:
-            if name == LOGPS:
+            if method == LOGPS:
                 self.logps += seconds
                 return
-            if name == "GRPOTrainer._prepare_inputs":
-                self.times[REF_LOGPS] = self.times.get(REF_LOGPS, 0.0) + self.logps
+            if method == "_prepare_inputs":
+                ref = f"{trainer}.{REF_LOGPS}"
+                self.times[ref] = self.times.get(ref, 0.0) + self.logps
                 self.logps = 0.0
-            elif name == "GRPOTrainer.compute_loss":
+            elif method == "compute_loss":
                 self.logps = 0.0
             self.times[name] = self.times.get(name, 0.0) + seconds
 
