@@ -171,7 +171,7 @@ class Groups:
             out.append(KeyGroup(f"{fw.title} · {prefix}*",
                                 f"k_{fw.name}_{head[len(M):-1]}", head + ".+",
                                 "|".join(f"{x}.+" for x in longer)))
-        own = f"{M}(step|lane_state|lanes_in_state|state_duration_seconds)(_.+)?"
+        own = f"{M}(lane_state|lanes_in_state|state_duration_seconds)(_.+)?|{M}step"
         claimed = "|".join(f"{h}.+" for h in heads)
         out.append(KeyGroup(f"{fw.title} · other keys", f"k_{fw.name}_other", M + ".+",
                             f"{claimed}|{own}"))

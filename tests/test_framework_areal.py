@@ -130,8 +130,9 @@ def test_committed_scalars_reach_prometheus_with_the_runs_labels(route_server, r
 def test_steps_from_the_perf_tracers_lanes(route_server, runs):
     """The perf tracer followed: a row per global_step from the driver lane (the
     trainer's ``train.*`` scopes; its window from the rollout's start to the last
-    mapped scope's end, train.eval's), each part as long as the driver measured it; the actor's weight sync
-    (``fsdp_engine.update_weights_from_distributed``) on rank 0's lane."""
+    mapped scope's end, train.eval's), each part as long as the driver measured it;
+    the actor's weight sync (``fsdp_engine.update_weights_from_distributed``) on rank
+    0's lane."""
     truth = runs[TRACED]
     assert truth["trace_file"].endswith("perf_tracer/master/traces-r0.jsonl")
     rows = all_rows(route_server.url, TRACED)

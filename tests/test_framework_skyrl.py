@@ -42,6 +42,7 @@ from rl_insight.events import Span
 from rl_insight.integrations import skyrl as adapter
 from rl_insight.integrations import tables
 from rl_insight.integrations.table import parts, timing_values
+from tests import framework_checks as checks
 from tests.conftest import REPO, prom_query, wait_for
 
 SKYRL_PATH = REPO / ".venv" / "frameworks" / "skyrl" / "site-packages"
@@ -130,7 +131,7 @@ def test_skyrl_runs_report_their_scalars_and_their_steps_parts(route_server, tmp
         f"skyrl is not in {SKYRL_PATH}: run `make setup` (it installs SKYRL_PACKAGES "
         "there without their dependencies)")
     cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own runs
-    t0 = time.monotonic()
+    t0, t_start = time.monotonic(), time.time()
     sync = _driver(cli, tmp_path, SYNC, "--mode", "sync", "--steps", str(STEPS),
                    "--slow-step", str(SLOW), "--sleep", str(SLEEP))
     fully_async = _driver(cli, tmp_path, ASYNC, "--mode", "async", "--steps",
@@ -220,6 +221,14 @@ def test_skyrl_runs_report_their_scalars_and_their_steps_parts(route_server, tmp
     lines = r.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("where the time went"))
     assert "generate:rollout" in lines[head + 1], r.stdout
+
+    # d. its dashboard: every panel with data, every key in exactly one row
+    run = {**SYNC, "t_start": t_start, "t_done": time.time()}
+    checked, empty = checks.empty_panels(cli.prometheus, route_server.tempo.spans, "skyrl",
+                                         run)
+    assert checked > 10 and not empty, empty
+    logged, off = checks.keys_not_in_one_row(cli.prometheus, "skyrl", run)
+    assert logged > 20 and not off, off
 
 
 # ---------------------------------------------------------------- the fast tier

@@ -29,6 +29,7 @@ import requests
 from rl_insight import naming
 from rl_insight.integrations import tables
 from rl_insight.integrations import trl as adapter
+from tests import framework_checks as checks
 from tests.conftest import REPO, prom_query, wait_for
 
 TRL_PATH = REPO / ".venv" / "frameworks" / "trl" / "site-packages"
@@ -87,7 +88,7 @@ def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server, tmp_pa
                 "RL_INSIGHT_EXPERIMENT_NAME": RUN["experiment_name"],
                 "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
                 "PYTHONPATH": os.pathsep.join([str(REPO), str(TRL_PATH)])})
-    t0 = time.monotonic()
+    t0, t_start = time.monotonic(), time.time()
     r = subprocess.run([sys.executable, str(DRIVER), "--out", str(truth_file), "--steps",
                         str(STEPS), "--slow-step", str(SLOW), "--sleep", str(SLEEP),
                         "--eval-steps", str(SLOW)],
@@ -179,6 +180,14 @@ def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server, tmp_pa
     lines = r.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("where the time went"))
     assert "phase:reward" in lines[head + 1], r.stdout
+
+    # d. its dashboard: every panel with data, every key in exactly one row
+    run = {**RUN, "t_start": t_start, "t_done": time.time()}
+    checked, empty = checks.empty_panels(cli.prometheus, route_server.tempo.spans, "trl",
+                                         run)
+    assert checked > 10 and not empty, empty
+    logged, off = checks.keys_not_in_one_row(cli.prometheus, "trl", run)
+    assert logged > 20 and not off, off
 
 
 def _same(got: float, want: float) -> bool:

@@ -16,11 +16,9 @@ import re
 import pytest
 import requests
 
-from dashboards import build
-from dashboards import frameworks as F
-from rl_insight.integrations import FRAMEWORKS
+from tests import framework_checks as checks
 from tests.conftest import REPO, wait_for
-from tests.test_simulation_e2e import first_seen, label_values, query_range, substitute
+from tests.test_simulation_e2e import query_range
 from tests.traceql import span_filter
 
 pytestmark = pytest.mark.integration
@@ -47,50 +45,22 @@ def steps_of(url: str, run: dict) -> list[dict]:
     return wait_for(rows, 40, f"{run['steps']} anatomy rows of {run['experiment_name']}")
 
 
-def board(name: str) -> build.Dashboard:
-    return next(d for d in build.dashboards()
-                if d.uid == f"rl-insight-framework-{name.replace('_', '-')}")
-
-
 def test_every_panel_of_each_frameworks_dashboard_has_data(runs, ray_world):
-    prom = ray_world.cli.prometheus
-    spans = ray_world.tempo.spans
+    prom, spans = ray_world.cli.prometheus, ray_world.tempo.spans
     empty, checked = [], 0
     for name in SLOWED:
-        run = runs[name]
-        steps_of(ray_world.url, run)  # the anatomy's last sample is out
-        for section in board(name).sections:
-            for panel in section.panels:
-                if panel.repeat.startswith("k_"):  # the key rows: the test below
-                    continue
-                for q in panel.queries:
-                    expr = substitute(q.expr, run)
-                    checked += 1
-                    if q.datasource == "tempo":
-                        keep = span_filter(expr.split(" | ")[0])
-                        if not any(keep(a, s) for a, s in spans):
-                            empty.append(f"{name} / {panel.title}: {expr}")
-                    elif not query_range(prom, expr, run["t_start"] - 5, run["t_done"] + 2):
-                        empty.append(f"{name} / {panel.title}: {expr} "
-                                     f"{first_seen(prom, expr, run)}")
+        steps_of(ray_world.url, runs[name])  # the anatomy's last sample is out
+        n, missing = checks.empty_panels(prom, spans, name, runs[name])
+        checked += n
+        empty += missing
     assert checked > 40
     assert not empty, "panels without data:\n" + "\n".join(empty)
 
 
 @pytest.mark.parametrize("name", list(SLOWED))
 def test_every_key_a_framework_logged_reaches_exactly_one_row(runs, ray_world, name):
-    prom, run = ray_world.cli.prometheus, runs[name]
-    sel = f'project="{run["project"]}",experiment_name="{run["experiment_name"]}"'
-    logged = label_values(prom, "__name__", f'{{__name__=~"rl_insight_monitor_.+",{sel}}}')
-    listed: dict[str, list[str]] = {}
-    for group in F.Groups(FRAMEWORKS[name]).groups():
-        for n in label_values(prom, "__name__", substitute(group.selector(), run)):
-            listed.setdefault(n, []).append(group.title)
-    assert not {n: g for n, g in listed.items() if len(g) > 1}
-    own = {n for n in logged if re.match(r"rl_insight_monitor_(lane_state|lanes_in_state|"
-                                         r"state_duration_seconds|step$)", n)}
-    assert set(listed) == logged - own, sorted((logged - own) ^ set(listed))
-    assert len(listed) > 8
+    logged, off = checks.keys_not_in_one_row(ray_world.cli.prometheus, name, runs[name])
+    assert logged > 8 and not off, off
 
 
 def near(got: float, want: float) -> bool:

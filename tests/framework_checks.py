@@ -1,0 +1,82 @@
+"""What every framework's run must show on its dashboard, checked the same way for each
+(the replays on the Ray world, the real TRL, AReaL and SkyRL runs on the route server):
+every panel's query returns data for the run, and every key it logged reaches exactly
+one row of its dashboard's "All ... metrics"."""
+
+from __future__ import annotations
+
+import re
+
+import requests
+
+from dashboards import build
+from dashboards import frameworks as F
+from rl_insight.integrations import FRAMEWORKS
+from tests.traceql import span_filter
+
+OWN = re.compile(r"rl_insight_monitor_(lane_state|lanes_in_state|state_duration_seconds|"
+                 r"step$)")
+
+
+def board(name: str) -> build.Dashboard:
+    return next(d for d in build.dashboards()
+                if d.uid == f"rl-insight-framework-{name.replace('_', '-')}")
+
+
+def substitute(expr: str, run: dict) -> str:
+    """The dashboard's variables for one run: its names, every other one All."""
+    values = {"$project": run["project"], "$experiment_name": run["experiment_name"],
+              "$replica": ".*", "$role": ".*", "$lane_role": ".*",
+              "$__rate_interval": "10s", "$__range": "5m", "$__interval": "2s",
+              "$__interval_ms": "2000"}
+    for k in sorted(values, key=len, reverse=True):
+        expr = expr.replace(k, values[k])
+    return expr
+
+
+def has_data(prom: str, expr: str, start: float, end: float) -> bool:
+    r = requests.get(prom + "/api/v1/query_range", params={
+        "query": expr, "start": start, "end": end, "step": "1s"}, timeout=20).json()
+    assert r.get("status") == "success", f"{expr}: {r.get('error')}"
+    return bool(r["data"]["result"])
+
+
+def empty_panels(prom: str, spans: list, name: str, run: dict) -> tuple[int, list[str]]:
+    """(queries checked, the panels of the framework's dashboard without data for the
+    run): Prometheus between the run's start and end, Tempo's filters over ``spans``
+    (the FAKE Tempo's, as the relay delivered them). Key rows are the next check's."""
+    checked, empty = 0, []
+    for section in board(name).sections:
+        for panel in section.panels:
+            if panel.repeat.startswith("k_"):
+                continue
+            for q in panel.queries:
+                expr = substitute(q.expr, run)
+                checked += 1
+                if q.datasource == "tempo":
+                    keep = span_filter(expr.split(" | ")[0])
+                    if not any(keep(a, s) for a, s in spans):
+                        empty.append(f"{name} / {panel.title}: {expr}")
+                elif not has_data(prom, expr, run["t_start"] - 5, run["t_done"] + 2):
+                    empty.append(f"{name} / {panel.title}: {expr}")
+    return checked, empty
+
+
+def label_values(prom: str, selector: str) -> set[str]:
+    r = requests.get(prom + "/api/v1/label/__name__/values",
+                     params={"match[]": selector}, timeout=10).json()
+    assert r["status"] == "success", (selector, r)
+    return set(r["data"])
+
+
+def keys_not_in_one_row(prom: str, name: str, run: dict) -> tuple[int, dict]:
+    """(names the run logged, {name: the rows listing it} for every name that is in
+    none or in more than one of the framework's key groups)."""
+    sel = f'project="{run["project"]}",experiment_name="{run["experiment_name"]}"'
+    logged = {n for n in label_values(prom, f'{{__name__=~"rl_insight_monitor_.+",{sel}}}')
+              if not OWN.match(n)}
+    listed: dict[str, list[str]] = {n: [] for n in logged}
+    for group in F.Groups(FRAMEWORKS[name]).groups():
+        for n in label_values(prom, substitute(group.selector(), run)):
+            listed.setdefault(n, []).append(group.title)
+    return len(logged), {n: g for n, g in listed.items() if len(g) != 1}
