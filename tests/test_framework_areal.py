@@ -67,15 +67,19 @@ def runs(route_server, tmp_path_factory):
         log = (work / "driver.log").open("w")
         procs[trial] = (subprocess.Popen(args, env=env, cwd=work, stdout=log,
                                          stderr=subprocess.STDOUT), work, log)
-    truths = {}
-    for trial, (proc, work, log) in procs.items():
-        try:
-            code = proc.wait(300)  # areal's import alone took 7 s idle, 30 s loaded
-        finally:
+    codes = {}
+    try:
+        for trial, (proc, _, _) in procs.items():
+            codes[trial] = proc.wait(300)  # areal's import alone: 7 s idle, 30 s loaded
+    finally:
+        for proc, _, log in procs.values():
             if proc.poll() is None:
                 proc.kill()
+                proc.wait(10)
             log.close()
-        assert code == 0, (work / "driver.log").read_text()[-5000:]
+    truths = {}
+    for trial, (_, work, _) in procs.items():
+        assert codes[trial] == 0, (work / "driver.log").read_text()[-5000:]
         truths[trial] = json.loads((work / "truth.json").read_text())
         truths[trial]["log"] = (work / "driver.log").read_text()
     return truths

@@ -104,3 +104,15 @@ def test_no_server_module_imports_a_floor_above_its_own():
         outside += [f"{rel} imports {t}" for t in imported(ast.parse(path.read_text()))
                     if server_floor(t) is not None]
     assert not outside, "\n".join(outside)
+
+
+@pytest.mark.integration  # starts a process
+def test_the_frameworks_tables_load_without_the_client_ray_or_any_framework():
+    """The server reads the frameworks' tables (rl_insight.integrations): importing them
+    loads no client, Ray, OpenTelemetry SDK or framework."""
+    code = ("import sys, rl_insight.integrations, rl_insight.server.ingest.framework_spans\n"
+            "heavy = [m for m in sys.modules if m.startswith(('rl_insight.client', "
+            "'ray', 'opentelemetry.sdk', 'trl', 'areal', 'skyrl', 'slime', 'roll', "
+            "'nemo_rl', 'torch', 'transformers'))]\n"
+            "assert not heavy, heavy\n")
+    fresh_python(code)

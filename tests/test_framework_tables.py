@@ -1,0 +1,219 @@
+"""The frameworks' tables and what reads them, in-process: a tracker's dicts as its step,
+scalars and timing record; the server's rows from timing keys; a framework's own spans
+mapped to lanes (and spans no table names, or of no run, kept and counted); late lanes
+replacing a row made from timing keys; the driver lane and goodput buckets in a step's
+anatomy; the OpenTelemetry variables `rl-insight ray-env --otel` writes."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import rl_insight
+from rl_insight import config, integrations
+from rl_insight.anatomy import step_row
+from rl_insight.collector.otlp_encode import encode
+from rl_insight.events import Identity, Span
+from rl_insight.integrations import table, tables
+from rl_insight.integrations.tracker import STEP_TIMING, FrameworkTracker
+from rl_insight.server.analyses.anatomy import RunAnatomy
+from rl_insight.server.ingest import intake
+from rl_insight.server.services.supervisor import Supervisor
+from rl_insight.server.state import ServerState
+
+PROTOBUF = "application/x-protobuf"
+S = 1_000_000_000
+
+
+@pytest.fixture
+def state(tmp_path):
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    st = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    st.open()
+    st.relay.stop()  # what it would relay stays in the spool, to read
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """What a framework tracker hands the client, as the lane actors would encode it."""
+    got = {"gauges": [], "spans": []}
+    monkeypatch.setattr(rl_insight, "enabled", lambda: True)
+    monkeypatch.setattr(rl_insight, "init", lambda *a, **k: None)
+    monkeypatch.setattr(rl_insight, "metric_gauge",
+                        lambda name, value, doc="", **kw: got["gauges"].append((name, value)))
+
+    def trace_span(*, name, start_time_ns, end_time_ns, attributes):
+        got["spans"].append(Span(name, start_time_ns, end_time_ns, None,
+                                 tuple(attributes.items())))
+    monkeypatch.setattr(rl_insight, "trace_span", trace_span)
+    return got
+
+
+def test_every_table_names_its_source_and_parts_a_step_has():
+    known = {table.GENERATE, table.WEIGHTS, table.IDLE}
+    for fw in integrations.FRAMEWORKS.values():
+        assert re.search(r"\b[0-9a-f]{8}\b|\d+\.\d+\.\d+", fw.source), fw.name
+        for key, t in fw.timings.items():
+            assert t.part in known or re.fullmatch(r"[a-z_]+", t.part), (fw.name, key)
+            assert key not in fw.containers
+        for rule in fw.spans.values():
+            assert rule.lane in (table.DRIVER, table.RANK, table.STEP), fw.name
+            assert rule.lane != table.STEP or rule.step_attr, fw.name
+        if any(r.lane == table.RANK for r in fw.spans.values()):
+            assert fw.rank_from and re.compile(fw.rank_from[1]).groups == 1, fw.name
+    assert integrations.get("NeMo-RL") is tables.NEMO_RL
+    assert integrations.by_scope("nemo.lens") is tables.NEMO_RL
+
+
+def test_a_timing_key_is_a_part_a_container_none_and_a_pattern_matches_each_domain():
+    roll = tables.ROLL
+    assert roll.timing("time/step_generate").part == table.GENERATE
+    assert roll.timing("math_rule/time/compute_advantage").part == "compute_advantage"
+    assert roll.timing("actor/pg_loss") is None
+    nemo = tables.NEMO_RL
+    assert nemo.timing("timing/train/get_logprobs/shard_data") is None  # in a container
+    assert nemo.timing("timing/train/idle/buffer_starvation").part == table.IDLE
+    got = table.parts(tables.SLIME, table.timing_values(tables.SLIME, [
+        ("perf/rollout_time", 60.0), ("perf/actor_train_time", 30.0),
+        ("perf/train_time", 45.0), ("perf/step_time", 110.0),
+        ("perf/update_weights_time", float("nan")), ("rollout/rewards", 0.4)]))
+    assert (got.generate_s, got.step_s, got.phases) == (60.0, 110.0, {"actor_update": 30.0})
+
+
+def test_a_slime_rollouts_dicts_make_one_step_in_the_order_its_processes_log_them(
+        state, sent):
+    """slime logs a rollout three times (the rollout manager's dict, then the training
+    rank's before its actor train, then its perf dict) and each optimizer step's train/*
+    dict without rollout/step: the step mark comes with the perf dict alone, every dict
+    with rollout/step carries its timing keys, the train/* dicts are scalars only."""
+    tracker = FrameworkTracker("slime")
+    for k in (1, 2):
+        tracker.log({"rollout/response_len/mean": 480.0, "perf/rollout_time": 6.0,
+                     "rollout/step": k}, k)
+        tracker.log({"rollout/rewards": 0.4, "rollout/step": k}, k)
+        tracker.log({"train/loss": 0.01, "train/step": 2 * k}, 2 * k)
+        tracker.log({"perf/actor_train_time": 3.0, "perf/log_probs_time": 1.0,
+                     "perf/train_wait_time": 7.0, "perf/train_time": 4.0,
+                     "perf/step_time": 11.0, "rollout/step": k}, k)
+    steps = [v for n, v in sent["gauges"] if n == "step"]
+    assert steps == [1.0, 2.0]
+    records = [dict(s.attributes) for s in sent["spans"] if s.name == STEP_TIMING]
+    assert [(r["step"], sorted(k for k in r if k.startswith("timing."))) for r in records] \
+        == [(k, keys) for k in (1, 2) for keys in (
+            ["timing.perf/rollout_time"], ["timing.perf/actor_train_time",
+                                           "timing.perf/log_probs_time",
+                                           "timing.perf/step_time"])]
+    now = time.time_ns()
+    body = encode([(Identity("p", "e"), "x", s._replace(start_ns=now + i, end_ns=now + i))
+                   for i, s in enumerate(sent["spans"])])
+    intake.accept_spans(state, body, PROTOBUF, "")
+    state.anatomy.update(now / 1e9 + 10)  # step 1: a later one reported, settle passed
+    rows = state.anatomy.rows("p", "e")
+    assert [r.step for r in rows] == [1], rows
+    row = rows[0]
+    assert (row.source, row.framework, row.duration_s, row.generate_s) == \
+        ("timing_keys", "slime", 11.0, 6.0)
+    assert row.phases == {"actor_update": 3.0, "actor_compute_log_prob": 1.0}
+    assert row.other_s == pytest.approx(1.0)
+
+
+def provider(service: str, exporter: InMemorySpanExporter, **attrs) -> TracerProvider:
+    p = TracerProvider(resource=Resource.create({"service.name": service, **attrs}))
+    p.add_span_processor(SimpleSpanProcessor(exporter))
+    return p
+
+
+def test_a_frameworks_own_spans_map_to_lanes_and_the_others_are_kept_and_counted(state):
+    """ROLL-shaped spans from the real SDK (scopes `driver` and `worker`): the step, the
+    driver's phases and a rank's work on their lanes, annotated for Tempo; a span its
+    table does not name, and spans of no run, kept unchanged and counted; spans of no
+    framework untouched."""
+    out = InMemorySpanExporter()
+    run = {"project": "p", "experiment_name": "e"}
+    driver = provider("driver", out, **run).get_tracer("driver")
+    rank = provider("actor_train", out, **run,
+                    **{"service.instance.id": "actor_train-1-G1"}).get_tracer("worker")
+    nameless = provider("driver", out).get_tracer("driver")
+    other = provider("mine", out, **run).get_tracer("my.own")
+    with driver.start_as_current_span("pipeline_step", attributes={"global_step": 7}):
+        with driver.start_as_current_span("generate"):
+            pass
+        with driver.start_as_current_span("train"):
+            with rank.start_as_current_span("worker.train_step"):
+                with rank.start_as_current_span("exec"):
+                    pass
+    with nameless.start_as_current_span("generate"):
+        pass
+    with other.start_as_current_span("train"):
+        pass
+    body = encode_spans(out.get_finished_spans()).SerializeToString()
+    intake.accept_spans(state, body, PROTOBUF, "")
+    lanes = {lane["lane"]: lane["states"] for lane in state.lanes.list("p", "e")}
+    assert lanes["driver"] == {"generate": 1, "actor_update": 1}, lanes
+    assert lanes["rank_1"] == {"actor_update": 1}
+    assert lanes["trainer"] == {"train_step": 1}
+    metrics = state.metrics.registry
+    count = {(s.labels["framework"], s.labels["outcome"]): s.value
+             for m in metrics.collect() if m.name == "rl_insight_framework_spans"
+             for s in m.samples if s.name.endswith("_total")}
+    assert count == {("roll", "mapped"): 4, ("roll", "unmatched"): 1,
+                     ("roll", "no_run"): 1}, count
+    (_, n, payload), = state.spool.peek_many(10**9)
+    assert n == 7  # every span relayed, the mapped ones with their lane
+    assert payload.count(b"state_lane_id") == 4 and b"exec" in payload and b"my.own" in payload
+
+
+def test_lanes_that_come_after_a_steps_timing_keys_replace_its_row():
+    """A framework's spans come seconds after its tracker's mark and timing keys (an
+    exporter's batch, a followed file): the row made from the timing keys meanwhile is
+    made again from the lanes, in its place."""
+    run = RunAnatomy(100)
+    settings = config.AnatomySettings(settle_s=1, max_wait_s=30)
+    t = 1_000 * S
+    for step in (1, 2):
+        run.add_span("trainer", "train_step", t + (step - 1) * 10 * S, t + step * 10 * S, step)
+        run.add_timing("roll", step, t + step * 10 * S, {"time/step_generate": 4.0})
+    made = run.finalize(t + 40 * S, settings, finished=True)
+    assert [(r.step, r.source) for r in made] == [(1, "timing_keys"), (2, "timing_keys")]
+    run.add_span("driver", "generate", t + 1 * S, t + 6 * S, None)  # step 1's, late
+    run.add_span("driver", "actor_update", t + 7 * S, t + 9 * S, None)
+    redone = run.finalize(t + 41 * S, settings, finished=True)
+    assert [(r.step, r.source) for r in redone] == [(1, "lanes")]
+    assert [(r.step, r.source, r.generate_s) for r in run.rows] == \
+        [(1, "lanes", 5.0), (2, "timing_keys", 4.0)]
+
+
+def test_the_driver_lane_and_goodput_buckets_in_a_step():
+    row = step_row(1, 0, 10 * S, {
+        "driver": [("generate", 0, 4 * S), ("actor_update", 5 * S, 8 * S),
+                   ("idle", 8 * S, 9 * S)],
+        "rank_0": [("actor_update", 5 * S, 8 * S)]},
+        buckets={"productive": [(0, 4 * S), (5 * S, 8 * S)], "idle": [(8 * S, 9 * S)]})
+    assert (row.generate_s, row.straggler_ratio, row.roles["rollout"].replicas) == \
+        (4.0, None, 0)
+    assert row.phases == {"actor_update": 3.0}  # waiting is no phase: it stays in other
+    assert (row.trainer_busy_s, row.other_s) == (3.0, 3.0)
+    assert row.buckets == {"productive": 7.0, "idle": 1.0}
+
+
+def test_ray_env_otel_points_a_frameworks_own_tracer_at_the_server():
+    from rl_insight.ray.attach import framework_tracing_env
+
+    ours = {"RL_INSIGHT_SERVER_URL": "http://10.0.0.5:18080", "RL_INSIGHT_TOKEN": "t k",
+            "RL_INSIGHT_PROJECT": "p", "RL_INSIGHT_EXPERIMENT_NAME": "e 1"}
+    got = framework_tracing_env(ours, {"OTEL_RESOURCE_ATTRIBUTES": "team=rl,project=x"})
+    assert got["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == "http://10.0.0.5:18080/v1/traces"
+    assert got["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert got["OTEL_EXPORTER_OTLP_TRACES_HEADERS"] == "Authorization=Bearer%20t%20k"
+    # the job's own resource attributes stay, its project too; the run's name joins them
+    assert got["OTEL_RESOURCE_ATTRIBUTES"] == "team=rl,project=x,experiment_name=e%201"
+    assert framework_tracing_env({}, {}) == {}
