@@ -531,6 +531,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{path}: {sent} spans")
     print(f"{total} spans of {len(paths)} files sent to {client.url} as "
           f"{args.project}/{args.experiment}" + (f"; {failed} failed" if failed else ""))
+    if not failed and not args.running:  # the run's last step is made now, not at max_wait
+        try:
+            client.post("/api/v1/experiments/finish", {"project": args.project,
+                                                       "experiment_name": args.experiment})
+        except ApiError as exc:
+            print(f"rl-insight: marking the run finished failed ({exc}); its last step "
+                  "is reported within anatomy.max_wait_s", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -652,6 +659,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true",
                    help="keep reading the files as they grow, until Ctrl-C")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between reads")
+    p.add_argument("--running", action="store_true",
+                   help="the run goes on: do not mark it finished after the files are in "
+                        "(a one-off import marks it finished, so its last step is final)")
     p.set_defaults(func=cmd_import)
 
     p = top.add_parser("alerts", parents=[remote],

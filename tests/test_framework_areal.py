@@ -31,6 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from rl_insight.integrations import tables, tracefiles
 from rl_insight.server.ingest import framework_spans
 from rl_insight.server.ingest.otlp import value_of
+from tests import framework_checks as checks
 from tests.conftest import REPO, prom_query, wait_for
 
 AREAL_PATH = REPO / ".venv" / "frameworks" / "areal" / "site-packages"
@@ -57,7 +58,7 @@ def runs(route_server, tmp_path_factory):
            if not k.startswith(("RL_INSIGHT_", "VERL_")) and k not in ("RANK", "WORLD_SIZE")}
     env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
                 "PYTHONPATH": f"{REPO}{os.pathsep}{AREAL_PATH}"})
-    procs = {}
+    procs, t_start = {}, time.time()
     for trial in (TRACED, KEYS):
         work = tmp_path_factory.mktemp(trial)
         args = [sys.executable, str(DRIVER), "--root", str(work), "--experiment", PROJECT,
@@ -82,6 +83,7 @@ def runs(route_server, tmp_path_factory):
         assert codes[trial] == 0, (work / "driver.log").read_text()[-5000:]
         truths[trial] = json.loads((work / "truth.json").read_text())
         truths[trial]["log"] = (work / "driver.log").read_text()
+        truths[trial]["t_start"], truths[trial]["t_done"] = t_start, time.time()
     return truths
 
 
@@ -201,12 +203,8 @@ def test_the_slow_step_is_explained_by_its_weight_sync(route_server, runs, trial
 def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
     """``rl-insight import traces-r0.jsonl --framework areal`` after the run, into a
     run of its own: the steps from the events' global_step, the file placed in time by
-    its mtime (its last event ends when it was written), so the same rows.
-
-    The last step's row waits: rank 0's lane ended before its mark did, and nothing
-    tells the server an imported file's run is over (``anatomy.max_wait_s``, 120 s,
-    finalizes it), so the rows compared are the first STEPS - 1, and the last if it came.
-    """
+    its mtime (its last event ends when it was written), so the same rows; the import
+    sends a step at a time and marks the run finished, so its last step is made too."""
     url = route_server.url
     trace = runs[TRACED]["trace_file"]
     followed = all_rows(url, TRACED)
@@ -215,9 +213,9 @@ def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"as {PROJECT}/{IMPORTED}" in r.stdout, r.stdout
     rows = wait_for(lambda: (got := anatomy(url, IMPORTED)) and
-                    [x["step"] for x in got][:STEPS - 1] == list(range(STEPS - 1)) and got,
-                    30, f"a row for steps 0-{STEPS - 2} of {PROJECT}/{IMPORTED}")
-    for row, was in zip(rows, followed, strict=False):
+                    [x["step"] for x in got] == list(range(STEPS)) and got,
+                    30, f"a row for steps 0-{STEPS - 1} of {PROJECT}/{IMPORTED}")
+    for row, was in zip(rows, followed, strict=True):
         where = f"step {row['step']}: {row} / followed: {was}"
         assert row["step"] == was["step"] and row["source"] == "lanes", where
         for key in ("start_ns", "end_ns"):
@@ -229,6 +227,19 @@ def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
         assert row["phases"] == pytest.approx(was["phases"], abs=1e-3), where
         assert row["gpu_seconds"]["weight_sync"]["busy"] == pytest.approx(
             was["gpu_seconds"]["weight_sync"]["busy"], abs=1e-3), where  # rank 0's lane
+
+
+def test_areals_dashboard_fills_from_the_traced_run(route_server, runs):
+    """Every panel of AReaL's dashboard has data for the traced run (its spans in Tempo
+    with their lanes), and every key it committed reaches exactly one row."""
+    all_rows(route_server.url, TRACED)
+    run = {"project": PROJECT, "experiment_name": TRACED, "t_start": runs[TRACED]["t_start"],
+           "t_done": runs[TRACED]["t_done"]}
+    prom = route_server.cli.prometheus
+    checked, empty = checks.empty_panels(prom, route_server.tempo.spans, "areal", run)
+    assert checked > 10 and not empty, empty
+    logged, off = checks.keys_not_in_one_row(prom, "areal", run)
+    assert logged > 10 and not off, off
 
 
 # ---------------------------------------------------------------- fast tier
@@ -304,10 +315,10 @@ def marks_of(payloads: list[bytes]) -> dict[int, tuple[int, int]]:
 
 def window(step: int, anchor_s: float) -> tuple[int, int]:
     """A step's mark as it should be: its rollout's start to its last mapped scope's
-    end, train.eval's (the table maps neither train.clear_batches nor train.log_stats,
-    and the nested events carry no step)."""
+    end, train.clear_batches' (the table does not map train.log_stats, and the nested
+    events carry no step)."""
     t0 = 600 + step * STEP_US
-    return int(anchor_s * 1e9) + t0 * 1000, int(anchor_s * 1e9) + (t0 + 720_401) * 1000
+    return int(anchor_s * 1e9) + t0 * 1000, int(anchor_s * 1e9) + (t0 + 720_501) * 1000
 
 
 RUN = tracefiles.Run(AREAL, PROJECT, "unit")
@@ -349,8 +360,9 @@ def test_chrome_export_places_events_at_the_anchor_and_maps_them_at_the_server()
     lanes = {(row[2], row[3]) for row in found.rows}
     assert ("driver", "generate") in lanes and ("driver", "update_weights") in lanes
     assert ("rank_0", "actor_update") in lanes and ("rank_0", "update_weights") in lanes
-    # per step: train.clear_batches, train.log_stats, ppo_actor.compute_advantages
-    assert found.counts[("areal", "unmatched")] == 2 * 3
+    assert ("rank_0", "compute_advantage") in lanes and ("driver", "data_processing") in lanes
+    # per step: train.log_stats (the commit's own time), kept in Tempo, counted
+    assert found.counts[("areal", "unmatched")] == 2 * 1
 
 
 def test_step_marks_span_each_global_steps_mapped_events():
@@ -365,10 +377,17 @@ def test_step_marks_span_each_global_steps_mapped_events():
     # a framework with a step span of its own gets none
     assert tracefiles.step_marks(events, tracefiles.Run(tables.VERL, "p", "e"),
                                  ANCHOR) is None
-    # the events' exports come first, the marks last, over all the events
-    payloads = [p for p, _ in tracefiles.chrome_exports(events, RUN, ANCHOR, size=5)]
-    assert len(payloads) == len(range(0, len(events), 5)) + 1
-    assert marks_of(payloads[-1:]) == marks
+    # a step at a time, in the order they end: the events that ended in the step (in
+    # exports of at most `size`), then its mark; the server makes its row as it comes
+    out = list(tracefiles.chrome_exports(events, RUN, ANCHOR, size=5))
+    marks_at = [i for i, (_, n) in enumerate(out) if n == 0]
+    assert len(marks_at) == 2 and marks_of([out[marks_at[0]][0]]) == {0: marks[0]}
+    assert marks_of([out[marks_at[1]][0]]) == {1: marks[1]}
+    assert sum(n for _, n in out) == len(events)
+    assert all(n <= 5 for _, n in out)
+    before = sum(n for _, n in out[:marks_at[0]])
+    end0 = (marks[0][1] - int(ANCHOR * 1e9)) / 1000  # step 0's end, trace µs
+    assert before == sum(1 for e in events if e["ts"] + e["dur"] <= end0)
 
 
 def test_anchor_from_mtime_ends_the_last_event_at_the_files_write():

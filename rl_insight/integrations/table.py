@@ -79,12 +79,8 @@ class Framework:
         return _timing(self, key)
 
     def rule(self, name: str, service: str | None = None) -> SpanRule | None:
-        """The rule for a span of this framework."""
-        if service:
-            hit = self.spans.get(f"{service}:{name}")
-            if hit is not None:
-                return hit
-        return self.spans.get(name)
+        """The rule for a span of this framework (a rule's name may be a pattern)."""
+        return _rule(self, name, service or "")
 
     def rank(self, resource: Mapping[str, object]) -> int | None:
         """The trainer rank a resource says its spans come from."""
@@ -109,6 +105,19 @@ def _timing(fw: Framework, key: str) -> Timing | None:
     for pattern, t in fw.timings.items():
         if "*" in pattern and fnmatchcase(key, pattern):
             return t
+    return None
+
+
+@lru_cache(maxsize=8192)
+def _rule(fw: Framework, name: str, service: str) -> SpanRule | None:
+    for key in ((f"{service}:{name}", name) if service else (name,)):
+        hit = fw.spans.get(key)
+        if hit is not None:
+            return hit
+    for key in ((f"{service}:{name}", name) if service else (name,)):
+        for pattern, rule in fw.spans.items():
+            if "*" in pattern and fnmatchcase(key, pattern):
+                return rule
     return None
 
 

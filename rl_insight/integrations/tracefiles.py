@@ -35,7 +35,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from rl_insight import otlp_json
-from rl_insight.integrations.table import Framework
+from rl_insight.integrations.table import STEP, Framework
 
 WALL_US = 1e15  # a timestamp in µs above this is unix time (2001 on)
 FRAMEWORK_ATTR = "rl_insight.framework"
@@ -183,17 +183,43 @@ def step_marks(events: Iterable[dict], run: Run, anchor_s: float | None) -> byte
     return marks_export(step_windows(events, run.framework, anchor_s), run)
 
 
+def _step_ends(events: list[dict], fw: Framework, anchor_s: float | None) -> list[int]:
+    """Where a trace's steps end (unix ns): its own step spans' ends (NeMo-RL's)."""
+    ends = []
+    for ev in events:
+        rule = fw.rule(ev["name"])
+        if rule is not None and rule.lane == STEP:
+            ends.append(_ns(anchor_s, ev["ts"]) + int(ev["dur"] * 1000))
+    return sorted(ends)
+
+
 def chrome_exports(events: list[dict], run: Run, anchor_s: float | None,
                    size: int = EXPORT_SPANS) -> Iterator[tuple[bytes, int]]:
-    """(export, spans) of a trace's events, in exports of at most ``size`` spans, then
-    its step marks (over all the events, so no step is cut in two)."""
-    for i in range(0, len(events), size):
-        payload = chrome_export(events[i:i + size], run, anchor_s)
-        if payload:
-            yield payload, len(events[i:i + size])
-    marks = step_marks(events, run, anchor_s)
-    if marks:
-        yield marks, 0
+    """(export, spans) of a trace's events, a step at a time in the order they ended:
+    the events that ended in it (at most ``size`` an export), then its step mark where
+    the framework has no step span. The server makes each step's row as its mark comes,
+    so a long file is read step by step, never more of a lane at once than it holds."""
+    fw = run.framework
+    windows = step_windows(events, fw, anchor_s)
+    bounds = sorted(e for _, e in windows.values()) or _step_ends(events, fw, anchor_s)
+    by_end = sorted(events, key=lambda ev: ev["ts"] + ev["dur"])
+    marks = {e: step for step, (_, e) in windows.items()}
+    i = 0
+    for bound in [*bounds, None]:
+        chunk = []
+        while i < len(by_end) and (bound is None or
+                                   _ns(anchor_s, by_end[i]["ts"] + by_end[i]["dur"]) <= bound):
+            chunk.append(by_end[i])
+            i += 1
+        for k in range(0, len(chunk), size):
+            payload = chrome_export(chunk[k:k + size], run, anchor_s)
+            if payload:
+                yield payload, len(chunk[k:k + size])
+        if bound is not None and bound in marks:
+            step = marks[bound]
+            payload = marks_export({step: windows[step]}, run)
+            if payload:
+                yield payload, 0
 
 
 def otlp_json_export(line: str, run: Run) -> bytes | None:

@@ -90,6 +90,14 @@ class Actor:
                            denominator="n_seqs")
         stats_tracker.scalar(eps_clip=0.2, use_dual_clip=0)
         with stats_tracker.scope("update"):
+            # grpo_loss_fn (actor.py), called by the engine's train_batch for each
+            # micro-batch: its per-token stats over the valid tokens
+            tokens = torch.ones(int(seqlens.sum()), dtype=torch.bool)
+            stats_tracker.denominator(n_tokens=tokens, n_valid_tokens=tokens)
+            stats_tracker.stat(actor_loss=torch.full((len(tokens),), -0.003),
+                               clip_ratio=torch.full((len(tokens),), 0.002),
+                               importance_weight=torch.ones(len(tokens)),
+                               denominator="n_valid_tokens")
             stats_tracker.scalar(**self.engine.train_batch())
 
     def update_weights(self, meta: dict) -> None:
