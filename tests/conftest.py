@@ -47,12 +47,12 @@ FAST_TIER = os.environ.get(FAST_TIER_ENV) == "1"
 # does not end on one worker alone with a long module (xdist's own order, by number of
 # tests, put the one-test heavyweights last). A module not named here is light.
 HEAVY_FIRST = (
-    "ray_world",  # 675 s
+    "ray_world",  # 675 s, and the frameworks' runs (tests/test_simulation_frameworks.py)
+    "route_server",  # 113 s, and TRL's, AReaL's and SkyRL's own runs: about 200 s
     "tests/reliability/test_faults.py",  # 209 s
     "tests/test_multihost.py",  # 196 s
     "tests/test_verl_run.py",  # 126 s
     "tests/reliability/test_soak.py",  # 116 s
-    "route_server",  # 113 s
     "tests/reliability/test_crash.py",  # 91 s
     "tests/reliability/test_api_schema.py",  # 91 s
     "tests/reliability/test_hostile_input.py",  # 87 s

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from rl_insight.integrations import tables, tracefiles
 from rl_insight.server.ingest import framework_spans
 from rl_insight.server.ingest.otlp import value_of
 from tests import framework_checks as checks
+from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for
 
 AREAL_PATH = REPO / ".venv" / "frameworks" / "areal" / "site-packages"
@@ -46,44 +46,41 @@ AREAL = tables.AREAL
 # ---------------------------------------------------------------- integration tier
 
 
+def _command(trial: str):
+    """An AReaL replay, started beside the route server's other tests (tests/worlds.py)."""
+    def command(url: str, work) -> tuple[list[str], dict, object]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RL_INSIGHT_", "VERL_")) and k not in ("RANK", "WORLD_SIZE")}
+        env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
+                    "PYTHONPATH": f"{REPO}{os.pathsep}{AREAL_PATH}"})
+        args = [sys.executable, str(DRIVER), "--root", str(work), "--experiment", PROJECT,
+                "--trial", trial, "--slow-step", str(SLOW), "--truth",
+                str(work / "truth.json")]
+        if trial == KEYS:
+            args.append("--no-perf-tracer")
+        return args, env, work
+    return command
+
+
+for _trial in (TRACED, KEYS):
+    worlds.background(f"areal_{_trial}", "tests/test_framework_areal.py", _command(_trial))
+
+
 @pytest.fixture(scope="module")
-def runs(route_server, tmp_path_factory):
-    """The two runs, at once: {trial: truth} (truth: what each phase of each step took,
-    the trace file). Their processes have ended when this returns."""
+def runs(route_server):
+    """The two runs, started with the server: {trial: truth} (truth: what each phase of
+    each step took, the trace file). Their processes have ended when this returns."""
     assert (AREAL_PATH / "areal" / "utils" / "stats_logger.py").exists(), (
         f"areal is not in {AREAL_PATH}: run `make setup` (it installs AREAL_PACKAGES "
         "there without their dependencies)")
-    cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own runs
-    env = {k: v for k, v in cli.env.items()
-           if not k.startswith(("RL_INSIGHT_", "VERL_")) and k not in ("RANK", "WORLD_SIZE")}
-    env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
-                "PYTHONPATH": f"{REPO}{os.pathsep}{AREAL_PATH}"})
-    procs, t_start = {}, time.time()
-    for trial in (TRACED, KEYS):
-        work = tmp_path_factory.mktemp(trial)
-        args = [sys.executable, str(DRIVER), "--root", str(work), "--experiment", PROJECT,
-                "--trial", trial, "--slow-step", str(SLOW), "--truth", str(work / "truth.json")]
-        if trial == KEYS:
-            args.append("--no-perf-tracer")
-        log = (work / "driver.log").open("w")
-        procs[trial] = (subprocess.Popen(args, env=env, cwd=work, stdout=log,
-                                         stderr=subprocess.STDOUT), work, log)
-    codes = {}
-    try:
-        for trial, (proc, _, _) in procs.items():
-            codes[trial] = proc.wait(300)  # areal's import alone: 7 s idle, 30 s loaded
-    finally:
-        for proc, _, log in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-            log.close()
     truths = {}
-    for trial, (_, work, _) in procs.items():
-        assert codes[trial] == 0, (work / "driver.log").read_text()[-5000:]
-        truths[trial] = json.loads((work / "truth.json").read_text())
-        truths[trial]["log"] = (work / "driver.log").read_text()
-        truths[trial]["t_start"], truths[trial]["t_done"] = t_start, time.time()
+    for trial in (TRACED, KEYS):
+        run = route_server.background[f"areal_{trial}"]
+        code, output = run.result(300)  # areal's import alone: 7 s idle, 30 s loaded
+        assert code == 0, output[-5000:]
+        truths[trial] = json.loads((run.cwd / "truth.json").read_text())
+        truths[trial]["log"] = output
+        truths[trial]["t_start"], truths[trial]["t_done"] = run.t_start, time.time()
     return truths
 
 

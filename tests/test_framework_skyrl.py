@@ -28,7 +28,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -43,6 +42,7 @@ from rl_insight.integrations import skyrl as adapter
 from rl_insight.integrations import tables
 from rl_insight.integrations.table import parts, timing_values
 from tests import framework_checks as checks
+from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for
 
 SKYRL_PATH = REPO / ".venv" / "frameworks" / "skyrl" / "site-packages"
@@ -53,26 +53,31 @@ STEPS, SLOW, SLEEP = 6, 4, 1.2
 ASYNC_STEPS = 4
 
 
-def _driver(cli, tmp_path, run: dict, *args: str) -> tuple[subprocess.Popen, object]:
-    env = {k: v for k, v in cli.env.items() if not k.startswith(("RL_INSIGHT_", "VERL_"))}
-    env.update({"RL_INSIGHT_SERVER_URL": cli.url, "VERL_RL_INSIGHT_ENABLE": "1",
-                "PYTHONPATH": os.pathsep.join([str(REPO), str(SKYRL_PATH)])})
-    out = tmp_path / f"{run['experiment_name']}.json"
-    proc = subprocess.Popen(
-        [sys.executable, str(DRIVER), "--out", str(out), "--project", run["project"],
-         "--experiment", run["experiment_name"], *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    return proc, out
+def _command(run: dict, *args: str):
+    """A SkyRL replay, started beside the route server's other tests (tests/worlds.py)."""
+    def command(url: str, work) -> tuple[list[str], dict, object]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RL_INSIGHT_", "VERL_"))}
+        env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
+                    "PYTHONPATH": os.pathsep.join([str(REPO), str(SKYRL_PATH)])})
+        return ([sys.executable, str(DRIVER), "--out", str(work / "truth.json"),
+                 "--project", run["project"], "--experiment", run["experiment_name"],
+                 *args], env, work)
+    return command
 
 
-def _finish(proc: subprocess.Popen, out) -> dict:
-    try:
-        stdout, stderr = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-    assert proc.returncode == 0, stdout[-2000:] + stderr[-4000:]
-    return json.loads(out.read_text())
+worlds.background("skyrl_sync", "tests/test_framework_skyrl.py", _command(
+    SYNC, "--mode", "sync", "--steps", str(STEPS), "--slow-step", str(SLOW), "--sleep",
+    str(SLEEP)))
+worlds.background("skyrl_async", "tests/test_framework_skyrl.py", _command(
+    ASYNC, "--mode", "async", "--steps", str(ASYNC_STEPS), "--eval-interval", "0",
+    "--sleep", "0"))
+
+
+def _finish(run) -> dict:
+    code, output = run.result(180)
+    assert code == 0, output[-6000:]
+    return json.loads((run.cwd / "truth.json").read_text())
 
 
 def _rows(url: str, run: dict, steps: int):
@@ -120,7 +125,7 @@ def _series_at_last_values(prom: str, run: dict, logs: list[dict], last_step: in
 
 
 @pytest.mark.integration
-def test_skyrl_runs_report_their_scalars_and_their_steps_parts(route_server, tmp_path):
+def test_skyrl_runs_report_their_scalars_and_their_steps_parts(route_server):
     """A 6-step replay of the sync trainer (step 4's generation 1.2 s slow) and a 4-step
     replay of the fully-async one, each its own run: every number logged is a series in
     Prometheus; the step anatomy has a row per training step from its timing keys, the
@@ -131,12 +136,9 @@ def test_skyrl_runs_report_their_scalars_and_their_steps_parts(route_server, tmp
         f"skyrl is not in {SKYRL_PATH}: run `make setup` (it installs SKYRL_PACKAGES "
         "there without their dependencies)")
     cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own runs
-    t0, t_start = time.monotonic(), time.time()
-    sync = _driver(cli, tmp_path, SYNC, "--mode", "sync", "--steps", str(STEPS),
-                   "--slow-step", str(SLOW), "--sleep", str(SLEEP))
-    fully_async = _driver(cli, tmp_path, ASYNC, "--mode", "async", "--steps",
-                          str(ASYNC_STEPS), "--eval-interval", "0", "--sleep", "0")
-    truth, atruth = _finish(*sync), _finish(*fully_async)
+    t0, t_start = time.monotonic(), route_server.background["skyrl_sync"].t_start
+    truth = _finish(route_server.background["skyrl_sync"])
+    atruth = _finish(route_server.background["skyrl_async"])
     print(f"the SkyRL replays took {time.monotonic() - t0:.1f}s")
     assert truth["skyrl"] == "0.3.0"
     # SkyRL's own Tracking refuses the name; the adapter's subclass of it takes it

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -30,6 +29,7 @@ from rl_insight import naming
 from rl_insight.integrations import tables
 from rl_insight.integrations import trl as adapter
 from tests import framework_checks as checks
+from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for
 
 TRL_PATH = REPO / ".venv" / "frameworks" / "trl" / "site-packages"
@@ -68,8 +68,24 @@ def _per_step(profile: list[dict]) -> dict[int, dict[str, float]]:
     return out
 
 
+def _command(url: str, work) -> tuple[list[str], dict, object]:
+    """The TRL run, started beside the route server's other tests (tests/worlds.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RL_INSIGHT_", "VERL_"))}
+    env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
+                "RL_INSIGHT_PROJECT": RUN["project"],
+                "RL_INSIGHT_EXPERIMENT_NAME": RUN["experiment_name"],
+                "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+                "PYTHONPATH": os.pathsep.join([str(REPO), str(TRL_PATH)])})
+    return ([sys.executable, str(DRIVER), "--out", str(work / "truth.json"), "--steps",
+             str(STEPS), "--slow-step", str(SLOW), "--sleep", str(SLEEP), "--eval-steps",
+             str(SLOW)], env, work)
+
+
+worlds.background("trl", "tests/test_framework_trl.py", _command)
+
+
 @pytest.mark.integration
-def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server, tmp_path):
+def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server):
     """A 6-step GRPOTrainer run, step 4's reward function 1.5 s slow and an evaluation
     after step 4: every number TRL logged is a series in Prometheus; the step anatomy
     has a row per step from its timing keys, generation and rewards as long as TRL's own
@@ -81,20 +97,11 @@ def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server, tmp_pa
         f"trl is not in {TRL_PATH}: run `make setup` (it installs TRL_PACKAGES there "
         "without their dependencies)")
     cli, url = route_server.cli, route_server.url  # shared (tests/worlds.py): own run
-    truth_file = tmp_path / "truth.json"
-    env = {k: v for k, v in cli.env.items() if not k.startswith(("RL_INSIGHT_", "VERL_"))}
-    env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
-                "RL_INSIGHT_PROJECT": RUN["project"],
-                "RL_INSIGHT_EXPERIMENT_NAME": RUN["experiment_name"],
-                "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-                "PYTHONPATH": os.pathsep.join([str(REPO), str(TRL_PATH)])})
-    t0, t_start = time.monotonic(), time.time()
-    r = subprocess.run([sys.executable, str(DRIVER), "--out", str(truth_file), "--steps",
-                        str(STEPS), "--slow-step", str(SLOW), "--sleep", str(SLEEP),
-                        "--eval-steps", str(SLOW)],
-                       env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    truth = json.loads(truth_file.read_text())
+    run_bg = route_server.background["trl"]  # started with the server (below)
+    code, output = run_bg.result(180)
+    assert code == 0, output[-6000:]
+    t0, t_start = time.monotonic(), run_bg.t_start
+    truth = json.loads((run_bg.cwd / "truth.json").read_text())
     assert truth["trl"] == "1.16.0"
     assert truth["slept"]["step"] == SLOW and truth["slept"]["seconds"] >= SLEEP
     slept = truth["slept"]["seconds"]

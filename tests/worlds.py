@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -70,6 +70,7 @@ class RouteServer:
     cli: Cli
     url: str
     tempo: FakeTempo
+    background: dict = field(default_factory=dict)  # name -> Background (below)
 
 
 def _workdir(name: str) -> Path:
@@ -146,8 +147,47 @@ def ray_world():
     close("ray_world")
 
 
+# Runs that modules of the route server's group start in the background as soon as the
+# server is up, read by their tests later (TRL's, AReaL's and SkyRL's own training runs:
+# they wait on their own clocks, and the group's other modules go on meanwhile). A module
+# registers one at import: name -> (its module, a function of (url, workdir) giving the
+# command, its environment and the folder to run in).
+BACKGROUND: dict[str, tuple[str, object]] = {}
+
+
+def background(name: str, module: str, command) -> None:
+    """Register a run for the route server to start as soon as it is up."""
+    BACKGROUND[name] = (module, command)
+
+
+class Background:
+    """A run started beside the tests, its output in a file; ``result()`` waits for it."""
+
+    def __init__(self, argv: list[str], env: dict, cwd: Path) -> None:
+        self.cwd = cwd
+        self.t_start = time.time()
+        self.log = (cwd / "background.log").open("w+")
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self.log,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    def result(self, timeout: float = 300) -> tuple[int, str]:
+        """(exit code, output)."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        self.log.seek(0)
+        return code, self.log.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 @pytest.fixture(scope="session")
-def route_server():
+def route_server(request):
     stack = OPEN["route_server"] = contextlib.ExitStack()
     try:
         tempo = FakeTempo(netaddr.free_port()).start()
@@ -158,6 +198,13 @@ def route_server():
         url = cli.start("prometheus.scrape_interval=1s", "push.persist_interval_s=0.5",
                         f"traces.relay_url={tempo.url}")
         world = RouteServer(cli, url, tempo)
+        selected = {item.nodeid.split("::", 1)[0] for item in request.session.items}
+        for name, (module, command) in BACKGROUND.items():
+            if module in selected:  # only for the tests that will read it
+                work = _workdir(name)
+                stack.callback(shutil.rmtree, work, True)
+                run = world.background[name] = Background(*command(url, work))
+                stack.callback(run.stop)
     except BaseException:
         close("route_server")
         raise

@@ -95,16 +95,17 @@ class RolloutManager:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             time.sleep(0.02)
+        t1 = time.time()
         n = requests * len(self.engines)
         for i in range(n):  # the first request starts the rollout, the last ends it
             s = t0 + (rng.uniform(0, 0.05) if i else 0.0)
-            e = t0 + seconds - (rng.uniform(0, 0.05) if i < n - 1 else 0.0)
+            e = t1 - (rng.uniform(0, 0.05) if i < n - 1 else 0.0)
             sample = Namespace(index=i, trace={"events": [
                 {"type": "span_start", "name": "sglang_generate", "ts": s},
                 {"type": "span_end", "name": "sglang_generate", "ts": e}]})
             samples.append(sample)
         rollout_time = time.time() - t0
-        truth = {"start": t0, "end": time.time()}
+        truth = {"start": t0, "end": t1}
         # slime/observability/rollout_metrics.py log_rollout_data
         hook = load_function(self.args.custom_rollout_log_function_path)
         if not hook(rollout_id, self.args, samples, None, rollout_time):

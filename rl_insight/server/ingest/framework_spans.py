@@ -63,6 +63,15 @@ def _int(v) -> int | None:
         return None
 
 
+IMPORT_SCOPE = "rl_insight.import."  # rl_insight/integrations/tracefiles.py
+
+
+def imported(req) -> bool:
+    """Whether an export comes from ``rl-insight import`` (a file, a step at a time)."""
+    return any(ss.scope.name.startswith(IMPORT_SCOPE)
+               for rs in req.resource_spans for ss in rs.scope_spans)
+
+
 def read(req) -> Found:
     """Every span without a ``state_lane_id``: step timings and framework spans."""
     found = Found()

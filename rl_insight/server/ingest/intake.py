@@ -89,8 +89,9 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
         state.experiments.touch(project, experiment)
     state.recent.add(rows)
     state.anatomy.add(rows)
-    if any(r[2] == framework_spans.TRAINER_LANE for r in rows):
-        state.anatomy.update()  # a step's mark: its row now (an import sends step by step)
+    if framework_spans.imported(req) and \
+            any(r[2] == framework_spans.TRAINER_LANE for r in rows):
+        state.anatomy.update()  # an imported step's mark: its row now, before the next's
     if len(rows) < n:  # spans that are no state: an engine's requests among them?
         engine = state.requests.observe(engine_requests.iter_requests(req))
         if engine:
