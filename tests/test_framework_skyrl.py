@@ -68,7 +68,7 @@ def _command(run: dict, *args: str):
 
 worlds.background("skyrl_sync", "tests/test_framework_skyrl.py", _command(
     SYNC, "--mode", "sync", "--steps", str(STEPS), "--slow-step", str(SLOW), "--sleep",
-    str(SLEEP)))
+    str(SLEEP), "--linger", "8"))
 worlds.background("skyrl_async", "tests/test_framework_skyrl.py", _command(
     ASYNC, "--mode", "async", "--steps", str(ASYNC_STEPS), "--eval-interval", "0",
     "--sleep", "0"))
@@ -223,6 +223,15 @@ def test_skyrl_runs_report_their_scalars_and_their_steps_parts(route_server):
     lines = r.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("where the time went"))
     assert "generate:rollout" in lines[head + 1], r.stdout
+
+    # e. its engine, from the inference client, registered as a vLLM replica of the run
+    sel = f'project="{SYNC["project"]}",experiment_name="{SYNC["experiment_name"]}"'
+    expr = f'vllm:num_requests_running{{{sel},replica="0",job="vllm",role="rollout"}}'
+    wait_for(lambda: checks.has_data(cli.prometheus, expr, t_start, time.time()), 30,
+             "the SkyRL run's engine in Prometheus while it served")
+    targets = requests.get(url + "/api/v1/prometheus/targets", timeout=10).json()["targets"]
+    assert [(t["job_name"], t["labels"]) for t in targets if t["target"] == truth["engine"]
+            ] == [("vllm", {"replica": "0"})], targets
 
     # d. its dashboard: every panel with data, every key in exactly one row
     run = {**SYNC, "t_start": t_start, "t_done": time.time()}

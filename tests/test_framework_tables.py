@@ -217,3 +217,34 @@ def test_ray_env_otel_points_a_frameworks_own_tracer_at_the_server():
     # the job's own resource attributes stay, its project too; the run's name joins them
     assert got["OTEL_RESOURCE_ATTRIBUTES"] == "team=rl,project=x,experiment_name=e%201"
     assert framework_tracing_env({}, {}) == {}
+
+
+def test_each_adapter_registers_the_engines_its_framework_knows(monkeypatch):
+    """TRL's vLLM server (server mode), AReaL's inference servers (its launcher's
+    AREAL_LLM_SERVER_ADDRS, else its rollout controller's), SkyRL's engines (its
+    inference client): each a replica of its backend's job."""
+    from types import SimpleNamespace as NS
+
+    from rl_insight.integrations import areal, skyrl
+    from rl_insight.integrations import trl as trl_adapter
+
+    got = []
+    monkeypatch.setattr(rl_insight, "update_prometheus_config",
+                        lambda addrs, job, labels: got.append((list(addrs), job, labels)))
+    monkeypatch.setattr(rl_insight, "init", lambda *a, **k: None)
+    args = NS(use_vllm=True, vllm_mode="server", vllm_server_base_url=None,
+              vllm_server_host="10.0.0.7", vllm_server_port=8000, run_name="r",
+              output_dir="/tmp/out")
+    trl_adapter.RLInsightCallback().on_train_begin(args, NS(is_world_process_zero=True), None)
+    monkeypatch.setenv("AREAL_LLM_SERVER_ADDRS", "10.0.0.8:30000,10.0.0.9:30000")
+    areal.register_servers(NS(), NS(allocation_mode="sglang:d2+fsdp:d2"))
+    monkeypatch.delenv("AREAL_LLM_SERVER_ADDRS")
+    areal.register_servers(NS(rollout=NS(server_infos=[NS(host="10.0.0.10", port=8000)])),
+                           NS(allocation_mode="vllm:d1+fsdp:d1"))
+    skyrl.register_engines(NS(trainer=NS(inference_engine_client=NS(
+        server_urls=["http://10.0.0.11:8000", "http://10.0.0.12:8000"]))))
+    assert got == [
+        (["10.0.0.7:8000"], "vllm", [{"replica": 0}]),
+        (["10.0.0.8:30000", "10.0.0.9:30000"], "sglang", [{"replica": 0}, {"replica": 1}]),
+        (["10.0.0.10:8000"], "vllm", [{"replica": 0}]),
+        (["10.0.0.11:8000", "10.0.0.12:8000"], "vllm", [{"replica": 0}, {"replica": 1}])]

@@ -15,11 +15,15 @@ your runtime env (``rl-insight ray-env``) or export them before ``ray start``.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+import rl_insight
 from rl_insight.integrations import tables
 from rl_insight.integrations.tracker import FrameworkTracker
+
+log = logging.getLogger(__name__)
 
 NAME = "rl_insight"
 FRAMEWORK = tables.SKYRL
@@ -32,8 +36,13 @@ class _Backend:
     def __init__(self, project: str, experiment_name: str, config: Any) -> None:
         self.tracker = FrameworkTracker(FRAMEWORK, project, experiment_name,
                                         _rl_insight_config(config))
+        self.exp: Any = None  # the experiment, once get_tracker hands it over
+        self.engines_registered = False
 
     def log(self, data: dict, step: int | None = None, **_: Any) -> None:
+        if not self.engines_registered and self.exp is not None:
+            self.engines_registered = True  # once: the trainer is built by its first log
+            register_engines(self.exp)
         self.tracker.log(data, step)
 
     def finish(self, *_: Any, **__: Any) -> None:
@@ -95,14 +104,45 @@ def tracking_class() -> type:
 
 def get_tracker(exp: Any) -> Any:
     """``BasePPOExp.get_tracker`` with ``rl_insight`` allowed: return this from your
-    experiment's ``get_tracker`` (``return rl_insight.integrations.skyrl.get_tracker(self)``)."""
+    experiment's ``get_tracker`` (``return rl_insight.integrations.skyrl.get_tracker(self)``).
+    Its inference engines are registered when the trainer first logs."""
     cfg = exp.cfg
     cls = tracking_class()
     params = inspect.signature(cls.__mro__[1].__init__).parameters
     if "backends" in params:  # skyrl_train 0.3.1: a list of backends, no tags
-        return cls(project_name=cfg.trainer.project_name,
-                   experiment_name=cfg.trainer.run_name, backends=cfg.trainer.logger,
-                   config=cfg)
-    return cls(project_name=cfg.trainer.project_name,
-               experiment_name=cfg.trainer.run_name, backend=cfg.trainer.logger,
-               config=cfg, tags=getattr(cfg.trainer, "tags", None))
+        tracker = cls(project_name=cfg.trainer.project_name,
+                      experiment_name=cfg.trainer.run_name, backends=cfg.trainer.logger,
+                      config=cfg)
+    else:
+        tracker = cls(project_name=cfg.trainer.project_name,
+                      experiment_name=cfg.trainer.run_name, backend=cfg.trainer.logger,
+                      config=cfg, tags=getattr(cfg.trainer, "tags", None))
+    logger = tracker.logger.get(NAME) if isinstance(tracker.logger, dict) else tracker.logger
+    if isinstance(logger, _Backend):
+        logger.exp = exp
+    return tracker
+
+
+def engine_addresses(exp: Any) -> list[str]:
+    """SkyRL's vLLM servers: the inference client's ``server_urls`` (a9564572: every
+    engine an HTTP server, ``inference_servers/remote_inference_client.py``), or the
+    remote engines its config names (skyrl_train 0.3.1 ``remote_inference_engine_urls``)."""
+    client = getattr(getattr(exp, "trainer", None), "inference_engine_client", None)
+    urls = list(getattr(client, "server_urls", None) or [])
+    if not urls:
+        gen = getattr(getattr(exp, "cfg", None), "generator", None)
+        urls = list(getattr(gen, "remote_inference_engine_urls", None) or [])
+    return [str(u).split("://", 1)[-1].rstrip("/") for u in urls if u]
+
+
+def register_engines(exp: Any) -> None:
+    """Each engine's ``/metrics`` as a vLLM replica (job ``vllm``, label ``replica``).
+    With SkyRL's ``enable_ray_prometheus_stats`` (its default) vLLM's engine series go to
+    Ray's metrics port instead (``ray_vllm_*``): docs/frameworks.md."""
+    try:
+        addresses = engine_addresses(exp)
+        if addresses:
+            rl_insight.update_prometheus_config(
+                addresses, "vllm", [{"replica": i} for i in range(len(addresses))])
+    except Exception:
+        log.warning("rl-insight: registering SkyRL's engines failed", exc_info=True)

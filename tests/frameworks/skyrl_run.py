@@ -38,7 +38,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 SYNC = {"generate": 0.4, "postprocess_generator_output": 0.01,
@@ -114,6 +116,7 @@ def main() -> None:
     p.add_argument("--slow-phase", default="generate")
     p.add_argument("--sleep", type=float, default=1.2)
     p.add_argument("--eval-interval", type=int, default=5)  # SkyRL's default
+    p.add_argument("--linger", type=float, default=0.0, help="seconds the engine stays up")
     a = p.parse_args()
 
     import skyrl
@@ -132,7 +135,18 @@ def main() -> None:
     cfg = SimpleNamespace(trainer=SimpleNamespace(
         project_name=a.project, run_name=a.experiment, logger="rl_insight", tags=None,
         eval_interval=a.eval_interval, eval_before_train=True))
-    held = {"tracker": Experiment(cfg).get_tracker()}
+    exp = Experiment(cfg)
+    held = {"tracker": exp.get_tracker()}
+    # BasePPOExp builds the trainer after the tracker (main_base.py _setup_trainer): its
+    # inference client lists each engine's HTTP server (every engine one at a9564572);
+    # here one FAKE vLLM engine serving real /metrics (examples/fake_engines.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import fake_engines
+
+    engine = fake_engines.FakeEngine("vllm", seed=1)
+    exp.trainer = SimpleNamespace(inference_engine_client=SimpleNamespace(
+        server_urls=[f"http://127.0.0.1:{engine.port}"], proxy_url=""))
+    truth["engine"] = f"127.0.0.1:{engine.port}"
     tracker = held["tracker"]
     truth["tracker"] = [c.__name__ for c in type(tracker).__mro__]
     backend = tracker.logger
@@ -153,6 +167,8 @@ def main() -> None:
         extra = a.sleep if g == a.slow_step and name == a.slow_phase else 0.0
         if extra:
             truth["slept"] = {"step": g, "phase": name, "seconds": extra}
+        if name == "generate":
+            engine.submit(8)  # the engine's requests: its series move
         with Timer(name, timings):
             time.sleep(seconds[name] + extra)  # not a wait: the phase's work
 
@@ -219,6 +235,11 @@ def main() -> None:
     truth["backend_finished"] = backend.tracker.finished
     with open(a.out, "w") as f:
         json.dump(truth, f)
+    # the engine stays up a while after the run (its server outlives the trainer's
+    # logging), for Prometheus to find its target and scrape it
+    deadline = time.monotonic() + a.linger
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":
