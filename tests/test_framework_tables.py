@@ -248,3 +248,44 @@ def test_each_adapter_registers_the_engines_its_framework_knows(monkeypatch):
         (["10.0.0.8:30000", "10.0.0.9:30000"], "sglang", [{"replica": 0}, {"replica": 1}]),
         (["10.0.0.10:8000"], "vllm", [{"replica": 0}]),
         (["10.0.0.11:8000", "10.0.0.12:8000"], "vllm", [{"replica": 0}, {"replica": 1}])]
+
+
+def test_nemo_rls_chrome_trace_imported_gives_its_steps_from_its_own_step_spans(
+        state, tmp_path):
+    """NeMo-RL's Chrome trace (branch youngeunk/ray-overhead 852f78df
+    nemo_rl/utils/trace.py: one JSON array written at the run's end; begin/end pairs of
+    the driver, ``time.monotonic()`` µs, ``args.step`` 0-based): each ``step`` pair a
+    step mark (1-based, as its logger's), its phases on the driver lane, read a step at
+    a time and placed by the file's last write."""
+    import json
+    import os
+
+    from rl_insight.integrations import tracefiles
+
+    def pair(name, t0, t1, **args):
+        return [{"name": name, "ph": "B", "ts": t0, "pid": 7, "tid": 7,
+                 "args": {"tracer_name": "", **args}},
+                {"name": name, "ph": "E", "ts": t1, "pid": 7, "tid": 7}]
+    events = [{"name": "process_name", "ph": "M", "ts": 0, "pid": 7, "args": {"name": "driver"}}]
+    base = 81_234_600_000  # µs of time.monotonic()
+    for step in range(3):
+        t = base + step * 3_000_000
+        slow = 1_000_000 if step == 1 else 0
+        events += pair("step", t, t + 1_900_000 + slow, step=step)
+        events += pair("sample", t + 100_000, t + 700_000)
+        events += pair("policy_training", t + 800_000, t + 1_500_000 + slow)
+        events += pair("weight_sync", t + 1_600_000, t + 1_800_000)
+    path = tmp_path / "nemorl_trace.json"
+    path.write_text(json.dumps(sorted(events, key=lambda e: e["ts"])))
+    now = time.time()
+    os.utime(path, (now, now))
+    run = tracefiles.Run(tables.NEMO_RL, "p", "nemo")
+    for _, payload, _ in tracefiles.read_all([path], run):
+        intake.accept_spans(state, payload, PROTOBUF, "")
+    state.anatomy.update(now + 60)
+    rows = {r.step: r for r in state.anatomy.rows("p", "nemo")}
+    assert sorted(rows) in ([1, 2], [1, 2, 3]), rows  # the last waits for the run's end
+    assert rows[1].generate_s == pytest.approx(0.6)
+    assert rows[2].phases["actor_update"] == pytest.approx(1.7)
+    assert rows[1].weight_update_s == pytest.approx(0.2)
+    assert rows[2].end_ns / 1e9 <= now + 1e-3  # placed before the file's write

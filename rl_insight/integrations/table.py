@@ -43,6 +43,7 @@ class SpanRule:
     lane: str
     state: str
     step_attr: str | None = None
+    step_offset: int = 0  # added to the attribute's step (a 0-based trace, 1-based logs)
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: one table per framework

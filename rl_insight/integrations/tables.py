@@ -161,8 +161,9 @@ NEMO_RL = Framework(
            "rl.grpo.save_checkpoint": SpanRule(DRIVER, CHECKPOINT),
            "rl.idle.buffer_starvation": SpanRule(DRIVER, IDLE),
            "rl.idle.refit_bubble": SpanRule(DRIVER, IDLE),
-           # its Chrome trace (branch youngeunk/ray-overhead 852f78df nemo_rl/utils/trace.py)
-           "step": SpanRule(STEP, "train_step", "step"),
+           # its Chrome trace (branch youngeunk/ray-overhead 852f78df nemo_rl/utils/trace.py):
+           # its step 0-based where its logger's is 1-based
+           "step": SpanRule(STEP, "train_step", "step", step_offset=1),
            "sample": SpanRule(DRIVER, GENERATE),
            "reward_calculation": SpanRule(DRIVER, REWARD),
            "data_processing": SpanRule(DRIVER, DATA),

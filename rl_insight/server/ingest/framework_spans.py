@@ -130,6 +130,8 @@ def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> Non
         found.counts[(fw.name, UNMATCHED)] += 1
         return
     step = _int(attrs.get(rule.step_attr)) if rule.step_attr else None
+    if step is not None:
+        step += rule.step_offset
     if rule.lane == STEP:
         if step is None:
             found.counts[(fw.name, UNMATCHED)] += 1
