@@ -226,6 +226,7 @@ def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
             was["gpu_seconds"]["weight_sync"]["busy"], abs=1e-3), where  # rank 0's lane
 
 
+@pytest.mark.integration
 def test_areals_dashboard_fills_from_the_traced_run(route_server, runs):
     """Every panel of AReaL's dashboard has data for the traced run (its spans in Tempo
     with their lanes), and every key it committed reaches exactly one row."""
