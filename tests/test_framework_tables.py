@@ -289,3 +289,41 @@ def test_nemo_rls_chrome_trace_imported_gives_its_steps_from_its_own_step_spans(
     assert rows[2].phases["actor_update"] == pytest.approx(1.7)
     assert rows[1].weight_update_s == pytest.approx(0.2)
     assert rows[2].end_ns / 1e9 <= now + 1e-3  # placed before the file's write
+
+
+def test_slime_with_a_backend_registry_calls_the_backend_through_it(sent, monkeypatch):
+    """slime's tracking manager (THUDM/slime PR 1591, 3906ba15,
+    slime/utils/tracking/manager.py): ``BACKEND_REGISTRY = {name: (cls, args_flag)}``
+    read when ``init_tracking`` runs; ``attach`` registers ``rl_insight`` there with its
+    flag set, and the manager's own calls reach the tracker (no patching of its log)."""
+    import sys
+    import types
+    from argparse import Namespace
+
+    from rl_insight.integrations import slime as adapter
+
+    manager = types.ModuleType("slime.utils.tracking.manager")
+    manager.BACKEND_REGISTRY = {}
+    for name in ("slime", "slime.utils", "slime.utils.tracking"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "slime.utils.tracking.manager", manager)
+    monkeypatch.setattr(adapter, "_tracker", None)
+    monkeypatch.setattr("atexit.register", lambda *a, **k: None)
+    args = Namespace(hf_checkpoint="/m/Qwen3-4B", wandb_project=None, wandb_group=None,
+                     custom_megatron_init_path=None, custom_rollout_log_function_path=None)
+    adapter.attach(args)
+    cls, flag = manager.BACKEND_REGISTRY["rl_insight"]
+    assert flag == "use_rl_insight" and getattr(args, flag) is True
+    # TrackingManager.init / log as the PR's logging_utils calls them
+    backends = []
+    for _, (kind, attr) in manager.BACKEND_REGISTRY.items():
+        if getattr(args, attr, False):
+            backend = kind()
+            backend.init(args, primary=False, role="actor")
+            backends.append(backend)
+    for backend in backends:
+        backend.log({"perf/actor_train_time": 3.0, "perf/step_time": 9.0,
+                     "train/loss": 0.1, "rollout/step": 5}, step=5)
+    assert ("step", 5.0) in sent["gauges"] and ("train/loss", 0.1) in sent["gauges"]
+    (record,) = [dict(s.attributes) for s in sent["spans"] if s.name == STEP_TIMING]
+    assert record["step"] == 5 and record["timing.perf/actor_train_time"] == 3.0

@@ -36,13 +36,23 @@ def runs(ray_world, framework_runs):
 
 def steps_of(url: str, run: dict) -> list[dict]:
     """The run's anatomy rows, once every step has one (the drivers end their runs)."""
+    seen: list = []
+
     def rows():
         r = requests.get(url + "/api/v1/anatomy", params={
             "project": run["project"], "experiment_name": run["experiment_name"]},
             timeout=5)
+        seen[:] = [x["step"] for x in r.json()["steps"]] if r.status_code == 200 else \
+            [r.status_code, r.text[:300]]
         got = r.json()["steps"] if r.status_code == 200 else []
         return got if len(got) >= run["steps"] else None
-    return wait_for(rows, 40, f"{run['steps']} anatomy rows of {run['experiment_name']}")
+    try:
+        return wait_for(rows, 40, f"{run['steps']} anatomy rows of {run['experiment_name']}")
+    except AssertionError:
+        runs = requests.get(url + "/api/v1/anatomy/runs", timeout=5).json()["runs"]
+        mine = [x for x in runs if x["experiment_name"] == run["experiment_name"]]
+        raise AssertionError(f"rows of steps {seen}; the server's run: {mine}; the "
+                             f"driver said: {run['output'][-3000:]}") from None
 
 
 def test_every_panel_of_each_frameworks_dashboard_has_data(runs, ray_world):

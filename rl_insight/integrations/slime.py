@@ -13,8 +13,8 @@ of those processes hands its dicts here as well: the step is ``rollout/step``, t
 anatomy comes from ``perf/*_time`` (the weight sync and the save are timed after their
 rollout logged: the table moves them back one step). On every training rank, slime's
 ``Timer`` marks the rank's lane (``rank_<r>``: ``actor_update``,
-``actor_compute_log_prob``, ``ref_compute_log_prob``, ``update_weights``, under
-``train_batch``); the rollout manager puts each rollout's generation on the driver's
+``actor_compute_log_prob``, ``ref_compute_log_prob``, ``update_weights``); the rollout
+manager puts each rollout's generation on the driver's
 lane (``sglang_generate``, from the samples' own traces) and registers every SGLang
 engine behind its router (job ``sglang``, labels ``replica`` and ``model``).
 
@@ -42,8 +42,10 @@ NAME = "rl_insight"
 MEGATRON_INIT = "rl_insight.integrations.slime.megatron_init"
 ROLLOUT_LOG = "rl_insight.integrations.slime.rollout_log"
 # slime's Timer names (slime/backends/megatron_utils/actor.py) -> a rank lane's state;
-# the names upstream's slime dashboard reads (slime_training_with_sglang.json)
-TIMER_STATES = {"train": "train_batch", "actor_train": "actor_update",
+# the names upstream's slime dashboard reads (slime_training_with_sglang.json). Its
+# `train` timer holds the others (and train_wait the time between): no state of its
+# own, or a step's parts would count its phases twice
+TIMER_STATES = {"actor_train": "actor_update",
                 "log_probs": "actor_compute_log_prob", "ref_log_probs": "ref_compute_log_prob",
                 "teacher_log_probs": "teacher_compute_log_prob",
                 "update_weights": "update_weights", "save_model": "save_checkpoint",
