@@ -149,11 +149,20 @@ class TrainRank:
         main = self.rank == 0  # DP 0, TP 0, last PP stage
         truth = {}
 
+        def timed(name: str) -> tuple[float, float]:
+            """The phase as slime's Timer measured it: the start it recorded, and that
+            start plus what the phase added to its sum (the perf/*_time it logs)."""
+            return Timer().start_time[name], Timer().timers.get(name, 0.0)
+
+        def measured(name: str, before: tuple[float, float]) -> None:
+            start, total = before
+            truth[name] = (start, start + Timer().timers[name] - total)
+
         def phase(name: str, seconds: float) -> None:
             with timer(name):
-                s = time.time()
+                before = timed(name)
                 time.sleep(seconds)
-                truth[name] = (s, time.time())
+            measured(name, before)
 
         phase("data_preprocess", 0.02)
         with inverse_timer("train_wait"), timer("train"):
@@ -165,7 +174,7 @@ class TrainRank:
                     "rollout/response_lengths": 480.0, "rollout/log_probs": -0.35,
                     "rollout/step": rollout_id}, step_key="rollout/step")
             with timer("actor_train"):
-                s = time.time()
+                before = timed("actor_train")
                 for k in range(2):  # model.py: one train/* dict per optimizer step
                     time.sleep(plan["train"] / 2)
                     if main:
@@ -175,7 +184,7 @@ class TrainRank:
                             "train/ppo_kl": 1e-4, "train/grad_norm": 0.21,
                             "train/lr-pg_0": 1e-6, "train/step": rollout_id * 2 + k},
                             step_key="train/step")
-                truth["actor_train"] = (s, time.time())
+            measured("actor_train", before)
         # train_metric_utils.log_perf_data: every rank reads and resets its timers
         raw = dict(Timer().log_dict())
         Timer().reset()
@@ -189,12 +198,13 @@ class TrainRank:
         return truth
 
     def update_weights(self, seconds: float) -> tuple[float, float]:
-        from slime.observability.timer import timer
+        from slime.observability.timer import Timer, timer
 
         with timer("update_weights"):
-            s = time.time()
+            start, total = Timer().start_time["update_weights"], \
+                Timer().timers.get("update_weights", 0.0)
             time.sleep(seconds)
-            return s, time.time()
+        return start, start + Timer().timers["update_weights"] - total
 
     def flush(self) -> None:
         import rl_insight
