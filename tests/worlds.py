@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +159,7 @@ BACKGROUND: dict[str, tuple[str, object]] = {}
 # starved the anatomy simulation's driver into "other" time); its own figures are
 # measured within itself, so waiting for the CPU costs it time, not accuracy
 BACKGROUND_NICE = 10
+BACKGROUND_DELAY_S = 45.0  # past the suite's first, saturated minute (Background)
 
 
 def yield_cpu() -> None:
@@ -170,18 +172,33 @@ def background(name: str, module: str, command) -> None:
 
 
 class Background:
-    """A run started beside the tests, its output in a file; ``result()`` waits for it."""
+    """A run started beside the tests, its output in a file; ``result()`` waits for it.
+    It starts ``delay_s`` after it is made, past the suite's busy start (both worlds and
+    their first simulations starting at once saturate the machine), or when a test asks
+    for its result first."""
 
-    def __init__(self, argv: list[str], env: dict, cwd: Path) -> None:
-        self.cwd = cwd
-        self.t_start = time.time()
-        self.log = (cwd / "background.log").open("w+")
-        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self.log,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     preexec_fn=yield_cpu)
+    def __init__(self, argv: list[str], env: dict, cwd: Path, delay_s: float = 0.0) -> None:
+        self.argv, self.env, self.cwd = argv, env, cwd
+        self.proc: subprocess.Popen | None = None
+        self.t_start = 0.0
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(delay_s, self.start)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def start(self) -> None:
+        with self._lock:
+            if self.proc is not None:
+                return
+            self.t_start = time.time()
+            self.log = (self.cwd / "background.log").open("w+")
+            self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd,
+                                         stdout=self.log, stderr=subprocess.STDOUT,
+                                         text=True, preexec_fn=yield_cpu)
 
     def result(self, timeout: float = 300) -> tuple[int, str]:
         """(exit code, output)."""
+        self.start()
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -191,9 +208,11 @@ class Background:
         return code, self.log.read()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self._timer.cancel()
+        with self._lock:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
 
 
 @pytest.fixture(scope="session")
@@ -213,7 +232,8 @@ def route_server(request):
             if module in selected:  # only for the tests that will read it
                 work = _workdir(name)
                 stack.callback(shutil.rmtree, work, True)
-                run = world.background[name] = Background(*command(url, work))
+                run = world.background[name] = Background(*command(url, work),
+                                                           delay_s=BACKGROUND_DELAY_S)
                 stack.callback(run.stop)
     except BaseException:
         close("route_server")
@@ -226,7 +246,9 @@ def route_server(request):
 FRAMEWORKS = Path(__file__).resolve().parent / "frameworks"
 VENV_FRAMEWORKS = Path(sys.prefix) / "frameworks"  # `make setup`: their own packages
 FRAMEWORK_RUNS = {  # name -> (driver, its arguments, on the Ray cluster, site-packages)
-    "slime": ("slime_run.py", ("--slow-step", "3"), True, None),
+    # slime registers its engines after its first rollout: they serve a while after the
+    # run, for Prometheus to find and scrape them (file_sd refreshes every 5 s)
+    "slime": ("slime_run.py", ("--slow-step", "3", "--linger", "8"), True, None),
     "roll": ("roll_run.py", ("--slow-step", "3"), False, None),
     "nemo_rl": ("nemo_rl_run.py", ("--slow-step", "3"), False, None),
 }
