@@ -111,8 +111,7 @@ def test_committed_scalars_reach_prometheus_with_the_runs_labels(route_server, r
                 truth["steps"][-1]["phases"]["update_weights"],
             "rl_insight_monitor_ppo_actor_task_reward_avg": 0.5,
             "rl_insight_monitor_ppo_actor_update_grad_norm": 0.31,
-            "rl_insight_monitor_rollout_reward": 0.5,
-            "rl_insight_monitor_step": STEPS - 1}
+            "rl_insight_monitor_rollout_reward": 0.5}
 
     series: list[dict] = []
 
@@ -127,6 +126,13 @@ def test_committed_scalars_reach_prometheus_with_the_runs_labels(route_server, r
     assert {"timeperf/rollout", "ppo_actor/task_reward/avg", "rollout/reward"} <= keys
     assert not [k for k in keys if k and k.endswith("__count")], keys  # AReaL drops them
     assert not [x for x in series if "__count" in x["metric"]["__name__"]]
+    # its steps are marked by its perf trace, exactly: the commits mark none (the step
+    # gauge); without the trace, the commits mark them
+    assert "rl_insight_monitor_step" not in got()
+    keyed = f'project="{PROJECT}",experiment_name="{KEYS}"'
+    wait_for(lambda: any(float(x["value"][1]) == STEPS - 1 for x in prom_query(
+        prom, f"last_over_time(rl_insight_monitor_step{{{keyed}}}[10m])")), 30,
+        f"the last step of {PROJECT}/{KEYS}, marked by its commits")
 
 
 @pytest.mark.integration

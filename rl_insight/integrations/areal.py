@@ -74,11 +74,13 @@ def attach(trainer: Any) -> FrameworkTracker | None:
 def _attach(trainer: Any) -> FrameworkTracker:
     config = getattr(trainer, "config", None)
     project, experiment = run_names(config)
-    tracker = FrameworkTracker(FRAMEWORK, project, experiment)
+    # a followed perf trace marks each step exactly (its events' global_step): the
+    # commits then carry no marks of their own, which would win by arriving first
+    following = follow_perf_tracer(config, project, experiment)
+    tracker = FrameworkTracker(FRAMEWORK, project, experiment, marks=not following)
     wrap(trainer.stats_logger, tracker)
     if _rank() == 0:
         register_servers(trainer, config)
-    follow_perf_tracer(config, project, experiment)
     return tracker
 
 
@@ -128,23 +130,23 @@ def register_servers(trainer: Any, config: Any) -> None:
                                                          for i in range(len(addrs))])
 
 
-def follow_perf_tracer(config: Any, project: str, experiment: str) -> None:
+def follow_perf_tracer(config: Any, project: str, experiment: str) -> bool:
     """AReaL's perf-tracer file of this rank, when its tracer is on, with its clock's
-    zero taken from the tracer itself."""
+    zero taken from the tracer itself; whether it is followed."""
     pt = getattr(config, "perf_tracer", None)
     if pt is None or not getattr(pt, "enabled", False):
-        return
+        return False
     from areal.utils import perf_tracer
 
     if not perf_tracer.is_configured():
-        return
+        return False
     tracer = perf_tracer.get_tracer()
     path = getattr(tracer, "_output_path", None)
     origin = getattr(tracer, "_origin_ns", None)
     if not path:
-        return
+        return False
     anchor = None if origin is None else \
         time.time() - (time.perf_counter_ns() - origin) / 1e9
     from rl_insight.integrations import follow
 
-    follow.start(str(path), FRAMEWORK, project, experiment, anchor)
+    return follow.start(str(path), FRAMEWORK, project, experiment, anchor) is not None

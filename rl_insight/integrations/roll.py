@@ -56,6 +56,8 @@ class RLInsightTracker:
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         if self.following is None:
             self.following = self._follow_traces()
+            # its pipeline_step spans mark each step exactly: no marks of the tracker's
+            self.tracker.marks = not self.following
         flat = {strip_tag(k): v for k, v in (values or {}).items()}
         if step is not None and "system/step" not in flat:
             flat["system/step"] = step

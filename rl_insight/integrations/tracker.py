@@ -32,11 +32,14 @@ class FrameworkTracker:
 
     def __init__(self, framework: str | Framework, project: str | None = None,
                  experiment_name: str | None = None,
-                 config: Mapping[str, Any] | None = None) -> None:
+                 config: Mapping[str, Any] | None = None, marks: bool = True) -> None:
         self.framework = framework if isinstance(framework, Framework) else \
             integrations.get(framework)
         self.skipped: set[str] = set()
         self.finished = False
+        # the step marks (the `step` gauge); False where the framework's own trace marks
+        # its steps exactly (a followed AReaL perf trace, ROLL's pipeline_step spans)
+        self.marks = marks
         rl_insight.init(project, experiment_name, config)
 
     def step_of(self, data: Mapping[str, Any], step: Any) -> int | None:
@@ -76,7 +79,8 @@ class FrameworkTracker:
         if number is None:
             return
         fw = self.framework
-        if fw is None or fw.step_ends_with is None or fw.step_ends_with in data:
+        if self.marks and (fw is None or fw.step_ends_with is None or
+                           fw.step_ends_with in data):
             rl_insight.metric_gauge(STEP_GAUGE, float(number), "The training step")
         timings = timing_values(fw, items) if fw is not None else {}
         if timings:
