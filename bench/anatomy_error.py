@@ -14,7 +14,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 
-from rl_insight.anatomy import clip, length, union
+from rl_insight.anatomy.rows import clip, length, union
 
 NS = 1e9
 

@@ -759,7 +759,7 @@ ANATOMY = (
                    "consumed and the trainer using it: 0 on-policy, 1 one step off."),
 )
 
-# -- why was a step slow: the engines' own request spans (rl_insight/engine_requests.py,
+# -- why was a step slow: the engines' own request spans (rl_insight/anatomy/requests.py,
 # joined to steps by the server) and the step's goodput; `rl-insight report --step N`
 # says the same in words
 def _traced(*args, **kw) -> Panel:

@@ -144,7 +144,7 @@ def why_step(server: str, project: str, experiment: str, step: int, out: Path) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rl_insight import explain
+    from rl_insight.anatomy import explain
 
     params = {"project": project, "experiment_name": experiment}
     rows = requests.get(server + "/api/v1/anatomy", params=params, timeout=10).json()["steps"]

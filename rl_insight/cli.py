@@ -318,7 +318,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     client = _client(args)
     if args.step is not None:
-        from rl_insight import explain
+        from rl_insight.anatomy import explain
 
         def why() -> str:
             got = client.get("/api/v1/anatomy/explain", project=args.project,

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_insight import config
-from rl_insight.anatomy import step_row, union
+from rl_insight.anatomy.rows import step_row, union
 from rl_insight.client.steps import StepClock
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span

@@ -36,7 +36,7 @@ import requests
 
 import rl_insight
 from rl_insight import naming
-from rl_insight.anatomy import timing_row
+from rl_insight.anatomy.rows import timing_row
 from rl_insight.events import Span
 from rl_insight.integrations import skyrl as adapter
 from rl_insight.integrations import tables

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import rl_insight
 from rl_insight import config, integrations
-from rl_insight.anatomy import step_row
+from rl_insight.anatomy.rows import step_row
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
 from rl_insight.integrations import table, tables

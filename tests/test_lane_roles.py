@@ -21,7 +21,7 @@ import re
 import pytest
 
 from rl_insight import laneid
-from rl_insight.anatomy import step_row
+from rl_insight.anatomy.rows import step_row
 from rl_insight.collector.lanes import DURATION, STATE_GAUGE, LaneCore
 from rl_insight.events import Identity, Span, StateChange
 from rl_insight.export.timeline import chrome_trace

@@ -1,6 +1,6 @@
 """Engine request spans at the server: found in every OTLP export (vLLM's ``llm_request``,
-SGLang's request root span: rl_insight/engine_requests.py names their attributes), read
-into :class:`~rl_insight.engine_requests.Request` records with their run and replica,
+SGLang's request root span: rl_insight/anatomy/requests.py names their attributes), read
+into :class:`~rl_insight.anatomy.requests.Request` records with their run and replica,
 counted as bounded ``rl_insight_request_*`` histograms per run, role and replica (never a
 request id or text as a label), and handed to the step anatomy, which joins them to steps.
 
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from rl_insight import laneid
-from rl_insight.engine_requests import Request
+from rl_insight.anatomy.requests import Request
 from rl_insight.server.ingest.otlp import value_of
 
 REQUEST_SPANS = ("llm_request",)

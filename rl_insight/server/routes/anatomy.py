@@ -36,7 +36,7 @@ def router(state: ServerState) -> APIRouter:
                      baseline: int = Query(10, ge=1, le=1000,
                                            description="the steps before it to compare "
                                                        "with")) -> dict:
-        from rl_insight import explain
+        from rl_insight.anatomy import explain
 
         got = anatomy(project, experiment_name, 0)["steps"]
         if not any(s["step"] == step for s in got):

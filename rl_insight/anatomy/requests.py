@@ -2,7 +2,7 @@
 read as plain records, and what a step's requests say: per role, the latency breakdown
 and tokens, and the slowest requests (the tail) with their ids and trace ids.
 
-Plain data in and out, no clock and no I/O (as :mod:`rl_insight.anatomy`): the server
+Plain data in and out, no clock and no I/O (as :mod:`rl_insight.anatomy.rows`): the server
 reads the spans (rl_insight/server/ingest/engine_requests.py), the step anatomy joins them to
 steps, the report and the dashboards show them.
 

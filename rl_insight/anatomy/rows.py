@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rl_insight import laneid
-from rl_insight.engine_requests import (
+from rl_insight.anatomy.requests import (
     Request,
     last_to_finish,
     summarize,
@@ -134,7 +134,7 @@ class StepRow:
     staleness: int | None = None
     roles: dict[str, RoleRow] = field(default_factory=dict)
     other_s: float = 0.0  # no replica of any role generating and no rank busy
-    # the engines' own request spans that ended in the window (rl_insight.engine_requests)
+    # the engines' own request spans that ended in the window (rl_insight.anatomy.requests)
     requests: dict[str, dict] = field(default_factory=dict)  # per role: summarize()
     tail: list[dict] = field(default_factory=list)  # the slowest requests
     # per role, the requests its slowest replica finished last (the critical path)
