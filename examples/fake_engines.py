@@ -418,6 +418,11 @@ class FakeEngine:
         self.lock = threading.Lock()
         self.finished = 0
         self.prompt_total = 0
+        # the simulation's drifts (examples/drifts.py): responses this many times as
+        # long; the most KV-cache tokens a tick used; preemptions not yet counted out
+        self.length_factor = 1.0
+        self.peak_tokens = 0
+        self.preempted = 0
         self._recent_tokens: list[tuple[float, int]] = []
         # SGLang answers through prometheus_client's negotiating app; vLLM in text
         self.server, self.port = serve(self.registry, negotiate=backend == "sglang",
@@ -431,7 +436,8 @@ class FakeEngine:
             for _ in range(n):
                 self._ids += 1
                 self.s.waiting.append(Request(self.rng.randint(64, 512),
-                                              self.rng.randint(32, 600), now,
+                                              int(self.rng.randint(32, 600) *
+                                                  self.length_factor), now,
                                               rid=f"cmpl-{self.port}-{self._ids}"))
 
     def submit_long(self, tokens: int, seconds: float) -> str:
@@ -586,11 +592,13 @@ class FakeEngine:
                 if self.tracer is not None:
                     self._trace(r, now)
             used = sum(r.prompt + r.generated for r in s.running)
+            self.peak_tokens = max(self.peak_tokens, used)
             retracted = 0
             if used > s.kv_capacity_tokens * 0.95 and s.running:
                 victim = s.running.pop()  # preempted: back to the queue, recomputed later
                 victim.generated = 0
                 victim.preemptions += 1
+                self.preempted += 1
                 s.waiting.insert(0, victim)
                 retracted = 1
                 if self.backend != "sglang":

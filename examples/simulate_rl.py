@@ -27,12 +27,13 @@ import ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import data_queue  # noqa: E402
+import drifts  # noqa: E402
 import fake_engines  # noqa: E402
 import trainer_keys  # noqa: E402
 
 import rl_insight  # noqa: E402
 
-for _module in (fake_engines, data_queue):  # workers need not import them
+for _module in (fake_engines, data_queue, drifts):  # workers need not import them
     ray.cloudpickle.register_pickle_by_value(_module)
 
 
@@ -67,9 +68,24 @@ class RolloutReplica:
         self.slowdown = slowdown  # a straggler generates this many times as long
         self.hang = hang  # (step, seconds): a request that hangs in that step
         self.generated: list[tuple[int, int, int]] = []  # ground truth: (step, start, end)
+        self.kv_reference: int | None = None  # --drift kv-shrink: the peak it shrinks from
 
     def address(self) -> str:
         return f"{ray.util.get_node_ip_address()}:{self.engine.port}"
+
+    def drift(self, length_factor: float, kv_capacity: float) -> int:
+        """examples/drifts.py: responses ``length_factor`` as long; a KV cache of
+        ``kv_capacity`` (a share of full) sized so that at 1 the batch fills KV_NEED of
+        it (the peak the engine saw so far); the preemptions of the last step."""
+        with self.engine.lock:
+            self.engine.length_factor = length_factor
+            if kv_capacity < 1.0:
+                if self.kv_reference is None:  # the batch's peak before the drift
+                    self.kv_reference = max(self.engine.peak_tokens, 1)
+                self.engine.s.kv_capacity_tokens = max(
+                    1, int(self.kv_reference / drifts.KV_NEED * kv_capacity))
+            preempted, self.engine.preempted = self.engine.preempted, 0
+        return preempted
 
     def generate(self, n: int, timeout: float, step: int, phase: str = "train",
                  keys: list[str] | None = None) -> float:
@@ -281,7 +297,22 @@ class Simulation:
         self.live: list[tuple[str, list[str]]] = []  # batches in TransferQueue
         self.tracking = rl_insight.Tracking(args.project, args.experiment_name)
         self.total_tokens = 0
+        self.drifts = list(args.drift or [])
+        self.preempted: dict[int, list[int]] = {}  # step -> preemptions per replica
         self.logged: list[tuple[int, int, float]] = []  # (step, log time ns, timing_s/step)
+
+    def drift_truth(self) -> list[dict]:
+        """Each drift, and the first step it made slower: a shrinking KV cache's first
+        step with preemptions on its replica, as the engine counted them."""
+        out = []
+        for d in self.drifts:
+            onset = d.start
+            if d.kind == "kv-shrink":
+                onset = next((st for st, got in sorted(self.preempted.items())
+                              if st >= d.start and got[d.target] > 0), None)
+            out.append({"kind": d.kind, "start": d.start, "target": d.target,
+                        "onset": onset, "causes": sorted(map(list, drifts.causes(d)))})
+        return out
 
     def register(self) -> dict:
         """Register the engines' and the controller's endpoints, as verl does."""
@@ -342,8 +373,9 @@ class Simulation:
             data_queue.clear(*self.live.pop(0))
 
     def timed(self, key: str) -> float:
-        time.sleep(self.t[key])
-        return self.t[key]
+        seconds = self.t[key] * (drifts.noise(self.rng) if self.drifts else 1.0)
+        time.sleep(seconds)
+        return seconds
 
     # -- one step -----------------------------------------------------------------------------
     def teacher_phase(self, step: int) -> float:
@@ -354,9 +386,23 @@ class Simulation:
         return max(ray.get([t.generate.remote(max(2, self.requests // 4), self.gen_timeout,
                                               step, "teacher") for t in self.teachers]))
 
+    def apply_drifts(self, step: int) -> None:
+        """--drift: each replica's responses and KV cache for this step; the preemptions
+        each had in the step before (the ground truth of a shrinking cache)."""
+        if not self.drifts:
+            return
+        got = ray.get([r.drift.remote(
+            math.prod(d.response_factor(step) for d in self.drifts),
+            math.prod(d.kv_capacity(step) for d in self.drifts
+                      if d.kind == "kv-shrink" and d.target == i))
+            for i, r in enumerate(self.replicas)])
+        if step > 1:
+            self.preempted[step - 1] = got
+
     def sync_step(self, step: int) -> dict:
         timing = {}
         t_step = time.perf_counter()
+        self.apply_drifts(step)
         timing["gen"] = max(ray.get(self.generate(step)))
         self.read_batch(step)
         if self.teachers:
@@ -423,7 +469,11 @@ class Simulation:
         return 0.25 + 0.5 * (1 - math.exp(-step / 6)) + self.rng.uniform(-0.02, 0.02)
 
     def metrics(self, step: int, timing: dict) -> dict:
-        response = 380 + 60 * math.sin(step / 3) + self.rng.uniform(-10, 10)
+        if self.drifts:  # steady but for the drifts: 1 % noise (examples/drifts.py)
+            response = 380 * drifts.noise(self.rng) * math.prod(
+                d.response_factor(step) for d in self.drifts)
+        else:
+            response = 380 + 60 * math.sin(step / 3) + self.rng.uniform(-10, 10)
         tokens = self.requests * len(self.replicas) * (response + 280)
         self.total_tokens += tokens
         score = self.score(step)
@@ -528,8 +578,9 @@ class Simulation:
         """The ranks send the weights while the replicas wake and take their KV cache
         back; returns the seconds it took."""
         t0 = time.perf_counter()
-        weights = [r.phase.remote("update_weights", self.t["update_weights"], step)
-                   for r in self.ranks]
+        seconds = self.t["update_weights"] * math.prod(d.weight_sync_factor(step)
+                                                      for d in self.drifts)
+        weights = [r.phase.remote("update_weights", seconds, step) for r in self.ranks]
         self.replicas_state("vllm_wake_up", self.t["update_weights"] / 3, step,
                             sleep_level=0)
         self.replicas_state("vllm_resume_kv_cache", self.t["update_weights"] / 3, step)
@@ -568,6 +619,18 @@ class Simulation:
             self.logged.append((step, time.time_ns(), timing["step"]))
             print(f"step {step}/{self.args.steps}: {timing['step']:.1f}s, reward "
                   f"{data['critic/rewards/mean']:.3f}", flush=True)
+
+
+def _drift(text: str) -> drifts.Drift:
+    try:
+        d = drifts.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if d.kind == "throttle":  # no node of this machine has a GPU to throttle
+        raise argparse.ArgumentTypeError(
+            "--drift throttle: a real run has no GPU here to throttle; "
+            "bench/changes.py runs it in virtual time")
+    return d
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -638,6 +701,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a worker with a tiny buffer floods gauges at this step, so "
                              "monitoring drops (and counts) events")
     inject.add_argument("--flood-events", type=int, default=20_000)
+    inject.add_argument("--drift", type=_drift, action="append", metavar="KIND:...",
+                        help="a drift from a step on, in an otherwise steady run with 1 %% "
+                             "noise (examples/drifts.py): response-length:START[:RATE], "
+                             "kv-shrink:REPLICA:START, weight-sync:START[:RATE]")
     ap.add_argument("--truth", metavar="FILE",
                     help="write the ground truth (step log times, each replica's "
                          "generation and each rank's phases, wall clock) as JSON")
@@ -706,7 +773,8 @@ def main(argv=None) -> int:
         Path(args.truth).write_text(json.dumps({
             "steps": sim.logged,
             "replicas": ray.get([r.ground_truth.remote() for r in sim.replicas]),
-            "ranks": ray.get([r.ground_truth.remote() for r in sim.ranks])}))
+            "ranks": ray.get([r.ground_truth.remote() for r in sim.ranks]),
+            "drifts": sim.drift_truth()}))
     rl_insight.flush(10)
     if args.linger:
         print(f"keeping the endpoints up for {args.linger:.0f}s", flush=True)

@@ -273,12 +273,10 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
 
 def parse_duration(text: str) -> float:
     """``90s``, ``15m``, ``2h``, ``1d`` or plain seconds."""
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
-    if not m:
+    seconds = config_mod.duration_seconds(text)
+    if seconds is None:
         raise config_mod.ConfigError(f"--since {text!r}: expected a duration like 15m or 2h")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return seconds
 
 
 def cmd_traces_export(args: argparse.Namespace) -> int:
@@ -317,6 +315,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("rl-insight: --last takes a number of steps (0: all)", file=sys.stderr)
         return 2
     client = _client(args)
+    if args.changes:
+        from rl_insight.anatomy import changes
+
+        def what_changed() -> str:
+            got = client.get("/api/v1/anatomy/changes", project=args.project,
+                             experiment_name=args.experiment)
+            return json.dumps(got, indent=2) if args.format == "json" else \
+                changes.render(got).rstrip("\n")
+        return _api(what_changed)
     if args.step is not None:
         from rl_insight.anatomy import explain
 
@@ -622,6 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "its goodput")
     p.add_argument("--baseline", type=int, default=10,
                    help="with --step: the steps before it to compare with")
+    p.add_argument("--changes", action="store_true",
+                   help="what changed over the run: its sustained regressions (onset, "
+                        "size, the parts they live in) and what moved with each, ranked")
     p.set_defaults(func=cmd_report)
 
     p = top.add_parser("doctor", parents=[remote],

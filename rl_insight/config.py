@@ -223,6 +223,42 @@ class AnatomySettings:
     max_requests_per_run: int = 65_536
 
 
+def duration_seconds(text: str) -> float | None:
+    """``90s``, ``15m``, ``2h``, ``1d`` or plain seconds; None when it is none of them."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(text or ""))
+    if not m:
+        return None
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+@dataclass(frozen=True)
+class ChangesSettings:
+    """What changed over a run: the regression rule (rl_insight/anatomy/changes.py says
+    what each setting does and docs/anatomy.md what the defaults measured) and what the
+    server spends on ranking what moved with a change."""
+
+    enabled: bool = True
+    warmup_steps: int = 3  # a run's first steps (compilation, caches) are no baseline
+    baseline_min_steps: int = 10  # steps before anything is tested
+    baseline_max_steps: int = 60
+    guard_steps: int = 12  # the newest steps kept out of the baseline
+    window: int = 12  # the steps a change is tested over
+    min_steps: int = 3  # a change lasts at least this many steps: one slow step is none
+    threshold: float = 4.5  # the test statistic, in baseline spreads
+    clip: float = 3.0  # one step weighs at most this many spreads
+    floor: float = 0.01  # the smallest spread, relative to the baseline
+    min_change: float = 0.02  # step time, throughput: the smallest change reported
+    min_part_share: float = 0.01  # a part: the smallest change, of the step time
+    recover_steps: int = 5
+    accept_after: int = 50  # a change held this long is the run's new level
+    # ranking what moved with an open change (Prometheus queries): again every this many
+    # steps, looked at every rank_interval_s, at most max_series trainer scalars
+    rank_every_steps: int = 5
+    rank_interval_s: float = 5.0
+    max_series: int = 2000
+    before_steps: int = 20  # the steps before the onset a candidate is compared with
+
+
 @dataclass
 class AlertSettings:
     """Alerting rules generated for the managed Prometheus (the thresholds of each alert;
@@ -296,6 +332,7 @@ class Settings:
     client: ClientSettings = field(default_factory=ClientSettings)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     anatomy: AnatomySettings = field(default_factory=AnatomySettings)
+    changes: ChangesSettings = field(default_factory=ChangesSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)

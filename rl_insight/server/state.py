@@ -11,9 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rl_insight import netaddr
-from rl_insight.config import Settings
+from rl_insight.config import Settings, duration_seconds
 from rl_insight.server.analyses.anatomy import AnatomyStore
-from rl_insight.server.endpoints import relay_url
+from rl_insight.server.analyses.changes import ChangeStore, Prom
+from rl_insight.server.endpoints import prometheus_auth, prometheus_url, relay_url
 from rl_insight.server.ingest.engine_requests import RequestMetrics
 from rl_insight.server.ingest.experiments import ExperimentStore
 from rl_insight.server.ingest.intake import Batches
@@ -73,6 +74,13 @@ class ServerState:
         self.lanes = LaneStats(settings.traces.max_lanes)
         self.recent = RecentSpans()
         self.anatomy = AnatomyStore(settings.anatomy, finished=self.run_ended)
+        self.changes = ChangeStore(
+            settings.changes, self.anatomy.rows,
+            Prom(prometheus_url(settings), prometheus_auth(settings),
+                 duration_seconds(settings.prometheus.scrape_interval) or 15.0)
+            if settings.prometheus.enabled else None,
+            settings.anatomy.max_runs, finished=self.run_ended)
+        self.anatomy.listener = self.changes.observe
         self.requests = RequestMetrics()  # rl_insight_request_*
         from rl_insight.server.analyses.selfmetrics import ServerMetrics
 
@@ -81,6 +89,7 @@ class ServerState:
         self._stop = threading.Event()
         self._forgotten_runs: set[tuple[str, str]] = set()  # past their grace at the last look
         self._thread = supervised("rl-insight-maintain", self._maintain, self._stop)
+        self._ranking = supervised("rl-insight-changes", self._rank, self._stop)
         self._discovery: threading.Thread | None = None
         # the intake's work, in arrival order, off the event loop (server/ingest/intake.py)
         self.intake_pool = ThreadPoolExecutor(1, thread_name_prefix="rl-insight-intake")
@@ -106,12 +115,16 @@ class ServerState:
                  n_exp, n_targets, n_groups, self.spool.spans)
         self.relay.start()
         self._thread.start()
+        if self.settings.changes.enabled:
+            self._ranking.start()
         self._discovery = self.targets.start_writer(self._stop, DISCOVERY_DELAY_S)
 
     def close(self) -> None:
         self.intake_pool.shutdown(wait=True, cancel_futures=True)
         self._stop.set()
         self._thread.join(timeout=5)
+        if self._ranking.is_alive():
+            self._ranking.join(timeout=15)
         if self._discovery is not None:
             self._discovery.join(timeout=5)
             self.targets.write_sd()  # what the writer had not written yet
@@ -133,8 +146,16 @@ class ServerState:
             self.lanes.forget(runs)
             self.recent.forget(runs)
             self.requests.forget(runs)
+        self.changes.forget(self.anatomy.has)
         # as a set: a run restored in the round another finished changes no count
         self._forgotten_runs = runs
+
+    def _rank(self) -> None:
+        """What moved with each open change, ranked from Prometheus off the request
+        path (rl_insight/server/analyses/changes.py)."""
+        while not self._stop.wait(self.settings.changes.rank_interval_s):
+            self.anatomy.update()
+            self.changes.rank_due()
 
     def _maintain(self) -> None:
         next_gc = time.monotonic()

@@ -194,6 +194,30 @@ def dropping_events(settings: Settings, for_: str) -> dict:
         "client.max_series_per_run or traces.spool_max_bytes.")
 
 
+def step_time_regressed(settings: Settings, for_: str) -> dict:
+    """A run's steps slowed and stayed slower (rl_insight/anatomy/changes.py decides it;
+    the series: rl_insight/server/analyses/changes.py). The labels that change as the
+    ranking does (the cause, the part, the replica or node) stay out of the alert's own,
+    so a better ranking is not a new alert: the description reads them."""
+    expr = ("max without (cause, part, scope) (rl_insight_step_regression_seconds) > 0")
+    this = ('{project=%q,experiment_name=%q,signal=%q,onset_step=%q}" $labels.project '
+            '$labels.experiment_name $labels.signal $labels.onset_step')
+    cause = ('{{ with printf "rl_insight_step_regression_seconds' + this + ' | query }}'
+             '{{ with first . }}in {{ .Labels.part }}{{ with .Labels.scope }} on {{ . }}'
+             '{{ end }}; first cause: {{ .Labels.cause }}{{ end }}{{ end }}')
+    ratio = ('{{ with printf "rl_insight_step_regression_ratio' + this + ' | query }}'
+             '{{ with first . }}{{ .Value | humanizePercentage }}{{ end }}{{ end }}')
+    return _rule(
+        "StepTimeRegressed", active(expr), for_, "warning",
+        f"{RUN_LABEL}: {{{{ $labels.signal }}}} regressed by {{{{ $value | printf "
+        f'"%.3g" }}}} ({ratio}) since step {{{{ $labels.onset_step }}}}',
+        f"The run's {{{{ $labels.signal }}}} has stayed {{{{ $value | printf \"%.3g\" }}}}"
+        f" ({ratio}) over its baseline since step {{{{ $labels.onset_step }}}}, {cause}. "
+        "Run `rl-insight report --changes --project {{ $labels.project }} "
+        "--experiment-name {{ $labels.experiment_name }}` for what moved with it, or open "
+        "the What changed section of the Step anatomy dashboard.")
+
+
 def render(settings: Settings) -> dict:
     """The rule file as plain data."""
     for_ = duration("alerts.pending_for", settings.alerts.pending_for)
@@ -205,6 +229,7 @@ def render(settings: Settings) -> dict:
         preemption_burst(settings, for_),
         target_down(settings),
         dropping_events(settings, for_),
+        step_time_regressed(settings, for_),
     ]}]}
 
 

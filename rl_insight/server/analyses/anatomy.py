@@ -320,6 +320,9 @@ class AnatomyStore:
         self.finished = finished
         self._runs: OrderedDict[tuple[str, str], RunAnatomy] = OrderedDict()
         self._lock = threading.Lock()
+        # told every row made (or made again), outside the lock: what changed
+        # (rl_insight/server/analyses/changes.py) follows each run's steps
+        self.listener: Callable[[tuple[str, str], list[StepRow]], None] | None = None
 
     def add(self, rows: Iterable[tuple]) -> None:
         """OTLP state rows: (project, experiment, lane, state, start, end, process, step)."""
@@ -381,8 +384,15 @@ class AnatomyStore:
         for (project, experiment), run in runs:
             finished = self.finished(project, experiment)
             with self._lock:
-                n += len(run.finalize(now_ns, self.settings, finished))
+                made = run.finalize(now_ns, self.settings, finished)
+            n += len(made)
+            if made and self.listener is not None:
+                self.listener((project, experiment), made)
         return n
+
+    def has(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            return key in self._runs
 
     def rows(self, project: str, experiment: str) -> list[StepRow] | None:
         """The run's final rows, oldest first; None for a run never seen."""

@@ -23,6 +23,7 @@ from rl_insight.server.threads import RESTARTS
 
 if TYPE_CHECKING:
     from rl_insight.server.analyses.anatomy import AnatomyStore
+    from rl_insight.server.analyses.changes import ChangeStore
     from rl_insight.server.ingest.engine_requests import RequestMetrics
     from rl_insight.server.ingest.experiments import ExperimentStore
     from rl_insight.server.ingest.lane_stats import LaneStats
@@ -46,6 +47,7 @@ class Measured(Protocol):
     lanes: LaneStats
     experiments: ExperimentStore
     anatomy: AnatomyStore
+    changes: ChangeStore
     requests: RequestMetrics
 
 
@@ -156,6 +158,7 @@ class ServerMetrics:
         _watch_gc(self.gc_pause)
         self.registry.register(_StateCollector(state))
         self.registry.register(state.anatomy)  # rl_insight_step_*
+        self.registry.register(state.changes)  # rl_insight_step_regression_*
         self.registry.register(state.requests)  # rl_insight_request_*
         self.types = {m.name: m.type for m in self.registry.collect()}
 

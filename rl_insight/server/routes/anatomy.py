@@ -46,6 +46,21 @@ def router(state: ServerState) -> APIRouter:
                                  "is final a few seconds after the trainer logs it")
         return explain.explain(got, step, baseline)
 
+    @r.get("/api/v1/anatomy/changes", summary="What changed over a run: its sustained "
+           "regressions (onset, size, the parts they live in) and what moved with each, "
+           "ranked; a finished run the server no longer follows is analysed from "
+           "Prometheus", responses=schema.answers(400, 404))
+    def changes(project: str, experiment_name: str) -> dict:
+        state.anatomy.update()
+        out = state.changes.report(project, experiment_name)
+        if out is None:
+            known = [f"{r['project']}/{r['experiment_name']}" for r in state.anatomy.runs()]
+            raise HttpError(404, f"no final step of {project}/{experiment_name} on this "
+                                 "server nor in its Prometheus (runs followed: "
+                                 f"{', '.join(known[-10:]) or 'none'}); check the names "
+                                 "with `rl-insight server experiments list`")
+        return out
+
     @r.get("/api/v1/anatomy/runs", summary="Runs with a step anatomy, and their step counts")
     def runs() -> dict:
         return {"runs": state.anatomy.runs()}

@@ -1,0 +1,208 @@
+"""Drifts the simulation injects into an otherwise steady run with noise, and a run of
+the same model in virtual time (steps computed, not slept) for the tests and the bench.
+
+``simulate_rl.py --drift KIND:...`` applies them to its real run (its phases sleep for
+the drifted seconds, its engines' KV cache shrinks, its trainer logs the longer
+responses); :func:`virtual_run` computes a run of the same shape step by step (rows as
+``/api/v1/anatomy`` answers them, and every series the server would hold) in
+milliseconds, so a 300-step run costs no wall time. Each drift says which step it starts
+at and what is its cause (the names the association should rank first).
+
+Drifts (``--drift``):
+
+- ``response-length:START[:RATE]``: responses grow RATE (0.01) a step from START: each
+  replica generates that much longer, the trainer's ``response_length/mean`` grows;
+- ``kv-shrink:REPLICA:START``: that replica's KV cache shrinks 10 % a step from START
+  until it preempts: its generation slows, it is the straggler;
+- ``throttle:NODE:START``: that node's GPUs throttle from START (SM clock 1,980 to
+  1,500 MHz, hotter): its replicas generate a quarter slower;
+- ``weight-sync:START[:RATE]``: the weight update takes RATE (0.1) longer every step.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+NOISE = 0.01  # lognormal sigma of every part of every step
+SPIKE_P = 0.02  # a step's driver work doubled (a checkpoint save): one slow step
+KINDS = ("response-length", "kv-shrink", "throttle", "weight-sync")
+KV_NEED = 0.7  # the share of a full KV cache a replica's batch needs
+KV_SHRINK = 0.1  # a step, from the drift's start
+KV_FLOOR = 0.4
+CLOCK, THROTTLED_CLOCK = 1980.0, 1500.0
+
+
+@dataclass(frozen=True)
+class Drift:
+    kind: str
+    start: int
+    target: int = 0  # the replica (kv-shrink) or node (throttle)
+    rate: float = 0.0
+
+    def k(self, step: int) -> int:
+        """Steps since the drift started, 1 at its start; 0 before."""
+        return max(0, step - self.start + 1)
+
+    def response_factor(self, step: int) -> float:
+        return (1 + self.rate) ** self.k(step) if self.kind == "response-length" else 1.0
+
+    def kv_capacity(self, step: int) -> float:
+        """The replica's KV cache as a share of its full size."""
+        if self.kind != "kv-shrink":
+            return 1.0
+        return max(KV_FLOOR, 1.0 - KV_SHRINK * self.k(step))
+
+    def throttled(self, step: int) -> bool:
+        return self.kind == "throttle" and self.k(step) > 0
+
+    def weight_sync_factor(self, step: int) -> float:
+        return (1 + self.rate) ** self.k(step) if self.kind == "weight-sync" else 1.0
+
+
+def parse(text: str) -> Drift:
+    """``KIND:...`` as ``--drift`` takes it (module docstring)."""
+    kind, _, rest = text.partition(":")
+    bits = [b for b in rest.split(":") if b]
+    try:
+        if kind == "response-length":
+            return Drift(kind, int(bits[0]), rate=float(bits[1]) if len(bits) > 1 else 0.01)
+        if kind == "weight-sync":
+            return Drift(kind, int(bits[0]), rate=float(bits[1]) if len(bits) > 1 else 0.1)
+        if kind in ("kv-shrink", "throttle"):
+            return Drift(kind, int(bits[1]), target=int(bits[0]))
+    except (IndexError, ValueError):
+        pass
+    raise ValueError(f"--drift {text!r}: expected one of response-length:START[:RATE], "
+                     "kv-shrink:REPLICA:START, throttle:NODE:START, weight-sync:START[:RATE]")
+
+
+def preemptions(capacity: float) -> float:
+    """Preemptions a step of a replica whose KV cache is ``capacity`` of full."""
+    return max(0.0, 100.0 * (KV_NEED / capacity - 0.95))
+
+
+def slowdown(capacity: float) -> float:
+    """How much longer a replica generates, preempting (its requests recomputed)."""
+    return 1.0 + 0.01 * preemptions(capacity)
+
+
+def noise(rng: random.Random, sigma: float = NOISE) -> float:
+    return math.exp(rng.gauss(0.0, sigma))
+
+
+@dataclass
+class VirtualRun:
+    """A run computed step by step: its rows, every series the server would hold per
+    step, and where each drift's regression starts."""
+
+    rows: list[dict] = field(default_factory=list)
+    scalars: dict[str, dict[int, float]] = field(default_factory=dict)
+    engine: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    hardware: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    replica_node: dict[str, str] = field(default_factory=dict)
+    onsets: dict[str, int] = field(default_factory=dict)  # drift kind -> first slower step
+
+    def put(self, into: dict, key, step: int, value: float) -> None:
+        into.setdefault(key, {})[step] = value
+
+
+def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: int = 4,
+                nodes: int = 2, step_s: float = 60.0) -> VirtualRun:
+    """A synchronous run of ``steps`` steps, ``replicas`` rollout replicas spread over
+    ``nodes`` nodes, every part with :data:`NOISE`, and the drifts."""
+    rng = random.Random(seed)
+    run = VirtualRun()
+    for r in range(replicas):
+        run.replica_node[str(r)] = f"node-{r * nodes // replicas}"
+    phase_s = {"actor_compute_log_prob": 0.1 * step_s, "ref_compute_log_prob": 0.08 * step_s,
+               "actor_update": 0.18 * step_s, "update_weights": 0.06 * step_s}
+    gen_s, other_s, tokens = 0.5 * step_s, 0.08 * step_s, 500.0
+    for step in range(1, steps + 1):
+        length = tokens * math.prod(d.response_factor(step) for d in drifts) * noise(rng)
+        per_replica, kv, pre = {}, {}, {}
+        for r in range(replicas):
+            rep, node = str(r), run.replica_node[str(r)]
+            capacity = math.prod(d.kv_capacity(step) for d in drifts if d.target == r)
+            hot = any(d.throttled(step) and d.target == int(node.split("-")[1])
+                      for d in drifts)
+            pre[rep] = preemptions(capacity)
+            kv[rep] = min(1.0, KV_NEED * length / tokens / capacity) * noise(rng, 0.02)
+            per_replica[rep] = gen_s * length / tokens * slowdown(capacity) * \
+                (CLOCK / THROTTLED_CLOCK if hot else 1.0) * noise(rng)
+        generate = max(per_replica.values())
+        phases = {p: s * noise(rng) for p, s in phase_s.items()}
+        phases["update_weights"] *= math.prod(d.weight_sync_factor(step) for d in drifts)
+        other = other_s * noise(rng) * (2.0 if rng.random() < SPIKE_P else 1.0)
+        duration = generate + sum(phases.values()) + other
+        completion = length * 64 * replicas
+        gpus = replicas + 2
+        run.rows.append({
+            "step": step, "duration_s": duration, "other_s": other,
+            "generate_s": generate, "weight_update_s": phases["update_weights"],
+            "roles": {"rollout": {"generate_s": generate, "replicas": replicas}},
+            "phases": phases,
+            "replicas": {rep: {"generate_s": g, "idle_s": duration - g, "wait_s":
+                               generate - g, "role": "rollout"}
+                         for rep, g in per_replica.items()},
+            "requests": {"rollout": {"requests": 64 * replicas,
+                                     "completion_tokens": completion,
+                                     "preemptions": sum(pre.values()),
+                                     "queue_s_mean": 0.2 * noise(rng, 0.05),
+                                     "prefill_s_mean": 0.05 * noise(rng, 0.05),
+                                     "decode_s_mean": generate * 0.8 * noise(rng, 0.02)}},
+            "tokens_per_gpu_second": completion / (gpus * duration),
+            "source": "lanes"})
+        run.put(run.scalars, "response_length/mean", step, length)
+        run.put(run.scalars, "actor/entropy", step, 0.6 * noise(rng, 0.03))
+        run.put(run.scalars, "actor/pg_loss", step, rng.gauss(0.0, 0.02))
+        run.put(run.scalars, "critic/score/mean", step, 0.3 + 0.002 * step + rng.gauss(0, 0.02))
+        run.put(run.scalars, "actor/grad_norm", step, 0.5 * noise(rng, 0.1))
+        for rep in per_replica:
+            run.put(run.engine, ("vllm:kv_cache_usage_perc", rep), step, kv[rep])
+            run.put(run.engine, ("vllm:num_preemptions", rep), step, pre[rep])
+            run.put(run.engine, ("vllm:num_requests_running", rep), step,
+                    64 * noise(rng, 0.03))
+            run.put(run.engine, ("vllm:num_requests_waiting", rep), step,
+                    2 + pre[rep] / 4 + rng.random())
+        for n in range(nodes):
+            node = f"node-{n}"
+            hot = any(d.throttled(step) and d.target == n for d in drifts)
+            run.put(run.hardware, ("DCGM_FI_DEV_SM_CLOCK", node), step,
+                    (THROTTLED_CLOCK if hot else CLOCK) + rng.gauss(0, 5))
+            run.put(run.hardware, ("DCGM_FI_DEV_GPU_TEMP", node), step,
+                    (86.0 if hot else 66.0) + rng.gauss(0, 1))
+            run.put(run.hardware, ("DCGM_FI_DEV_POWER_USAGE", node), step,
+                    (560.0 if hot else 640.0) + rng.gauss(0, 8))
+            run.put(run.hardware, ("DCGM_FI_DEV_GPU_UTIL", node), step,
+                    min(100.0, 85 + rng.gauss(0, 3)))
+    for d in drifts:
+        run.onsets[d.kind] = first_slower_step(d)
+    return run
+
+
+def first_slower_step(d: Drift) -> int:
+    """The first step the drift makes slower: its start, or for a shrinking KV cache the
+    first step it preempts (until then the cache only fills)."""
+    if d.kind != "kv-shrink":
+        return d.start
+    step = d.start
+    while preemptions(d.kv_capacity(step)) <= 0 and d.kv_capacity(step) > KV_FLOOR:
+        step += 1
+    return step
+
+
+def causes(d: Drift, replica_node: dict[str, str] | None = None) -> set[tuple[str, str]]:
+    """(series name, the replica or node it is of) that name the drift's cause."""
+    if d.kind == "response-length":
+        return {("response_length/mean", ""), ("completion_tokens_per_request", "")}
+    if d.kind == "kv-shrink":
+        rep = str(d.target)
+        return {("vllm:kv_cache_usage_perc", rep), ("vllm:num_preemptions", rep),
+                ("preemptions", "")}
+    if d.kind == "throttle":
+        node = f"node-{d.target}"
+        return {(name, node) for name in ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP",
+                                          "DCGM_FI_DEV_POWER_USAGE")}
+    return {("weight_sync", "")}

@@ -1,0 +1,291 @@
+"""What changed, at the server: each run's regressions found as its steps are finalized
+(rl_insight/anatomy/changes.py), what moved with each ranked from what the server holds
+(rl_insight/anatomy/association.py over rl_insight/server/analyses/candidates.py), and
+the ``rl_insight_step_regression_*`` series the alert ``StepTimeRegressed`` and the
+"What changed" section of the step anatomy dashboard read.
+
+The detector runs on the anatomy's finalize path (microseconds a step); the ranking
+queries Prometheus, so it runs on its own supervised thread, for open changes only, once
+when a change opens and again every ``rank_every_steps`` steps. A run is forgotten with
+its anatomy (the anatomy's ``max_runs``, or once finished and exposed); a finished run
+asked about afterwards is analysed again from its ``rl_insight_step_*`` series.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+
+from rl_insight.anatomy import association
+from rl_insight.anatomy.changes import Change, RunChanges, analyze
+from rl_insight.anatomy.rows import StepRow
+from rl_insight.config import ChangesSettings
+from rl_insight.server.analyses import candidates
+from rl_insight.server.analyses.promapi import ApiUnavailable
+
+log = logging.getLogger(__name__)
+PREFIX = "rl_insight_step_regression_"
+RUN = ("project", "experiment_name")
+Key = tuple[str, str]
+
+
+class Prom:
+    """How this module reads Prometheus: a range query and raw samples (promapi)."""
+
+    def __init__(self, url: str, auth: tuple[str, str] | None, scrape_s: float) -> None:
+        self.url, self.auth, self.scrape_s = url, auth, scrape_s
+
+    def range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        from rl_insight.server.analyses.promapi import query_range
+
+        return query_range(self.url, expr, start, end, step, auth=self.auth)
+
+    def samples(self, expr: str, start: float, end: float) -> list[dict]:
+        from rl_insight.server.analyses.promapi import samples
+
+        return samples(self.url, expr, start, end, auth=self.auth)
+
+
+class _Run:
+    __slots__ = ("changes", "dirty", "ranked", "last_row_end")
+
+    def __init__(self, settings: ChangesSettings) -> None:
+        self.changes = RunChanges(settings)
+        self.dirty = False  # a row already fed was made again: analyse the rows again
+        self.ranked: dict[str, tuple[int, list[dict], dict | None]] = {}  # id -> at step
+        self.last_row_end = 0.0
+
+
+class ChangeStore:
+    """Every followed run's changes; fed by the anatomy, read by routes and /metrics."""
+
+    def __init__(self, settings: ChangesSettings, rows: Callable[[str, str], list | None],
+                 prom: Prom | None, max_runs: int = 200,
+                 finished: Callable[[str, str], bool] = lambda p, e: False) -> None:
+        self.settings = settings
+        self.rows = rows  # the anatomy's final rows of a run (AnatomyStore.rows)
+        self.prom = prom
+        self.max_runs = max_runs
+        self.finished = finished
+        self._runs: OrderedDict[Key, _Run] = OrderedDict()
+        self._lock = threading.Lock()
+        self.ranking_errors = 0
+
+    # -- fed by the anatomy --------------------------------------------------------------
+    def observe(self, key: Key, made: list[StepRow]) -> None:
+        """Rows the anatomy just made (or made again) for a run."""
+        if not self.settings.enabled or not made:
+            return
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None:
+                run = self._runs[key] = _Run(self.settings)
+                while len(self._runs) > self.max_runs:
+                    self._runs.popitem(last=False)
+            else:
+                self._runs.move_to_end(key)
+            for row in sorted(made, key=lambda r: r.step):
+                last = run.changes.last_step
+                if last is not None and row.step <= last:
+                    run.dirty = True
+                else:
+                    run.changes.add(row.as_dict())
+                run.last_row_end = max(run.last_row_end, row.end_ns / 1e9)
+
+    def forget(self, keep: Callable[[Key], bool]) -> None:
+        """Drop the runs ``keep`` says no (the anatomy dropped them)."""
+        with self._lock:
+            for key in [k for k in self._runs if not keep(k)]:
+                del self._runs[key]
+
+    def _current(self, key: Key) -> RunChanges | None:
+        """The run's changes, analysed again from its rows if a row was made again."""
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None:
+                return None
+            dirty = run.dirty
+        if dirty:
+            rows = self.rows(*key) or []
+            fresh = analyze([r.as_dict() for r in rows], self.settings)
+            with self._lock:
+                run.changes, run.dirty = fresh, False
+        return run.changes
+
+    # -- ranking -------------------------------------------------------------------------
+    def rank_due(self) -> int:
+        """Rank what moved with each open change not ranked for rank_every_steps steps;
+        the number ranked."""
+        with self._lock:
+            keys = list(self._runs)
+        n = 0
+        for key in keys:
+            current = self._current(key)
+            if current is None:
+                continue
+            due = []
+            with self._lock:
+                run = self._runs.get(key)
+                if run is None:
+                    continue
+                for change in current.report():
+                    if not change.open:
+                        continue
+                    at = run.ranked.get(change.id)
+                    last = max(r.last_step for r in change.regressions)
+                    if at is None or last - at[0] >= self.settings.rank_every_steps:
+                        due.append((change, last))
+            if not due:
+                continue
+            rows = [r.as_dict() for r in self.rows(*key) or []]
+            extra = self.gather(key, rows, min(c.onset_step for c, _ in due))
+            association.annotate([c for c, _ in due], rows, extra)
+            with self._lock:
+                run = self._runs.get(key)
+                if run is not None:
+                    for change, last in due:
+                        run.ranked[change.id] = (last, change.candidates, change.scope)
+            n += len(due)
+        return n
+
+    def gather(self, key: Key, rows: list[dict], onset: int | None) -> list:
+        """Candidates from Prometheus over the steps from before_steps before ``onset``
+        (every step without one): the trainer's scalars, engines, hardware."""
+        if self.prom is None or not rows:
+            return []
+        first = (onset or 0) - self.settings.before_steps
+        use = [r for r in rows if r["step"] >= first and r.get("start_ns")]
+        if len(use) < 3:
+            return []
+        windows = {r["step"]: (r["start_ns"] / 1e9, r["end_ns"] / 1e9) for r in use}
+        start = min(a for a, _ in windows.values())
+        end = max(b for _, b in windows.values()) + 2 * self.prom.scrape_s
+        step_s = statistics.median(r["duration_s"] for r in use)
+        res = candidates.resolution(start, end, step_s, self.prom.scrape_s)
+        out = []
+        try:
+            out += candidates.scalars(self.prom.range, *key, start, end, res,
+                                      self.settings.max_series)
+            out += candidates.engines(self.prom.range, *key, windows, res,
+                                      max(step_s, 3 * self.prom.scrape_s))
+            out += candidates.hardware(self.prom.range, windows, res)
+        except Exception:  # a ranking without Prometheus' series is still a ranking
+            self.ranking_errors += 1
+            log.exception("what changed: reading Prometheus for %s/%s failed", *key)
+        return out
+
+    # -- read ----------------------------------------------------------------------------
+    def report(self, project: str, experiment: str, now: float | None = None) -> dict | None:
+        """The run's changes with what moved with each (ranked now), or None for a run
+        neither followed nor in Prometheus."""
+        key = (project, experiment)
+        current = self._current(key)
+        source = "live"
+        rows = None
+        if current is None:
+            rows = self._rows_from_prometheus(key, now)
+            if not rows:
+                return None
+            current, source = analyze(rows, self.settings), "prometheus"
+        found = current.report()
+        if rows is None:
+            rows = [r.as_dict() for r in self.rows(*key) or []]
+        if found:
+            extra = self.gather(key, rows, min(c.onset_step for c in found))
+            association.annotate(found, rows, extra)
+        return {"project": project, "experiment_name": experiment, "source": source,
+                "steps": len(rows), "rule": _rule(self.settings),
+                "changes": [c.as_dict() for c in found]}
+
+    def _rows_from_prometheus(self, key: Key, now: float | None) -> list[dict]:
+        """A run no longer followed: its rows from the last 30 days of step series."""
+        if self.prom is None:
+            return []
+        end = now or time.time()
+        try:
+            return candidates.rows(self.prom.samples, *key, end - 30 * 86400, end)
+        except ApiUnavailable as exc:
+            log.info("what changed: %s/%s from Prometheus: %s", *key, exc)
+            return []
+
+    def open_changes(self) -> list[tuple[Key, Change, tuple | None]]:
+        out = []
+        with self._lock:
+            keys = list(self._runs)
+        for key in keys:
+            current = self._current(key)
+            if current is None:
+                continue
+            with self._lock:
+                run = self._runs.get(key)
+                ranked = dict(run.ranked) if run else {}
+            for change in current.report():
+                if change.open:
+                    out.append((key, change, ranked.get(change.id)))
+        return out
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """``rl_insight_step_regression_*`` of the open changes of active runs."""
+        size = GaugeMetricFamily(
+            PREFIX + "seconds", "An open regression of the run's steps: how much slower "
+            "than its baseline (seconds; the throughput's in tokens per GPU-second)",
+            labels=[*RUN, "signal", "onset_step", "part", "cause", "scope"])
+        ratio = GaugeMetricFamily(PREFIX + "ratio", "An open regression's size over its "
+                                  "baseline", labels=[*RUN, "signal", "onset_step"])
+        baseline = GaugeMetricFamily(PREFIX + "baseline", "The regressed signal's baseline "
+                                     "(its median before the onset)",
+                                     labels=[*RUN, "signal", "onset_step"])
+        cand = GaugeMetricFamily(
+            PREFIX + "candidate_change_ratio", "What moved with an open regression, ranked "
+            "(1 first): the candidate's change over its value before the onset",
+            labels=[*RUN, "onset_step", "rank", "candidate", "where", "direction"])
+        for (project, experiment), change, ranked in self.open_changes():
+            if self.finished(project, experiment):
+                continue
+            head = change.headline
+            onset = str(change.onset_step)
+            ranked_list, scope = (ranked[1], ranked[2]) if ranked else ([], None)
+            parts = change.parts()
+            size.add_metric([project, experiment, head.signal, onset,
+                             parts[0]["part"] if parts else head.signal,
+                             _cause(ranked_list), _where(scope)], head.size)
+            ratio.add_metric([project, experiment, head.signal, onset],
+                             head.size / abs(head.baseline) if head.baseline else 0.0)
+            baseline.add_metric([project, experiment, head.signal, onset], head.baseline)
+            for i, c in enumerate(ranked_list, 1):
+                pct = c.get("change_pct")
+                cand.add_metric([project, experiment, onset, str(i), c["name"],
+                                 _where(c["labels"]), c["direction"]],
+                                 (pct or 0.0) / 100.0)
+        yield from (size, ratio, baseline, cand)
+
+
+def _cause(ranked: list[dict]) -> str:
+    if not ranked:
+        return "not ranked yet"
+    c = ranked[0]
+    pct = c.get("change_pct")
+    where = _where(c["labels"])
+    return (f"{c['name']}{' on ' + where if where else ''} "
+            f"{'+' if (pct or 0) >= 0 else ''}{pct:.0f}%" if pct is not None
+            else c["name"])
+
+
+def _where(labels: dict | None) -> str:
+    if not labels:
+        return ""
+    for key in ("replica", "node"):
+        if labels.get(key):
+            return f"{key} {labels[key]}"
+    return ""
+
+
+def _rule(s: ChangesSettings) -> dict:
+    return {k: getattr(s, k) for k in ("warmup_steps", "baseline_min_steps", "window",
+                                       "threshold", "min_change", "min_part_share")}
