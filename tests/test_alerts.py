@@ -31,7 +31,8 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
                                     "is not installed: scripts/system-deps.sh")
 NAMES = ["RLInsightTrainingStalled", "RLInsightNonFiniteMetric",
          "RLInsightReplicaStuckInState", "RLInsightKVCacheSaturated",
-         "RLInsightPreemptionBurst", "RLInsightTargetDown", "RLInsightDroppingEvents"]
+         "RLInsightPreemptionBurst", "RLInsightTargetDown", "RLInsightDroppingEvents",
+         "StepTimeRegressed"]
 RUN = 'project="p",experiment_name="e"'
 ACTIVE = {"series": f'rl_insight_experiment_active{{{RUN},job="rl_insight_server"}}',
           "values": "1x80"}
@@ -67,7 +68,7 @@ def counted(expr: str, by: str) -> str:
 
 
 # -- the rule file ----------------------------------------------------------------------
-def test_one_group_of_seven_alerts_each_with_severity_what_to_do_and_the_run(settings):
+def test_one_group_of_alerts_each_with_severity_what_to_do_and_the_run(settings):
     data = alert_rules.render(settings)
     assert [g["name"] for g in data["groups"]] == ["rl_insight"]
     rules = data["groups"][0]["rules"]
@@ -140,6 +141,31 @@ def test_a_bad_duration_or_name_is_an_error_naming_the_setting(settings, key, va
 def test_thresholds_that_would_always_fire_are_refused(settings, key):
     with pytest.raises(config.ConfigError, match=f"{key}: must be at least"):
         config.set_key(settings, key, "0")
+
+
+@needs_promtool
+def test_step_time_regressed_names_the_onset_size_part_and_first_cause(settings, tmp_path):
+    """The alert keeps its labels as the ranking changes (the cause is read, not
+    matched), and says what moved first."""
+    base = f'{RUN},job="rl_insight_server",signal="step_time",onset_step="31"'
+    series = [ACTIVE,
+              {"series": f'rl_insight_step_regression_seconds{{{base},part="generate:rollout",'
+                         'cause="response_length/mean +15%",scope=""}',
+               "values": "_x4 8.5x40"},
+              {"series": f'rl_insight_step_regression_ratio{{{base}}}', "values": "_x4 0.14x40"}]
+    desc = ("The run's step_time has stayed 8.5 (14%) over its baseline since step 31, in "
+            "generate:rollout; first cause: response_length/mean +15%. Run `rl-insight "
+            "report --changes --project p --experiment-name e` for what moved with it, or "
+            "open the What changed section of the Step anatomy dashboard.")
+    promtool_test(tmp_path, settings, series, [], [
+        {"eval_time": "30s", "alertname": "StepTimeRegressed", "exp_alerts": []},
+        {"eval_time": "3m", "alertname": "StepTimeRegressed", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "project": "p", "experiment_name": "e",
+                           "job": "rl_insight_server", "signal": "step_time",
+                           "onset_step": "31"},
+            "exp_annotations": {
+                "summary": "p/e: step_time regressed by 8.5 (14%) since step 31",
+                "description": desc}}]}])
 
 
 @needs_promtool

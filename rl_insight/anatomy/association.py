@@ -80,7 +80,7 @@ def _ranks(xs: list[float]) -> list[float]:
 def _pearson(xs: list[float], ys: list[float]) -> float:
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
     sxx = sum((x - mx) ** 2 for x in xs)
     syy = sum((y - my) ** 2 for y in ys)
     return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
@@ -90,7 +90,7 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
 
 
 def rank(regression: Mapping, target: Mapping[int, float], candidates: Iterable[Candidate],
@@ -98,8 +98,12 @@ def rank(regression: Mapping, target: Mapping[int, float], candidates: Iterable[
     """The candidates that moved with ``regression`` (a Regression.as_dict()), ranked;
     ``target`` is its signal per step. The first ``top``."""
     onset, last = regression["onset_step"], regression["last_step"]
-    size = regression["size"] * regression["direction"]  # signed, in the signal's units
     steps = sorted(s for s in target if onset - before_steps <= s <= last)
+    t_before = [target[s] for s in steps if s < onset]
+    t_after = [target[s] for s in steps if s >= onset]
+    # the signal's own change over the same steps as each candidate's (signed)
+    size = statistics.median(t_after) - statistics.median(t_before) \
+        if t_before and t_after else 0.0
     out = []
     for c in candidates:
         before = [c.values[s] for s in steps if s < onset and s in c.values]

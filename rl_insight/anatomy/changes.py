@@ -20,8 +20,9 @@ The rule (docs/anatomy.md, "What changed", has the measured false alarms and del
   generalized likelihood ratio statistic passes ``threshold``: the mean shift
   ``sum(z) / sqrt(L)`` (a step change: a throttled GPU) or the ramp
   ``sum(j * z_j) / sqrt(sum(j^2))`` (a creep: responses that grow a little every step).
-  The onset is the first step above the baseline among the L that maximise it. One slow step cannot pass it
-  (three clipped sigmas over three steps is 1.7); three slow steps in a row can;
+  The onset is the first step a spread above the baseline among the L that maximise
+  it. One slow step cannot pass it (three clipped spreads over three steps is 1.7);
+  three slow steps in a row can;
 - and only when it matters: its size (the median since the onset minus the baseline)
   is at least ``min_change`` of the baseline (step time, throughput) or
   ``min_part_share`` of the baseline step time (a part);
@@ -197,7 +198,8 @@ class _Signal:
         last = list(self.z)[-rule.recover_steps:]
         if len(last) == rule.recover_steps and \
                 statistics.median(z for _, z in last) < 1.0 and last[0][0] > reg.onset_step:
-            reg.end_step, reg.end = last[0][0], "recovered"
+            reg.end_step = next(st for st, z in last if z < 1.0)  # the first back
+            reg.end = "recovered"
         elif step - reg.onset_step + 1 >= rule.accept_after:
             reg.end_step, reg.end = step + 1, "new_level"
             self.baseline.clear()

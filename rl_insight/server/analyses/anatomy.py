@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 
 from rl_insight import integrations, laneid
+from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
-from rl_insight.anatomy.requests import Request
 from rl_insight.integrations.table import parts
 
 TRAINER_LANE = "trainer"  # the client's step marks (rl_insight.client.steps)
