@@ -54,6 +54,7 @@ class Dashboard:
     sections: Sequence[Section]
     variables: Sequence[str] = ("project", "experiment_name")
     replica_metric: str = ""
+    annotations: Sequence[dict] = ()  # Prometheus queries drawn as regions on time axes
 
 
 def variable(name: str, replica_metric: str = "") -> dict:
@@ -179,6 +180,15 @@ def repeat_variable(group: P.KeyGroup) -> dict:
             "current": {"text": "All", "value": "$__all"}, "options": [], "hide": 2}
 
 
+def annotation(a: dict) -> dict:
+    """A Prometheus annotation: a region wherever the query has a series (its labels in
+    the title and text)."""
+    return {"name": a["title"].split("{{")[0].strip() or "annotation", "enable": True,
+            "iconColor": "orange", "datasource": DATASOURCES["prometheus"],
+            "expr": a["expr"], "step": "10s", "titleFormat": a["title"],
+            "textFormat": a["text"], "useValueForTime": False}
+
+
 def all_key_groups() -> tuple[P.KeyGroup, ...]:
     """verl's key groups and each other framework's (dashboards/frameworks.py)."""
     return P.key_groups() + tuple(g for fw in F.frameworks() for g in F.Groups(fw).groups())
@@ -193,7 +203,7 @@ def model(d: Dashboard) -> dict:
         "templating": {"list": [variable(v, d.replica_metric) for v in d.variables] + [
             repeat_variable(g) for g in all_key_groups()
             if any(p.repeat == g.variable for sec in d.sections for p in sec.panels)]},
-        "annotations": {"list": []},
+        "annotations": {"list": [annotation(a) for a in d.annotations]},
         "links": [{"title": "RL-Insight", "type": "dashboards", "tags": ["rl-insight"],
                    "asDropdown": True, "includeVars": True, "keepTime": True}],
         "panels": layout(d.sections),
@@ -210,6 +220,7 @@ TEMPO = Section("State spans (Tempo)", P.TIMELINE_TEMPO, collapsed=False)
 TQ = Section("TransferQueue", P.TQ)
 ANATOMY = Section("Step anatomy", P.ANATOMY)
 WHY = Section("Why was a step slow (the engines' requests)", P.WHY)
+CHANGES = Section("What changed", P.CHANGES)
 ALERTS = Section("Alerts", P.ALERT_PANELS)
 HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
             Section("GPUs (DCGM)", P.DCGM), Section("Ascend NPUs (npu-exporter)", P.NPU))
@@ -260,8 +271,8 @@ def dashboards() -> list[Dashboard]:
         Dashboard("rl-insight-step-anatomy", "RL-Insight · Step anatomy",
                   "Where each RL step's time went: rollout, trainer phases, weight "
                   "update; stragglers, idle replicas and ranks, overlap and staleness.",
-                  [ALERTS, ANATOMY, WHY], ENGINE_VARS, "rl_insight_step_replica_"
-                  "generate_seconds"),
+                  [ALERTS, CHANGES, ANATOMY, WHY], ENGINE_VARS, "rl_insight_step_replica_"
+                  "generate_seconds", annotations=(P.CHANGE_ANNOTATION,)),
         Dashboard("rl-insight-rollout-vllm", "RL-Insight · Rollout · vLLM",
                   "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",
                   [Section("Rollout (vLLM)", P.VLLM, repeat="role")], ENGINE_VARS,

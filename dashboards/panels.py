@@ -759,6 +759,54 @@ ANATOMY = (
                    "consumed and the trainer using it: 0 on-policy, 1 one step off."),
 )
 
+# -- what changed: a run's sustained regressions, found as its steps are finalized
+# (rl_insight/anatomy/changes.py) and the server's rl_insight_step_regression_* series;
+# `rl-insight report --changes` says the same in words
+REG = "rl_insight_step_regression_"
+
+
+def _changed(*args, **kw) -> Panel:
+    """A panel with data while a run's steps stay slower than their baseline."""
+    return ts(*args, needs="regression", **kw)
+
+
+CHANGES = (
+    _changed("Open regressions",
+             Query(f"max by (signal, onset_step, part, cause, scope) "
+                   f"({REG}seconds{{{RUN}}})", "{{signal}}", table=True),
+             Query(f"max by (signal, onset_step) ({REG}ratio{{{RUN}}})", "ratio",
+                   table=True),
+             kind="table", width=24, height=6,
+             options={"transformations": [{"id": "merge", "options": {}}]},
+             description="Each change of the run that holds now: its signal (the step "
+                         "time, a part, the throughput), the step it began, how much "
+                         "slower (seconds, and over the baseline), the part it lives in, "
+                         "the one replica or node it is on, and what moved with it "
+                         "first."),
+    _changed("Step time against its baseline",
+             Query(per_step("duration_seconds"), "step"),
+             Query(f'max by (signal) ({REG}baseline{{{RUN},signal="step_time"}})',
+                   "baseline (before the change)"),
+             unit="s", options={"bars": True},
+             description="Each step's wall time, and the baseline an open change is "
+                         "measured against: the median of the calm steps before it."),
+    _changed("What moved with it",
+             Query(f"max by (onset_step, rank, candidate, where, direction) "
+                   f"({REG}candidate_change_ratio{{{RUN}}})", "{{candidate}}", table=True),
+             kind="table", width=12, height=8, unit="percentunit",
+             description="What moved with each open change, ranked: causes (the work, "
+                         "the KV cache and preemptions, the hardware, the weight sync, the "
+                         "trainer's scalars) before symptoms (queueing, waiting requests), "
+                         "then by how closely they moved with it step by step; the value "
+                         "is the candidate's change since the onset."),
+)
+# the step anatomy dashboard's annotations: a region per open change
+CHANGE_ANNOTATION = {
+    "expr": f"max by (signal, onset_step, cause) ({REG}seconds{{{RUN}}})",
+    "title": "{{signal}} regressed since step {{onset_step}}",
+    "text": "first cause: {{cause}}",
+}
+
 # -- why was a step slow: the engines' own request spans (rl_insight/anatomy/requests.py,
 # joined to steps by the server) and the step's goodput; `rl-insight report --step N`
 # says the same in words

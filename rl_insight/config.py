@@ -231,7 +231,7 @@ def duration_seconds(text: str) -> float | None:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChangesSettings:
     """What changed over a run: the regression rule (rl_insight/anatomy/changes.py says
     what each setting does and docs/anatomy.md what the defaults measured) and what the

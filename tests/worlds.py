@@ -54,7 +54,11 @@ RAY_WORLD_SETTINGS = (
     "alerts.preemptions_per_s_max=0.2", "alerts.target_down_for=0s",
     "alerts.dropped_window=10m",
     "alertmanager.group_wait=1s", "alertmanager.group_interval=1s",
-    "alertmanager.repeat_interval=1h")
+    "alertmanager.repeat_interval=1h",
+    # what changed: the drifting run's short baseline (tests/test_changes_e2e.py); the
+    # other runs here end before a baseline of 2 + 8 steps is learnt
+    "changes.warmup_steps=2", "changes.baseline_min_steps=8", "changes.rank_interval_s=1",
+    "changes.rank_every_steps=2")
 
 
 @dataclass
@@ -251,6 +255,12 @@ FRAMEWORK_RUNS = {  # name -> (driver, its arguments, on the Ray cluster, site-p
     "slime": ("slime_run.py", ("--slow-step", "3", "--linger", "8"), True, None),
     "roll": ("roll_run.py", ("--slow-step", "3"), False, None),
     "nemo_rl": ("nemo_rl_run.py", ("--slow-step", "3"), False, None),
+    # the simulation with a drift: replica 1's KV cache shrinks from step 13 until it
+    # preempts (tests/test_changes_e2e.py); its engines serve a while after the run
+    "drift": (str(REPO / "examples" / "simulate_rl.py"), (
+        "--steps", "26", "--replicas", "2", "--ranks", "1", "--step-seconds", "1.5",
+        "--val-every", "0", "--no-transfer-queue", "--drift", "kv-shrink:1:13",
+        "--linger", "6"), True, None),
 }
 FRAMEWORK_PROJECT = "e2e-frameworks"
 
@@ -294,8 +304,9 @@ class FrameworkRuns:
                 proc.log.seek(0)
                 text = proc.log.read()
                 assert proc.returncode == 0, f"{name}: " + text[-6000:]
-                line = next(x for x in text.splitlines() if x.startswith("RUN "))
-                run = json.loads(line[len("RUN "):])
+                line = next(x for x in text.splitlines()
+                            if x.startswith(("RUN ", "SIMULATION ")))
+                run = json.loads(line.split(" ", 1)[1])
                 run["truth"] = json.loads((work / "truth.json").read_text())
                 run["t_done"] = time.time()
                 run["output"] = text

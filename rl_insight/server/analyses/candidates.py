@@ -207,10 +207,14 @@ def rows(samples: Callable[[str, float, float], list[dict]], project: str,
         for t, v in s["values"]:
             step = step_at.get(float(t))
             if step is not None:
-                _put(out.setdefault(step, {"step": step, "roles": {}, "phases": {},
-                                           "replicas": {}, "requests": {}}),
+                _put(out.setdefault(step, {"step": step, "end_ns": int(float(t) * 1e9),
+                                           "roles": {}, "phases": {}, "replicas": {},
+                                           "requests": {}}),
                      name, labels, float(v))
-    return [r for _, r in sorted(out.items()) if "duration_s" in r]
+    done = [r for _, r in sorted(out.items()) if "duration_s" in r]
+    for r in done:  # the step's window, for the series averaged over it
+        r["start_ns"] = r["end_ns"] - int(r["duration_s"] * 1e9)
+    return done
 
 
 def _put(row: dict, name: str, labels: Mapping[str, str], value: float) -> None:

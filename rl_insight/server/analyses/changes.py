@@ -181,11 +181,13 @@ class ChangeStore:
         return out
 
     # -- read ----------------------------------------------------------------------------
-    def report(self, project: str, experiment: str, now: float | None = None) -> dict | None:
+    def report(self, project: str, experiment: str, now: float | None = None,
+               from_prometheus: bool = False) -> dict | None:
         """The run's changes with what moved with each (ranked now), or None for a run
-        neither followed nor in Prometheus."""
+        neither followed nor in Prometheus; ``from_prometheus``: from its step series
+        alone, as for a run the server no longer follows."""
         key = (project, experiment)
-        current = self._current(key)
+        current = None if from_prometheus else self._current(key)
         source = "live"
         rows = None
         if current is None:

@@ -50,9 +50,14 @@ def router(state: ServerState) -> APIRouter:
            "regressions (onset, size, the parts they live in) and what moved with each, "
            "ranked; a finished run the server no longer follows is analysed from "
            "Prometheus", responses=schema.answers(400, 404))
-    def changes(project: str, experiment_name: str) -> dict:
+    def changes(project: str, experiment_name: str,
+                source: str = Query("live", pattern="^(live|prometheus)$",
+                                    description="live: what the server follows; "
+                                                "prometheus: analysed again from the "
+                                                "run's step series alone")) -> dict:
         state.anatomy.update()
-        out = state.changes.report(project, experiment_name)
+        out = state.changes.report(project, experiment_name,
+                                   from_prometheus=source == "prometheus")
         if out is None:
             known = [f"{r['project']}/{r['experiment_name']}" for r in state.anatomy.runs()]
             raise HttpError(404, f"no final step of {project}/{experiment_name} on this "

@@ -1,0 +1,119 @@
+"""What changed, end to end: the simulation on the real Ray cluster, steady with noise
+until replica 1's KV cache shrinks from step 13 and it starts preempting (examples/
+drifts.py; its engine, a FAKE vLLM, preempts as vLLM does when its cache is full). The
+server finds the regression as the steps are finalized, within five steps of the first
+preempting step; ranks replica 1's KV cache or preemptions first from the real
+Prometheus' engine series; Prometheus evaluates StepTimeRegressed and Alertmanager
+delivers it to a webhook naming the onset and the cause; `rl-insight report --changes`
+and the API say the same, live and again from Prometheus alone; the "What changed"
+panels and the dashboard's annotation query have data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from dashboards import build
+from dashboards import panels as P
+from tests.conftest import wait_for
+from tests.test_simulation_e2e import query_range, substitute
+
+pytestmark = pytest.mark.integration
+RUN = {"project": "e2e-frameworks", "experiment_name": "e2e-drift"}
+KV = {"vllm:kv_cache_usage_perc", "vllm:num_preemptions"}
+
+
+@pytest.fixture(scope="module")
+def drift(ray_world, framework_runs):
+    run = framework_runs.results()["drift"]
+    (truth,) = run["truth"]["drifts"]
+    assert truth["onset"] is not None, "replica 1 never preempted: " + run["output"][-3000:]
+    return run, truth
+
+
+def changes(url: str, **extra) -> dict:
+    r = requests.get(url + "/api/v1/anatomy/changes", params={**RUN, **extra}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def found(url: str, truth: dict) -> dict:
+    """The change that began at the injected drift, once ranked."""
+    def ranked():
+        got = changes(url)
+        hit = [c for c in got["changes"] if c["onset_step"] >= truth["start"] - 2]
+        return hit[0] if hit and hit[0]["candidates"] else None
+    return wait_for(ranked, 60, "a ranked change of the drifting run")
+
+
+def test_the_regression_is_found_within_five_steps_with_the_kv_cache_first(drift, ray_world):
+    run, truth = drift
+    got = changes(ray_world.url)
+    early = [c for c in got["changes"] if c["detected_step"] < truth["onset"]]
+    assert not early, f"changes before replica 1 preempted (step {truth['onset']}): {early}"
+    c = found(ray_world.url, truth)
+    assert truth["onset"] - 2 <= c["onset_step"] <= truth["onset"] + 5, (c, truth)
+    assert c["detected_step"] <= truth["onset"] + 5, (c, truth)
+    assert c["signal"] in ("step_time", "tokens_per_gpu_second") and c["size"] > 0
+    assert c["parts"][0]["part"] == "generate:rollout", c["parts"]
+    first = c["candidates"][0]
+    assert first["name"] in KV and first["labels"] == {"replica": "1"}, c["candidates"]
+    assert first["direction"] == "up" and first["after"] > first["before"]
+    assert c["scope"] == {"replica": "1"}
+
+
+def test_the_alert_names_the_onset_and_the_cause(drift, ray_world):
+    _, truth = drift
+
+    def delivered():
+        for body in list(ray_world.hook.posts):
+            for a in body.get("alerts", []):
+                labels = a.get("labels", {})
+                if labels.get("alertname") == "StepTimeRegressed" and \
+                        labels.get("experiment_name") == RUN["experiment_name"]:
+                    return a
+        return None
+    alert = wait_for(delivered, 90, "StepTimeRegressed at the webhook")
+    onset = int(alert["labels"]["onset_step"])
+    assert truth["onset"] - 2 <= onset <= truth["onset"] + 5
+    text = alert["annotations"]["description"]
+    assert f"since step {onset}" in text and "first cause: vllm:" in text, text
+    assert "replica 1" in text, text
+
+
+def test_report_changes_live_and_again_from_prometheus(drift, ray_world):
+    _, truth = drift
+    live = found(ray_world.url, truth)
+    again = changes(ray_world.url, source="prometheus")
+    assert again["source"] == "prometheus"
+    same = [c for c in again["changes"] if abs(c["onset_step"] - live["onset_step"]) <= 2]
+    assert same, (again, live)
+    assert same[0]["candidates"][0]["name"] in KV
+    r = ray_world.cli.run("report", "--changes", "--project", RUN["project"],
+                          "--experiment-name", RUN["experiment_name"])
+    assert r.returncode == 0, r.stderr
+    assert f"since step {live['onset_step']}" in r.stdout, r.stdout
+    assert "what moved with it:" in r.stdout and "[replica=1]" in r.stdout
+    r = ray_world.cli.run("report", "--changes", "--format", "json", "--project",
+                          RUN["project"], "--experiment-name", RUN["experiment_name"])
+    assert json.loads(r.stdout)["changes"], r.stdout
+    r = ray_world.cli.run("report", "--changes", "--project", RUN["project"],
+                          "--experiment-name", "no-such-run")
+    assert r.returncode == 1 and "experiments list" in r.stderr
+
+
+def test_the_what_changed_panels_and_annotation_have_data(drift, ray_world):
+    run, truth = drift
+    found(ray_world.url, truth)
+    prom = ray_world.cli.prometheus
+    board = next(d for d in build.dashboards() if d.uid == "rl-insight-step-anatomy")
+    (section,) = [s for s in board.sections if s.title == "What changed"]
+    exprs = [q.expr for p in section.panels for q in p.queries]
+    exprs.append(P.CHANGE_ANNOTATION["expr"])
+    scope = {**RUN, "t_start": run["t_start"]}
+    for expr in exprs:
+        e = substitute(expr, scope)
+        wait_for(lambda e=e: query_range(prom, e, run["t_start"], run["t_done"] + 90), 30,
+                 f"data for {e}")
