@@ -192,6 +192,57 @@ def why_step(server: str, project: str, experiment: str, step: int, out: Path) -
     return path
 
 
+def what_changed(server: str, project: str, experiment: str, out: Path) -> Path:
+    """The What changed section as it reads after a drifting run: each step's time
+    against the baseline its change is measured from (the onset and the finding marked),
+    the first thing that moved with it, and `rl-insight report --changes` as it prints."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rl_insight.anatomy import changes
+
+    params = {"project": project, "experiment_name": experiment}
+    rows = requests.get(server + "/api/v1/anatomy", params=params, timeout=10).json()["steps"]
+    report = requests.get(server + "/api/v1/anatomy/changes", params=params,
+                          timeout=60).json()
+    text = changes.render(report)
+    fig = plt.figure(figsize=(13, 4.0 + 0.17 * len(text.splitlines())),
+                     constrained_layout=True)
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.0, 0.12 * len(text.splitlines())])
+    ax = fig.add_subplot(grid[0, 0])
+    steps = [r["step"] for r in rows]
+    change = report["changes"][0] if report["changes"] else None
+    onset = change["onset_step"] if change else max(steps) + 1
+    ax.bar(steps, [r["duration_s"] for r in rows],
+           color=["tab:red" if s >= onset else "tab:blue" for s in steps])
+    if change:
+        ax.axhline(change["baseline"], color="gray", linestyle="--",
+                   label=f"baseline {change['baseline']:.2f} s")
+        ax.axvline(change["detected_step"], color="black", linestyle=":",
+                   label=f"found at step {change['detected_step']}")
+        ax.legend(fontsize=7)
+    ax.set_title("Step time (s): since the onset in red", fontsize=10, loc="left")
+    ax.set_xlabel("step", fontsize=8)
+    ax = fig.add_subplot(grid[0, 1])
+    first = change["candidates"][0] if change and change["candidates"] else None
+    if first:
+        where = ", ".join(f"{k} {v}" for k, v in first["labels"].items())
+        ax.bar(["before the onset", "since"], [first["before"], first["after"]],
+               color=["tab:blue", "tab:red"])
+        ax.set_title(f"What moved first: {first['name']}{' (' + where + ')' if where else ''}",
+                     fontsize=10, loc="left")
+    ax = fig.add_subplot(grid[1, :])
+    ax.axis("off")
+    ax.text(0, 1, f"$ rl-insight report --changes --project {project} --experiment-name "
+                  f"{experiment}\n" + text, family="monospace", fontsize=7.5, va="top")
+    path = out / "what-changed.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prometheus", required=True)
@@ -202,9 +253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "img"))
     ap.add_argument("--server", help="with --why-step: the server's URL")
     ap.add_argument("--why-step", type=int, help="also draw this step explained")
+    ap.add_argument("--what-changed", action="store_true",
+                    help="only the What changed picture of this (drifting) run")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.what_changed:
+        print(f"wrote {what_changed(a.server, a.project, a.experiment, out)}")
+        return 0
     if a.why_step:
         print(f"wrote {why_step(a.server, a.project, a.experiment, a.why_step, out)}")
     for fn in (training_overview, state_timeline):

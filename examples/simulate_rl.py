@@ -259,7 +259,10 @@ class Simulation:
         self.t = {"sleep": 0.03 * s, "reward": 0.05 * s, "old_log_prob": 0.1 * s,
                   "ref": 0.08 * s, "values": 0.03 * s, "adv": 0.02 * s,
                   "update_actor": 0.18 * s, "update_weights": 0.06 * s, "switch": 0.02 * s}
-        self.gen_timeout = 0.6 * s
+        # a step's generation waits this long at most for the engine's requests; with a
+        # drift it waits for all of them (a shrinking KV cache or longer responses make
+        # the engine slower, and the step with it)
+        self.gen_timeout = (10.0 if args.drift else 0.6) * s
         self.requests = max(8, int(16 * 0.4 * s / 0.7))
         self.rng = random.Random(args.seed)
         placement = {"resources": {args.rollout_resource: 0.01}} \

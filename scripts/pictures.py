@@ -19,7 +19,10 @@ def main() -> int:
            "RAY_USAGE_STATS_ENABLED": "0"}
     cli = [sys.executable, "-m", "rl_insight.cli"]
     ports = ["--set", "prometheus.scrape_interval=1s", "--set", "tempo.enabled=false",
-             "--set", "grafana.enabled=false"]
+             "--set", "grafana.enabled=false",
+             # the drifting run's short baseline: 2 + 8 steps (docs/anatomy.md)
+             "--set", "changes.warmup_steps=2", "--set", "changes.baseline_min_steps=8",
+             "--set", "changes.rank_interval_s=1"]
     subprocess.run(cli + ["server", "start", "--detach", *ports], env=env, check=True,
                    cwd=REPO)
     try:
@@ -40,6 +43,18 @@ def main() -> int:
                         "--experiment", run["experiment_name"], "--start",
                         str(run["t_start"]), "--end", str(run["t_end"] + 3),
                         "--server", "http://127.0.0.1:18080", "--why-step", "4"],
+                       env=env, cwd=REPO, check=True)
+        # what changed: replica 1's KV cache shrinks from step 13 until it preempts
+        r = subprocess.run([sys.executable, "examples/simulate_rl.py", "--steps", "28",
+                            "--replicas", "2", "--ranks", "1", "--step-seconds", "1.5",
+                            "--val-every", "0", "--no-transfer-queue", "--drift",
+                            "kv-shrink:1:13", "--linger", "8", "--project", "demo",
+                            "--experiment-name", "drift"], env=env, cwd=REPO,
+                           capture_output=True, text=True, check=True)
+        subprocess.run([sys.executable, "-m", "dashboards.render", "--prometheus",
+                        "http://127.0.0.1:9090", "--project", "demo", "--experiment",
+                        "drift", "--start", "0", "--end", "0", "--server",
+                        "http://127.0.0.1:18080", "--what-changed"],
                        env=env, cwd=REPO, check=True)
     finally:
         subprocess.run(cli + ["server", "stop"], env=env, cwd=REPO)

@@ -41,11 +41,22 @@ def changes(url: str, **extra) -> dict:
 
 def found(url: str, truth: dict) -> dict:
     """The change that began at the injected drift, once ranked."""
+    last: list = []
+
     def ranked():
         got = changes(url)
+        last[:] = [got]
         hit = [c for c in got["changes"] if c["onset_step"] >= truth["start"] - 2]
         return hit[0] if hit and hit[0]["candidates"] else None
-    return wait_for(ranked, 60, "a ranked change of the drifting run")
+    try:
+        return wait_for(ranked, 60, "a ranked change of the drifting run")
+    except AssertionError:
+        rows = requests.get(url + "/api/v1/anatomy", params=RUN, timeout=10).json()
+        steps = [(r["step"], round(r["duration_s"], 2),
+                  {k: round(v["generate_s"], 2) for k, v in r["replicas"].items()})
+                 for r in rows.get("steps", [])]
+        raise AssertionError(f"no ranked change after step {truth['start'] - 2} "
+                             f"(truth {truth}); changes: {last}; steps: {steps}") from None
 
 
 def test_the_regression_is_found_within_five_steps_with_the_kv_cache_first(drift, ray_world):
