@@ -144,6 +144,7 @@ def test_thresholds_that_would_always_fire_are_refused(settings, key):
 
 
 @needs_promtool
+@pytest.mark.integration  # starts promtool
 def test_step_time_regressed_names_the_onset_size_part_and_first_cause(settings, tmp_path):
     """The alert keeps its labels as the ranking changes (the cause is read, not
     matched), and says what moved first."""

@@ -180,8 +180,21 @@ ENGINE_SYMPTOMS = ("num_requests_running", "num_requests_waiting", "running", "w
                    "queue")
 
 
+# a run's clocks and cumulative series: they rise with any change that comes later
+CLOCKS = ("training/epoch", "epoch", "training/global_step", "global_step", "step")
+CUMULATIVE = ("_sum", "_count", "_bucket", "_total", "_created")
+
+
+def is_candidate(key: str) -> bool:
+    """Not a clock of the run (epoch, global step) nor a cumulative series (a counter, a
+    histogram's sum and count): those move with every later change."""
+    return key not in CLOCKS and not key.endswith(CUMULATIVE)
+
+
 def scalar_role(key: str) -> str:
-    return SYMPTOM if key.startswith(RESTATING) else CAUSE
+    if key.startswith(RESTATING) or any(s in key for s in ENGINE_SYMPTOMS):
+        return SYMPTOM
+    return CAUSE
 
 
 def engine_role(name: str) -> str:

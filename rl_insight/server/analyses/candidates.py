@@ -15,7 +15,12 @@ import logging
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-from rl_insight.anatomy.association import Candidate, engine_role, scalar_role
+from rl_insight.anatomy.association import (
+    Candidate,
+    engine_role,
+    is_candidate,
+    scalar_role,
+)
 from rl_insight.naming import KEY_LABEL, PREFIX
 from rl_insight.server.analyses.promapi import ApiUnavailable
 
@@ -97,7 +102,10 @@ def scalars(query: Query, project: str, experiment: str, start: float, end: floa
         if len(values) < 3:
             continue
         key = labels.get(KEY_LABEL) or name[len(PREFIX):]
-        out.append(Candidate(key, "scalar", values, {}, scalar_role(key)))
+        if not is_candidate(key):
+            continue
+        own = {k: labels[k] for k in ("replica", "node") if labels.get(k)}
+        out.append(Candidate(key, "scalar", values, own, scalar_role(key)))
         if len(out) >= max_series:
             break
     return out
