@@ -168,7 +168,11 @@ def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
     store.observe(("p", "e"), [held[20]])  # made again: analysed again from the rows
     assert store.report("p", "e")["changes"][0]["onset_step"] == 32
     families = {f.name: f for f in store.collect()}
+    assert families["rl_insight_step_regression_seconds"].samples == []  # not ranked yet
+    assert store.rank_due() == 1
+    families = {f.name: f for f in store.collect()}
     (sample,) = families["rl_insight_step_regression_seconds"].samples
-    assert sample.labels["onset_step"] == "32" and sample.value > 0
+    first = store.report("p", "e")["changes"][0]["first_onset_step"]
+    assert sample.labels["onset_step"] == str(first) and sample.value > 0
     store.forget(lambda key: False)
     assert store.report("p", "e") is None

@@ -91,6 +91,7 @@ def test_the_alert_names_the_onset_and_the_cause(drift, ray_world):
     assert truth["onset"] - 2 <= onset <= truth["onset"] + 5
     text = alert["annotations"]["description"]
     assert f"since step {onset}" in text and "first cause: vllm:" in text, text
+    assert "not ranked" not in text
     assert "replica 1" in text, text
 
 

@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from rl_insight import config, explain
+from rl_insight import config
+from rl_insight.anatomy import explain
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
 from rl_insight.server.app import create_app

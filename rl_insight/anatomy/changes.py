@@ -342,8 +342,22 @@ class Change:
         return any(r.open for r in self.regressions)
 
     @property
+    def first(self) -> Regression:
+        """The regression found first: the change's identity while others join it."""
+        return min(self.regressions, key=lambda r: (r.detected_step, r.onset_step))
+
+    @property
     def id(self) -> str:
-        return self.headline.id
+        return self.first.id
+
+    def seconds(self) -> float | None:
+        """How much longer its steps take: the step time's regression, else the part's
+        (a throughput drop alone: None)."""
+        head = self.headline
+        if head.signal == THROUGHPUT:
+            step = next((r for r in self.regressions if r.signal == STEP_TIME), None)
+            return step.size if step is not None else None
+        return head.size
 
     def parts(self) -> list[dict]:
         """Where it lives: the headline's parts, or the parts that regressed."""
@@ -357,6 +371,7 @@ class Change:
         head = self.headline
         ends = [r.end_step for r in self.regressions]
         return {"id": self.id, "signal": head.signal, "open": self.open,
+                "first_onset_step": self.first.onset_step,
                 "onset_step": self.onset_step, "detected_step": self.detected_step,
                 "last_step": max(r.last_step for r in self.regressions),
                 "end_step": None if self.open or None in ends else max(ends),

@@ -199,20 +199,23 @@ def step_time_regressed(settings: Settings, for_: str) -> dict:
     the series: rl_insight/server/analyses/changes.py). The labels that change as the
     ranking does (the cause, the part, the replica or node) stay out of the alert's own,
     so a better ranking is not a new alert: the description reads them."""
-    expr = ("max without (cause, part, scope) (rl_insight_step_regression_seconds) > 0")
-    this = ('{project=%q,experiment_name=%q,signal=%q,onset_step=%q}" $labels.project '
-            '$labels.experiment_name $labels.signal $labels.onset_step')
-    cause = ('{{ with printf "rl_insight_step_regression_seconds' + this + ' | query }}'
-             '{{ with first . }}in {{ .Labels.part }}{{ with .Labels.scope }} on {{ . }}'
-             '{{ end }}; first cause: {{ .Labels.cause }}{{ end }}{{ end }}')
+    expr = ("max without (signal, cause, part, scope) "
+            "(rl_insight_step_regression_seconds) > 0")
+    this = ('{project=%q,experiment_name=%q,onset_step=%q}" $labels.project '
+            '$labels.experiment_name $labels.onset_step')
+    what = ('{{ with printf "rl_insight_step_regression_seconds' + this + ' | query }}'
+            '{{ with first . }}')
+    signal = what + '{{ .Labels.signal }}{{ end }}{{ end }}'
+    cause = (what + 'in {{ .Labels.part }}{{ with .Labels.scope }} on {{ . }}{{ end }}; '
+             'first cause: {{ .Labels.cause }}{{ end }}{{ end }}')
     ratio = ('{{ with printf "rl_insight_step_regression_ratio' + this + ' | query }}'
              '{{ with first . }}{{ .Value | humanizePercentage }}{{ end }}{{ end }}')
     return _rule(
         "StepTimeRegressed", active(expr), for_, "warning",
-        f"{RUN_LABEL}: {{{{ $labels.signal }}}} regressed by {{{{ $value | printf "
-        f'"%.3g" }}}} ({ratio}) since step {{{{ $labels.onset_step }}}}',
-        f"The run's {{{{ $labels.signal }}}} has stayed {{{{ $value | printf \"%.3g\" }}}}"
-        f" ({ratio}) over its baseline since step {{{{ $labels.onset_step }}}}, {cause}. "
+        f"{RUN_LABEL}: steps {{{{ $value | printf \"%.3g\" }}}} s slower ({ratio}) since "
+        "step {{ $labels.onset_step }}",
+        f"The run's {signal} has stayed {{{{ $value | printf \"%.3g\" }}}} s ({ratio}) "
+        f"over its baseline since step {{{{ $labels.onset_step }}}}, {cause}. "
         "Run `rl-insight report --changes --project {{ $labels.project }} "
         "--experiment-name {{ $labels.experiment_name }}` for what moved with it, or open "
         "the What changed section of the Step anatomy dashboard.")

@@ -233,33 +233,38 @@ class ChangeStore:
         return out
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """``rl_insight_step_regression_*`` of the open changes of active runs."""
+        """``rl_insight_step_regression_*`` of the open changes of active runs, once
+        ranked (the alert names the first cause from its first notification). A change is
+        known by the step its first regression began at (``onset_step``), which stays as
+        other signals join it; ``signal`` is its headline now."""
         size = GaugeMetricFamily(
-            PREFIX + "seconds", "An open regression of the run's steps: how much slower "
-            "than its baseline (seconds; the throughput's in tokens per GPU-second)",
-            labels=[*RUN, "signal", "onset_step", "part", "cause", "scope"])
+            PREFIX + "seconds", "An open regression of the run's steps: how many seconds "
+            "longer than their baseline (the step time's, else the part's)",
+            labels=[*RUN, "onset_step", "signal", "part", "cause", "scope"])
         ratio = GaugeMetricFamily(PREFIX + "ratio", "An open regression's size over its "
-                                  "baseline", labels=[*RUN, "signal", "onset_step"])
+                                  "baseline", labels=[*RUN, "onset_step", "signal"])
         baseline = GaugeMetricFamily(PREFIX + "baseline", "The regressed signal's baseline "
                                      "(its median before the onset)",
-                                     labels=[*RUN, "signal", "onset_step"])
+                                     labels=[*RUN, "onset_step", "signal"])
         cand = GaugeMetricFamily(
             PREFIX + "candidate_change_ratio", "What moved with an open regression, ranked "
             "(1 first): the candidate's change over its value before the onset",
             labels=[*RUN, "onset_step", "rank", "candidate", "where", "direction"])
         for (project, experiment), change, ranked in self.open_changes():
-            if self.finished(project, experiment):
+            if ranked is None or self.finished(project, experiment):
                 continue
             head = change.headline
-            onset = str(change.onset_step)
-            ranked_list, scope = (ranked[1], ranked[2]) if ranked else ([], None)
+            onset = str(change.first.onset_step)
+            ranked_list, scope = ranked[1], ranked[2]
             parts = change.parts()
-            size.add_metric([project, experiment, head.signal, onset,
-                             parts[0]["part"] if parts else head.signal,
-                             _cause(ranked_list), _where(scope)], head.size)
-            ratio.add_metric([project, experiment, head.signal, onset],
+            seconds = change.seconds()
+            if seconds is not None:
+                size.add_metric([project, experiment, onset, head.signal,
+                                 parts[0]["part"] if parts else head.signal,
+                                 _cause(ranked_list), _where(scope)], seconds)
+            ratio.add_metric([project, experiment, onset, head.signal],
                              head.size / abs(head.baseline) if head.baseline else 0.0)
-            baseline.add_metric([project, experiment, head.signal, onset], head.baseline)
+            baseline.add_metric([project, experiment, onset, head.signal], head.baseline)
             for i, c in enumerate(ranked_list, 1):
                 pct = c.get("change_pct")
                 cand.add_metric([project, experiment, onset, str(i), c["name"],
