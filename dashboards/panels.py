@@ -506,7 +506,7 @@ OMNI = (
              f"{VO}transfer_size_bytes_bucket{{{REPLICA}}}[$__rate_interval])))",
              "{{from_stage}}→{{to_stage}}"), unit="bytes"),
     ts("Peak GPU memory per stage", Query(f"max by (stage) ({VO}peak_memory_mb{{{REPLICA}}})",
-                                          "stage {{stage}}"), unit="decmbytes"),
+                                          "stage {{stage}}"), unit="mbytes"),
 )
 VLLM_OMNI = tuple(per_stage(p) for p in VLLM if p.title not in VLLM_ONLY) + OMNI
 
@@ -772,12 +772,9 @@ def _changed(*args, **kw) -> Panel:
 
 CHANGES = (
     _changed("Open regressions",
-             Query(f"max by (signal, onset_step, part, cause, scope) "
+             Query(f"max by (onset_step, signal, part, cause, scope) "
                    f"({REG}seconds{{{RUN}}})", "{{signal}}", table=True),
-             Query(f"max by (signal, onset_step) ({REG}ratio{{{RUN}}})", "ratio",
-                   table=True),
-             kind="table", width=24, height=6,
-             options={"transformations": [{"id": "merge", "options": {}}]},
+             kind="table", width=24, height=6, unit="s",
              description="Each change of the run that holds now: its signal (the step "
                          "time, a part, the throughput), the step it began, how much "
                          "slower (seconds, and over the baseline), the part it lives in, "
@@ -959,7 +956,7 @@ DCGM = (
     ts("GPU utilisation", Query(f"avg by (node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NODE}}})",
                                 "{{node}} gpu {{gpu}}"), unit="percent", needs="dcgm-exporter"),
     ts("GPU memory used", Query(f"sum by (node, gpu) (DCGM_FI_DEV_FB_USED{{{NODE}}})",
-                                "{{node}} gpu {{gpu}}"), unit="decmbytes", needs="dcgm-exporter"),
+                                "{{node}} gpu {{gpu}}"), unit="mbytes", needs="dcgm-exporter"),
     ts("GPU power", Query(f"sum by (node, gpu) (DCGM_FI_DEV_POWER_USAGE{{{NODE}}})",
                           "{{node}} gpu {{gpu}}"), unit="watt", needs="dcgm-exporter"),
     ts("GPU temperature", Query(f"max by (node, gpu) (DCGM_FI_DEV_GPU_TEMP{{{NODE}}})",
@@ -969,7 +966,7 @@ NPU = (
     ts("NPU utilisation", Query(f"avg by (node, id) (npu_chip_info_utilization{{{NODE}}})",
                                 "{{node}} npu {{id}}"), unit="percent", needs="npu-exporter"),
     ts("NPU HBM used", Query(f"sum by (node, id) (npu_chip_info_hbm_used_memory{{{NODE}}})",
-                             "{{node}} npu {{id}}"), unit="decmbytes", needs="npu-exporter"),
+                             "{{node}} npu {{id}}"), unit="mbytes", needs="npu-exporter"),
     ts("NPU power", Query(f"sum by (node, id) (npu_chip_info_power{{{NODE}}})",
                           "{{node}} npu {{id}}"), unit="watt", needs="npu-exporter"),
     ts("NPU temperature", Query(f"max by (node, id) (npu_chip_info_temperature{{{NODE}}})",

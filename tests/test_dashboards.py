@@ -183,3 +183,35 @@ def test_every_key_verl_omni_logs_reaches_exactly_one_all_metrics_row():
     # images, not tokens: the diffusion throughput panel's unit says so
     throughput = next(p for p in P.DIFFUSION if p.title == "Throughput")
     assert "img/s" in throughput.unit
+
+
+def test_every_panel_unit_is_its_metrics_unit():
+    """A panel that plots a metric as its source reports it shows it in that unit
+    (dashboards/units.py: each source's unit and where it says so). Measured on an H200:
+    DCGM's 39,287 MiB showed as 39.3 GB in decimal megabytes where the GPU held 41.2 GB."""
+    from dashboards import units
+
+    wrong, checked = [], 0
+    for d in build.dashboards():
+        for section in d.sections:
+            for panel in section.panels:
+                for q in panel.queries:
+                    got = units.expected(q.expr) if q.datasource == "prometheus" else None
+                    if got is None:
+                        continue
+                    checked += 1
+                    if got[0] != panel.unit:
+                        wrong.append(f"{d.uid} / {panel.title}: {panel.unit}, but "
+                                     f"{', '.join(sorted(set(got[1])))} is in {got[0]} "
+                                     f"({units.unit_of(got[1][0]).source})")
+    assert checked > 30
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_units_table_reads_what_each_expression_plots():
+    from dashboards import units
+
+    assert units.expected('max by (node) (DCGM_FI_DEV_FB_USED{node=~"a"})')[0] == "mbytes"
+    assert units.expected("sum(rate(node_network_receive_bytes_total[1m]))")[0] == "Bps"
+    assert units.expected("DCGM_FI_DEV_FB_USED / 1024") is None  # computed: not checked
+    assert units.expected("up") is None  # no unit known
