@@ -230,3 +230,15 @@ def test_a_scrape_answered_after_prometheus_timeout_takes_no_latched_state(clien
     assert scrape("0.000001")[("rank_0", "update")] == 1  # too late for Prometheus
     assert scrape("10")[("rank_0", "update")] == 1  # so the next is served it again
     assert scrape("10")[("rank_0", "update")] == 0  # then as pushed
+
+
+def test_an_empty_promql_query_is_refused_as_the_schema_says(client):
+    """The schema asks for a query of at least one character (schemathesis found an
+    empty one the schema allowed and the route refused)."""
+    c, _ = client
+    spec = c.get("/openapi.json").json()
+    (param,) = [p for p in spec["paths"]["/api/v1/prometheus/query"]["get"]["parameters"]
+                if p["name"] == "query"]
+    assert param["schema"]["minLength"] == 1
+    r = c.get("/api/v1/prometheus/query", params={"query": ""})
+    assert r.status_code in (400, 422) and "query" in r.text, r.text

@@ -35,9 +35,10 @@ def relay_url(settings: Settings) -> str:
                             "/v1/traces")
 
 
-def prometheus_url(settings: Settings) -> str:
+def prometheus_url(settings: Settings, path: str = "") -> str:
+    """The managed Prometheus, as the server, Grafana and Tempo reach it."""
     return netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
-                            settings.prometheus.port)
+                            settings.prometheus.port, path)
 
 
 def prometheus_auth(settings: Settings) -> tuple[str, str] | None:

@@ -31,6 +31,21 @@ def get_json(base_url: str, path: str, params: dict | None = None,
         raise ApiUnavailable(f"{url} did not answer JSON") from None
 
 
+def instant(prom_url: str, expr: str, timeout: float = 10.0,
+            auth: tuple[str, str] | None = None) -> tuple[int, dict]:
+    """``GET /api/v1/query``: Prometheus' status and its JSON answer as it gave them (a
+    query it cannot parse is a 400 with its reason); raises ApiUnavailable when nothing
+    or something else than JSON answers."""
+    url = prom_url.rstrip("/") + "/api/v1/query"
+    try:
+        r = requests.get(url, params={"query": expr}, timeout=timeout, auth=auth)
+        return r.status_code, r.json()
+    except requests.RequestException as exc:
+        raise ApiUnavailable(f"no answer from {url} ({exc.__class__.__name__})") from None
+    except ValueError:
+        raise ApiUnavailable(f"{url} did not answer JSON") from None
+
+
 def target_health(prom_url: str, timeout: float = 3.0, auth: tuple[str, str] | None = None
                   ) -> dict[tuple[str, str], dict] | None:
     """(job, instance) -> {health, last_error, last_scrape}; None when Prometheus does

@@ -27,6 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from rl_insight import files
 from rl_insight.config import PushSettings
 from rl_insight.server.ingest import pushfamilies, textformat
 from rl_insight.server.ingest.pushfamilies import LABELS, NAMES, TYPE, VALUES, Packed, pack
@@ -614,10 +615,7 @@ class PushStore:
         if legacy:
             with self._changing():
                 self._write(list(self.groups.values()), [])
-            self.legacy_dir.rename(self.legacy_dir.with_name(self.legacy_dir.name +
-                                                             ".migrated"))
-            log.info("moved %d pushed groups from %s into %s", len(legacy),
-                     self.legacy_dir, self.store.path)
+            files.migrated(self.legacy_dir, len(legacy), self.store.path)
         return n
 
     def _legacy(self) -> list[tuple[dict, float, str]]:

@@ -13,6 +13,7 @@ import threading
 from collections import deque
 from pathlib import Path
 
+from rl_insight import files
 from rl_insight.server.ingest.store import Store
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,7 @@ class Spool:
                 continue
             self.append(p.read_bytes(), spans)
             moved += 1
-        directory.rename(directory.with_name(directory.name + ".migrated"))
-        log.info("moved %d spooled requests from %s into %s", moved, directory, self.dir)
+        files.migrated(directory, moved, self.dir)
 
     def append(self, payload: bytes, spans: int) -> int:
         """Store a record; returns how many spans were dropped to make room."""

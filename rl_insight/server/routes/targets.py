@@ -104,11 +104,10 @@ def router(state: ServerState) -> APIRouter:
     @r.get("/api/v1/prometheus/query",
            summary="An instant PromQL query, passed to Prometheus (read-only)",
            responses=schema.answers(400, 404, 422, 502, 503))
-    def query(query: str = Query(..., json_schema_extra={
+    def query(query: str = Query(..., min_length=1, json_schema_extra={
             "format": "promql", "description": "a PromQL expression; Prometheus' own 400 "
                                                "answers one it cannot parse"})) -> dict:
-        import requests
-
+        from rl_insight.server.analyses import promapi
         from rl_insight.server.endpoints import prometheus_auth, prometheus_url
 
         prom = state.services.get("prometheus")
@@ -122,16 +121,14 @@ def router(state: ServerState) -> APIRouter:
             raise HttpError(503, f"Prometheus is not installed ({prom.message}); "
                                  "`rl-insight server status` shows why")
         try:
-            r = requests.get(prometheus_url(state.settings) + "/api/v1/query",
-                             params={"query": query}, timeout=10,
-                             auth=prometheus_auth(state.settings))
-            body = r.json()
-        except (requests.RequestException, ValueError) as exc:
-            raise HttpError(503, f"Prometheus does not answer: {exc.__class__.__name__}; "
+            status, body = promapi.instant(prometheus_url(state.settings), query,
+                                           auth=prometheus_auth(state.settings))
+        except promapi.ApiUnavailable as exc:
+            raise HttpError(503, f"Prometheus does not answer: {exc}; "
                                  "`rl-insight server status` shows it") from None
-        if r.status_code >= 400:  # its own status: a bad query is the caller's (400, 422)
-            raise HttpError(r.status_code if r.status_code < 500 else 502,
-                            f"Prometheus answered {r.status_code}: "
+        if status >= 400:  # its own status: a bad query is the caller's (400, 422)
+            raise HttpError(status if status < 500 else 502,
+                            f"Prometheus answered {status}: "
                             f"{body.get('errorType', '')} {body.get('error', '')}".strip())
         return body
 

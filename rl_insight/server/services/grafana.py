@@ -19,7 +19,7 @@ from rl_insight import netaddr, resources
 from rl_insight.config import Settings
 from rl_insight.files import write_atomic
 from rl_insight.server import doors
-from rl_insight.server.endpoints import tempo_host
+from rl_insight.server.endpoints import prometheus_url, tempo_host
 from rl_insight.server.services.base import (
     Launch,
     PortUse,
@@ -113,8 +113,7 @@ class Grafana(Service):
         return out.getvalue()
 
     def render_datasources(self, settings: Settings) -> dict:
-        prom = netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
-                                settings.prometheus.port)
+        prom = prometheus_url(settings)
         tempo = netaddr.http_url(tempo_host(settings), settings.tempo.port)
         # a Prometheus beyond loopback wants its password: Grafana reads it from the
         # file at start ($__file{}), so the provisioning file holds no secret

@@ -14,7 +14,7 @@ from rl_insight import netaddr
 from rl_insight.config import Settings
 from rl_insight.files import write_atomic
 from rl_insight.server import doors
-from rl_insight.server.endpoints import tempo_host
+from rl_insight.server.endpoints import prometheus_url, tempo_host
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream
 
 # Tempo 2.6.1 with target `all` pins its ingester and generator rings to 127.0.0.1
@@ -87,8 +87,7 @@ class Tempo(Service):
             "usage_report": {"reporting_enabled": False},
         }
         if self.generates_metrics(settings):
-            prom = netaddr.http_url(netaddr.local_host(settings.bind_host("prometheus")),
-                                    settings.prometheus.port, "/api/v1/write")
+            prom = prometheus_url(settings, "/api/v1/write")
             out["metrics_generator"] = {
                 "storage": {"path": str(data / "generator" / "wal"),
                             "remote_write": [{"url": prom,
