@@ -574,6 +574,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"rl-insight {__import__('rl_insight').__version__}")
     top = parser.add_subparsers(dest="command", required=True)
+    _add_server(top, common, remote)
+    _add_run_tools(top, remote)
+    _add_setup_tools(top, remote)
+    _add_dashboards(top)
+    return parser
+
+
+def _add_server(top, common: argparse.ArgumentParser, remote: argparse.ArgumentParser) -> None:
+    """`rl-insight server ...`: install, start, status, stop, and its stores."""
     server = top.add_parser("server", help="the monitoring server and its services")
     sub = server.add_subparsers(dest="action", required=True)
 
@@ -603,7 +612,47 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stop", parents=[common], help="stop the server and its services")
     p.set_defaults(func=cmd_stop)
+    _add_server_stores(sub, common, remote)
 
+
+def _add_server_stores(sub, common: argparse.ArgumentParser,
+                       remote: argparse.ArgumentParser) -> None:
+    """`rl-insight server config | prometheus-config | targets | experiments`."""
+    p = sub.add_parser("config", parents=[common], help="print the effective settings")
+    p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("prometheus-config", parents=[common],
+                       help="print the scrape configs for a Prometheus of your own")
+    p.add_argument("--server-url", help="the server as that Prometheus reaches it "
+                                        "(default: $RL_INSIGHT_SERVER_URL)")
+    p.add_argument("--refresh-interval", default="30s",
+                   help="how often it asks the server for targets (default 30s)")
+    p.add_argument("--token-file", default="",
+                   help="where that Prometheus keeps the server's token (a file holding "
+                        "RL_INSIGHT_TOKEN): sent with the scrape and the target discovery")
+    p.set_defaults(func=cmd_prometheus_config)
+
+    targets = sub.add_parser("targets", help="registered scrape targets")
+    tsub = targets.add_subparsers(dest="action_targets", required=True)
+    p = tsub.add_parser("add", parents=[remote], help="register the targets in a YAML file")
+    p.add_argument("file", help="YAML: {job_name, targets, labels, project, "
+                                "experiment_name}, or a list of those")
+    p.set_defaults(func=cmd_targets_add)
+    p = tsub.add_parser("list", parents=[remote], help="list registered targets")
+    p.add_argument("--project")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment")
+    p.set_defaults(func=cmd_targets_list)
+
+    p = sub.add_parser("experiments", parents=[remote],
+                       help="list, show, archive, restore or finish experiments")
+    p.add_argument("action_exp", choices=["list", "show", "archive", "restore", "finish"])
+    p.add_argument("--project")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment")
+    p.set_defaults(func=cmd_experiments)
+
+
+def _add_run_tools(top, remote: argparse.ArgumentParser) -> None:
+    """What a run shows: `traces export`, `report`, `doctor`."""
     traces = top.add_parser("traces", help="the state timeline outside Grafana")
     tsub2 = traces.add_subparsers(dest="action_traces", required=True)
     p = tsub2.add_parser("export", parents=[remote],
@@ -642,6 +691,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ray", action="store_true", help="skip the probe of Ray workers")
     p.set_defaults(func=cmd_doctor)
 
+
+def _add_setup_tools(top, remote: argparse.ArgumentParser) -> None:
+    """Getting a run's data in: `ray-env`, `import`; and `alerts`."""
     p = top.add_parser("ray-env", help="print a runtime-env YAML for `ray job submit`")
     p.add_argument("--server-url", help="default: $RL_INSIGHT_SERVER_URL")
     p.add_argument("--project")
@@ -681,6 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_alerts)
 
+
+def _add_dashboards(top) -> None:
+    """`rl-insight dashboards install | export`: for a Grafana of your own."""
     dashboards = top.add_parser("dashboards", help="the shipped Grafana dashboards, for "
                                                    "a Grafana of your own")
     dsub = dashboards.add_subparsers(dest="action_dashboards", required=True)
@@ -705,39 +760,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "provisioning)")
     p.add_argument("directory", metavar="DIR")
     p.set_defaults(func=cmd_dashboards_export)
-
-    p = sub.add_parser("config", parents=[common], help="print the effective settings")
-    p.set_defaults(func=cmd_config)
-
-    p = sub.add_parser("prometheus-config", parents=[common],
-                       help="print the scrape configs for a Prometheus of your own")
-    p.add_argument("--server-url", help="the server as that Prometheus reaches it "
-                                        "(default: $RL_INSIGHT_SERVER_URL)")
-    p.add_argument("--refresh-interval", default="30s",
-                   help="how often it asks the server for targets (default 30s)")
-    p.add_argument("--token-file", default="",
-                   help="where that Prometheus keeps the server's token (a file holding "
-                        "RL_INSIGHT_TOKEN): sent with the scrape and the target discovery")
-    p.set_defaults(func=cmd_prometheus_config)
-
-    targets = sub.add_parser("targets", help="registered scrape targets")
-    tsub = targets.add_subparsers(dest="action_targets", required=True)
-    p = tsub.add_parser("add", parents=[remote], help="register the targets in a YAML file")
-    p.add_argument("file", help="YAML: {job_name, targets, labels, project, "
-                                "experiment_name}, or a list of those")
-    p.set_defaults(func=cmd_targets_add)
-    p = tsub.add_parser("list", parents=[remote], help="list registered targets")
-    p.add_argument("--project")
-    p.add_argument("--experiment-name", "--experiment", dest="experiment")
-    p.set_defaults(func=cmd_targets_list)
-
-    p = sub.add_parser("experiments", parents=[remote],
-                       help="list, show, archive, restore or finish experiments")
-    p.add_argument("action_exp", choices=["list", "show", "archive", "restore", "finish"])
-    p.add_argument("--project")
-    p.add_argument("--experiment-name", "--experiment", dest="experiment")
-    p.set_defaults(func=cmd_experiments)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

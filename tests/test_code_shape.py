@@ -45,3 +45,17 @@ def test_prometheus_is_read_through_promapi():
                     node.func.value.id == "requests" and "prometheus_url" in text:
                 callers.append(path)
     assert callers == []
+
+
+def test_no_function_is_over_80_lines():
+    """A function a newcomer reads in one screen: cut along what it holds (cli's parser
+    per command group, trace_op's span and its wrappers, the targets routes' writes and
+    reads, a step's lanes sorted before its row is made)."""
+    long = []
+    for path, text in sources().items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{path}:{node.lineno} {node.name}: {lines} lines")
+    assert long == []

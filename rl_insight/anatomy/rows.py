@@ -195,35 +195,10 @@ def step_row(step: int, start_ns: int, end_ns: int,
     count ``gpus_per_replica`` per replica lane and ``gpus_per_rank`` per rank lane;
     ``buckets``: goodput bucket -> its spans' intervals."""
     window = end_ns - start_ns
-    gen_by_replica: dict[str, list[Interval]] = {}
-    role_of: dict[str, str] = {}
-    rank_states: dict[str, list[Interval]] = {}
-    rank_all: list[Interval] = []
-    driver_gen: list[Interval] = []
-    per_rank: dict[str, tuple[list[Interval], list[Interval]]] = {}  # (work, weight sync)
-    for lane, intervals in lanes.items():
-        c = laneid.classify(lane)
-        rep, rank = c.kind == laneid.REPLICA, c.kind == laneid.RANK
-        driver = c.kind == laneid.DRIVER
-        if rep:
-            key = laneid.replica_key(lane)
-            role_of[key] = c.role
-            gen = gen_by_replica.setdefault(key, [])
-        for state, s, e in intervals:
-            if rep and is_generation(state):
-                gen.append((s, e))
-            elif rank:
-                rank_all.append((s, e))
-                rank_states.setdefault(state, []).append((s, e))
-                own = per_rank.setdefault(lane, ([], []))
-                own[state == WEIGHT_UPDATE].append((s, e))
-            elif driver:
-                if is_generation(state):
-                    driver_gen.append((s, e))
-                    continue
-                if state != IDLE:  # waiting is no phase: it stays in `other`
-                    rank_all.append((s, e))
-                    rank_states.setdefault(state, []).append((s, e))
+    sorted_ = _Lanes.of(lanes)
+    gen_by_replica, role_of = sorted_.gen_by_replica, sorted_.role_of
+    rank_states, rank_all = sorted_.rank_states, sorted_.rank_all
+    driver_gen, per_rank = sorted_.driver_gen, sorted_.per_rank
     gen_by_replica = {r: union(iv) for r, iv in gen_by_replica.items()}
     policy = {r: iv for r, iv in gen_by_replica.items()
               if laneid.family_of(role_of[r]) == laneid.ROLLOUT}
@@ -234,21 +209,7 @@ def step_row(step: int, start_ns: int, end_ns: int,
     inside = {r: clip(iv, start_ns, end_ns) for r, iv in gen_by_replica.items()}
     if driver_gen and not policy:  # the framework's whole rollout, replicas unknown
         row.roles[laneid.ROLLOUT] = RoleRow(row.generate_s, 0)
-    by_role: dict[str, list[str]] = {}
-    for r in inside:
-        by_role.setdefault(role_of[r], []).append(r)
-    for role, members in by_role.items():
-        latest = max((inside[r][-1][1] for r in members if inside[r]), default=None)
-        for r in members:
-            iv = inside[r]
-            g = length(iv)
-            wait = latest - iv[-1][1] if iv else 0
-            row.replicas[r] = ReplicaRow(g / NS, (window - g) / NS, wait / NS, role)
-        busy = {r: row.replicas[r].generate_s for r in members
-                if row.replicas[r].generate_s > 0}
-        ratio, slowest, median = _straggler(busy)
-        row.roles[role] = RoleRow(length(union(iv for r in members for iv in inside[r])) / NS,
-                                  len(members), ratio, slowest, median)
+    _replicas_and_roles(row, inside, role_of, window)
     row.straggler_ratio, row.slowest_replica, row.median_generate_s = _straggler(
         {r: row.replicas[r].generate_s for r in policy if row.replicas[r].generate_s > 0})
     for state, iv in rank_states.items():
@@ -350,3 +311,64 @@ def _staleness(start_ns: int, end_ns: int, rank_states: Mapping[str, list[Interv
             n = sum(1 for _, e in updates if began < e <= consume)
             worst = n if worst is None else max(worst, n)
     return worst
+
+
+@dataclass
+class _Lanes:
+    """A step's lanes sorted by what they are: each replica's generation (and its role),
+    the ranks' states (all, by state, and per rank: work and weight sync), the driver's
+    generation; a driver's other states count as the trainer's phases."""
+
+    gen_by_replica: dict[str, list[Interval]] = field(default_factory=dict)
+    role_of: dict[str, str] = field(default_factory=dict)
+    rank_states: dict[str, list[Interval]] = field(default_factory=dict)
+    rank_all: list[Interval] = field(default_factory=list)
+    driver_gen: list[Interval] = field(default_factory=list)
+    per_rank: dict[str, tuple[list[Interval], list[Interval]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, lanes: Mapping[str, Iterable[tuple[str, int, int]]]) -> _Lanes:
+        out = cls()
+        for lane, intervals in lanes.items():
+            c = laneid.classify(lane)
+            if c.kind == laneid.REPLICA:
+                key = laneid.replica_key(lane)
+                out.role_of[key] = c.role
+                gen = out.gen_by_replica.setdefault(key, [])
+                gen.extend((s, e) for state, s, e in intervals if is_generation(state))
+            elif c.kind == laneid.RANK:
+                own = out.per_rank.setdefault(lane, ([], []))
+                for state, s, e in intervals:
+                    out._phase(state, s, e)
+                    own[state == WEIGHT_UPDATE].append((s, e))
+            elif c.kind == laneid.DRIVER:
+                for state, s, e in intervals:
+                    if is_generation(state):
+                        out.driver_gen.append((s, e))
+                    elif state != IDLE:  # waiting is no phase: it stays in `other`
+                        out._phase(state, s, e)
+        return out
+
+    def _phase(self, state: str, s: int, e: int) -> None:
+        self.rank_all.append((s, e))
+        self.rank_states.setdefault(state, []).append((s, e))
+
+
+def _replicas_and_roles(row: StepRow, inside: Mapping[str, list[Interval]],
+                        role_of: Mapping[str, str], window: int) -> None:
+    """Each replica's generating, idle and waiting time, and each role's straggler."""
+    by_role: dict[str, list[str]] = {}
+    for r in inside:
+        by_role.setdefault(role_of[r], []).append(r)
+    for role, members in by_role.items():
+        latest = max((inside[r][-1][1] for r in members if inside[r]), default=None)
+        for r in members:
+            iv = inside[r]
+            g = length(iv)
+            wait = latest - iv[-1][1] if iv else 0
+            row.replicas[r] = ReplicaRow(g / NS, (window - g) / NS, wait / NS, role)
+        busy = {r: row.replicas[r].generate_s for r in members
+                if row.replicas[r].generate_s > 0}
+        ratio, slowest, median = _straggler(busy)
+        row.roles[role] = RoleRow(length(union(iv for r in members for iv in inside[r])) / NS,
+                                  len(members), ratio, slowest, median)

@@ -481,103 +481,116 @@ def trace_op(name: str | Callable | None = None, *,
     def decorate(fn: Callable) -> Callable:
         qual = getattr(fn, "__qualname__", getattr(fn, "__name__", "op"))
         span_name = name or qual.rsplit("<locals>.", 1)[-1]  # Class.method or function
+        return _wrap(fn, _Op(span_name, static_labels, extra_labels))
 
-        def begin(args):
+    return decorate
+
+
+class _Op:
+    """One decorated function's span: begun before a call, ended after it; neither
+    raises into the caller."""
+
+    __slots__ = ("name", "static", "extra")
+
+    def __init__(self, name: str, static: Mapping[str, Any],
+                 extra: Callable[[Any], Mapping[str, Any]] | None) -> None:
+        self.name, self.static, self.extra = name, dict(static), extra
+
+    def begin(self, args: tuple):
+        try:
             c = _client or _get()
             if c is None:
                 return None
-            labels = dict(static_labels)
-            if extra_labels is not None and args:
+            labels = dict(self.static)
+            if self.extra is not None and args:
                 try:
-                    labels.update(extra_labels(args[0]) or {})
+                    labels.update(self.extra(args[0]) or {})
                 except Exception:
-                    _failed(f"extra_labels of {span_name}")
+                    _failed(f"extra_labels of {self.name}")
             parent = _current.get()
             span_id = _new_id()
             trace_id = parent[0] if parent else (span_id << 64 | _new_id())
             token = _current.set((trace_id, span_id))
             return (c, token, trace_id, span_id, parent[1] if parent else 0, labels,
                     time.time_ns())
+        except Exception:
+            _failed(f"trace_op {self.name}")
+            return None
 
-        def end(state, error: BaseException | None) -> None:
-            if state is None:
-                return
-            c, token, trace_id, span_id, parent_id, labels, start = state
-            if isinstance(error, GeneratorExit):  # a consumer closed its stream
-                error = None
-            try:
-                _restore(token)
-                lane = labels.pop("state_lane_id", None)
-                attrs = _attrs(labels) + (("monitor.trace_segment", "duration"),)
-                if error is not None:
-                    attrs += (("error", type(error).__name__),)
-                c.add(Span(span_name, start, time.time_ns(),
-                           str(lane) if lane is not None else None, attrs,
-                           trace_id, span_id, parent_id))
-            except Exception:
-                _failed(f"trace_op {span_name}")
+    def end(self, state, error: BaseException | None) -> None:
+        if state is None:
+            return
+        c, token, trace_id, span_id, parent_id, labels, start = state
+        if isinstance(error, GeneratorExit):  # a consumer closed its stream
+            error = None
+        try:
+            _restore(token)
+            lane = labels.pop("state_lane_id", None)
+            attrs = _attrs(labels) + (("monitor.trace_segment", "duration"),)
+            if error is not None:
+                attrs += (("error", type(error).__name__),)
+            c.add(Span(self.name, start, time.time_ns(),
+                       str(lane) if lane is not None else None, attrs,
+                       trace_id, span_id, parent_id))
+        except Exception:
+            _failed(f"trace_op {self.name}")
 
-        def safe_begin(args):
-            try:
-                return begin(args)
-            except Exception:
-                _failed(f"trace_op {span_name}")
-                return None
 
-        if inspect.isasyncgenfunction(fn):  # the whole iteration, however it ends
-            @functools.wraps(fn)
-            async def agen_wrapper(*args, **kwargs):
-                state, gen, error = safe_begin(args), fn(*args, **kwargs), None
-                try:
-                    async for item in gen:
-                        yield item
-                except BaseException as e:
-                    error = e
-                    raise
-                finally:
-                    try:
-                        await gen.aclose()
-                    finally:
-                        end(state, error)
-            return agen_wrapper
-        if inspect.isgeneratorfunction(fn):
-            @functools.wraps(fn)
-            def gen_wrapper(*args, **kwargs):
-                state, error = safe_begin(args), None
-                try:
-                    return (yield from fn(*args, **kwargs))
-                except BaseException as e:
-                    error = e
-                    raise
-                finally:
-                    end(state, error)
-            return gen_wrapper
-        if inspect.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def async_wrapper(*args, **kwargs):
-                state = safe_begin(args)
-                try:
-                    result = await fn(*args, **kwargs)
-                except BaseException as e:
-                    end(state, e)
-                    raise
-                end(state, None)
-                return result
-            return async_wrapper
-
+def _wrap(fn: Callable, op: _Op) -> Callable:
+    """``fn`` in a span per call: a generator's or an async generator's whole iteration,
+    however it ends; a coroutine's await; a plain call."""
+    if inspect.isasyncgenfunction(fn):
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            state = safe_begin(args)
+        async def agen_wrapper(*args, **kwargs):
+            state, gen, error = op.begin(args), fn(*args, **kwargs), None
             try:
-                result = fn(*args, **kwargs)
+                async for item in gen:
+                    yield item
             except BaseException as e:
-                end(state, e)
+                error = e
                 raise
-            end(state, None)
+            finally:
+                try:
+                    await gen.aclose()
+                finally:
+                    op.end(state, error)
+        return agen_wrapper
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen_wrapper(*args, **kwargs):
+            state, error = op.begin(args), None
+            try:
+                return (yield from fn(*args, **kwargs))
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                op.end(state, error)
+        return gen_wrapper
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def async_wrapper(*args, **kwargs):
+            state = op.begin(args)
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as e:
+                op.end(state, e)
+                raise
+            op.end(state, None)
             return result
-        return wrapper
+        return async_wrapper
 
-    return decorate
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        state = op.begin(args)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as e:
+            op.end(state, e)
+            raise
+        op.end(state, None)
+        return result
+    return wrapper
 
 
 def update_prometheus_config(server_addresses: Sequence[str] | str,

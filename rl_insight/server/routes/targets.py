@@ -43,7 +43,13 @@ async def parse(request: Request, log: LocalTargetLog, networks: list | None = N
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
-    networks = parse_networks(state.settings.server.allowed_networks)
+    _writes(r, state, parse_networks(state.settings.server.allowed_networks))
+    _reads(r, state)
+    return r
+
+
+def _writes(r: APIRouter, state: ServerState, networks: list | None) -> None:
+    """Registering, binding and removing targets: writes, in the intake's group commit."""
 
     @r.post("/api/v1/prometheus/targets", openapi_extra=schema.json_body(Registration),
             summary="Register scrape targets (idempotent)",
@@ -101,36 +107,17 @@ def router(state: ServerState) -> APIRouter:
         targets, _ = await parse(request, state.local_targets)
         return {"removed": await state.writes.run(state.targets.remove, targets)}
 
+
+def _reads(r: APIRouter, state: ServerState) -> None:
+    """What Prometheus scrapes and holds: the query route, HTTP discovery, the list."""
+
     @r.get("/api/v1/prometheus/query",
            summary="An instant PromQL query, passed to Prometheus (read-only)",
            responses=schema.answers(400, 404, 422, 502, 503))
     def query(query: str = Query(..., min_length=1, json_schema_extra={
             "format": "promql", "description": "a PromQL expression; Prometheus' own 400 "
                                                "answers one it cannot parse"})) -> dict:
-        from rl_insight.server.analyses import promapi
-        from rl_insight.server.endpoints import prometheus_auth, prometheus_url
-
-        prom = state.services.get("prometheus")
-        # switched off by configuration, there is nothing to query here (404); switched
-        # on but missing or down is the server's trouble, for now (503)
-        if prom is None or not prom.enabled:
-            raise HttpError(404, "Prometheus does not run with this server "
-                                 f"({prom.message if prom else 'not configured'}); "
-                                 "`rl-insight server status` shows why")
-        if not prom.installed:
-            raise HttpError(503, f"Prometheus is not installed ({prom.message}); "
-                                 "`rl-insight server status` shows why")
-        try:
-            status, body = promapi.instant(prometheus_url(state.settings), query,
-                                           auth=prometheus_auth(state.settings))
-        except promapi.ApiUnavailable as exc:
-            raise HttpError(503, f"Prometheus does not answer: {exc}; "
-                                 "`rl-insight server status` shows it") from None
-        if status >= 400:  # its own status: a bad query is the caller's (400, 422)
-            raise HttpError(status if status < 500 else 502,
-                            f"Prometheus answered {status}: "
-                            f"{body.get('errorType', '')} {body.get('error', '')}".strip())
-        return body
+        return query_prometheus(state, query)
 
     @r.get("/api/v1/prometheus/sd",
            summary="What the managed Prometheus scrapes, in Prometheus' HTTP service "
@@ -147,4 +134,29 @@ def router(state: ServerState) -> APIRouter:
     def list_targets(project: str | None = None, experiment_name: str | None = None) -> dict:
         return {"targets": state.targets.list(project, experiment_name)}
 
-    return r
+
+def query_prometheus(state: ServerState, query: str) -> dict:
+    """Prometheus' answer to an instant query, its own 4xx passed on, an absent or silent
+    Prometheus said as such (404: switched off; 503: not installed or not answering)."""
+    from rl_insight.server.analyses import promapi
+    from rl_insight.server.endpoints import prometheus_auth, prometheus_url
+
+    prom = state.services.get("prometheus")
+    if prom is None or not prom.enabled:
+        raise HttpError(404, "Prometheus does not run with this server "
+                             f"({prom.message if prom else 'not configured'}); "
+                             "`rl-insight server status` shows why")
+    if not prom.installed:
+        raise HttpError(503, f"Prometheus is not installed ({prom.message}); "
+                             "`rl-insight server status` shows why")
+    try:
+        status, body = promapi.instant(prometheus_url(state.settings), query,
+                                       auth=prometheus_auth(state.settings))
+    except promapi.ApiUnavailable as exc:
+        raise HttpError(503, f"Prometheus does not answer: {exc}; "
+                             "`rl-insight server status` shows it") from None
+    if status >= 400:  # its own status: a bad query is the caller's (400, 422)
+        raise HttpError(status if status < 500 else 502,
+                        f"Prometheus answered {status}: "
+                        f"{body.get('errorType', '')} {body.get('error', '')}".strip())
+    return body
