@@ -59,3 +59,14 @@ def test_no_function_is_over_80_lines():
                 if lines > 80:
                     long.append(f"{path}:{node.lineno} {node.name}: {lines} lines")
     assert long == []
+
+
+def test_the_push_store_holds_groups_and_nothing_else():
+    """pushstore.py was 678 lines: the grouping key (routes and intake read it), the text
+    parsing and checking, and the exposition are modules of their own."""
+    text = sources()["rl_insight/server/ingest/pushstore.py"]
+    tree = ast.parse(text)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert not defined & {"parse_grouping_key", "check_families", "render_blocks",
+                          "split_blocks", "PushError"}
+    assert len(text.splitlines()) < 500

@@ -274,7 +274,7 @@ def test_buffer_exporter_errors_are_counted_not_raised():
 
 def test_group_path_keeps_any_value():
     path = group_path("rl_insight", {"project": "a/b", "experiment_name": ""})
-    from rl_insight.server.ingest.pushstore import parse_grouping_key
+    from rl_insight.server.ingest.grouping import parse_grouping_key
     assert parse_grouping_key(path[len("/metrics/"):]) == {
         "job": "rl_insight", "project": "a/b", "experiment_name": ""}
 

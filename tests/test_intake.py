@@ -18,7 +18,7 @@ from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
 from rl_insight.server.httpio import HttpError
 from rl_insight.server.ingest import intake
-from rl_insight.server.ingest.pushstore import PushError
+from rl_insight.server.ingest.grouping import PushError
 from rl_insight.server.ingest.store import Store
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState

@@ -9,17 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
+from rl_insight.server.ingest.grouping import PushError, parse_grouping_key
+from rl_insight.server.ingest.pushexposition import render, render_blocks, split_blocks
 from rl_insight.server.ingest.pushfamilies import LABELS
 from rl_insight.server.ingest.pushshape import Shape
-from rl_insight.server.ingest.pushstore import (
-    PushError,
-    PushStore,
-    parse_body,
-    parse_grouping_key,
-    render,
-    render_blocks,
-    split_blocks,
-)
+from rl_insight.server.ingest.pushstore import PushStore
+from rl_insight.server.ingest.pushtext import parse_body
 from rl_insight.server.ingest.store import Store
 from tests.conftest import examples
 from tests.test_textformat import NAMES, VALUES, bodies

@@ -20,9 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rl_insight.server import auth
 from rl_insight.server.httpio import ARRIVED, ClientGone, HttpError, error, read_asgi_body
 from rl_insight.server.ingest.bodies import BodyError
+from rl_insight.server.ingest.grouping import PushError
 from rl_insight.server.ingest.intake import Direct, answer_error
 from rl_insight.server.ingest.otlp import OtlpError
-from rl_insight.server.ingest.pushstore import PushError
 from rl_insight.server.ingest.targets import TargetError
 from rl_insight.server.routes import (
     alerts,

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
 from rl_insight.server.ingest import otlp
-from rl_insight.server.ingest.pushstore import PushError, PushStore
+from rl_insight.server.ingest.grouping import PushError
+from rl_insight.server.ingest.pushstore import PushStore
 from rl_insight.server.ingest.store import Store
 from tests.conftest import Cli, free_port_overrides
 

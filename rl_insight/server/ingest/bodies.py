@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic.json_schema import GenerateJsonSchema, SkipJsonSchema
 
-from rl_insight.server.ingest.pushstore import valid_label_name
+from rl_insight.server.ingest.grouping import valid_label_name
 from rl_insight.server.ingest.targets import (
     HARDWARE_JOBS,
     JOB_RE,

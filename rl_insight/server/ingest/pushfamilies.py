@@ -39,7 +39,7 @@ def label_pairs(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def pack(families: Mapping[str, Metric]) -> Packed:
-    """Checked families (pushstore.check_families) as tuples."""
+    """Checked families (pushtext.check_families) as tuples."""
     return {name: (f.type, f.documentation, f.unit, tuple(s.name for s in f.samples),
                    tuple(label_pairs(s.labels) for s in f.samples),
                    tuple(s.value for s in f.samples))

@@ -2,7 +2,7 @@
 every tick, only the values change.
 
 A body's *shape* is its text with the value of every sample line cut off. The first
-body of a shape is parsed and checked in full (``pushstore.parse_body``); what it gave,
+body of a shape is parsed and checked in full (``pushtext.parse_body``); what it gave,
 less its values, is kept as a ``Shape``. A later push to the same group with the same
 shape only has its values read: the same families, labels and checks follow from the
 same lines, and the exposition's sample lines are the kept prefixes plus the new values

@@ -9,11 +9,8 @@ inconsistent with what is stored, or over a limit changes nothing.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
-import re
 import sqlite3
 import threading
 import time
@@ -22,24 +19,28 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 from rl_insight import files
 from rl_insight.config import PushSettings
 from rl_insight.server.ingest import pushfamilies, textformat
+from rl_insight.server.ingest.grouping import GroupKey, PushError, group_key
+from rl_insight.server.ingest.pushexposition import (
+    plain_family,
+    render,
+    render_blocks,
+    sample_prefix,
+    split_blocks,
+)
 from rl_insight.server.ingest.pushfamilies import LABELS, NAMES, TYPE, VALUES, Packed, pack
-from rl_insight.server.ingest.pushshape import Block, Shape, exposed_name, split
+from rl_insight.server.ingest.pushshape import Block, Shape, split
+from rl_insight.server.ingest.pushtext import check_families, parse_body, parse_text
 from rl_insight.server.ingest.store import Store
 
 log = logging.getLogger(__name__)
 
-METRIC_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
-GroupKey = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (family, sorted labels)
 # The lane state gauge (collector/lanes.py STATE_GAUGE): 1 while a lane is in a state.
 # A lane pushes every tick and Prometheus scrapes on its own clock, so a state whose 1
@@ -47,59 +48,6 @@ SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (family, sorted labels)
 # out while the machine was loaded) never reached the sampled timeline. Its 1 is latched:
 # served until a scrape has taken it, whatever pushes arrive meanwhile.
 LATCHED = frozenset({"rl_insight_monitor_lane_state"})
-
-
-class PushError(Exception):
-    """A refused push; ``status`` is the HTTP code, the message says what was wrong."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def valid_label_name(name: str) -> bool:
-    return bool(LABEL_NAME_RE.match(name)) and not name.startswith("__")
-
-
-def _b64(value: str) -> str:
-    if value == "=":
-        return ""
-    padded = value + "=" * (-len(value) % 4)
-    try:
-        std = padded.replace("-", "+").replace("_", "/")  # URL-safe or standard alphabet
-        return base64.b64decode(std, validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        raise PushError(400, f"invalid base64 label value {value!r}") from None
-
-
-def parse_grouping_key(path: str) -> dict[str, str]:
-    """``job/<j>/<name>/<value>...`` (``@base64`` allowed on any name) into labels."""
-    parts = path.strip("/").split("/")
-    if len(parts) < 2 or parts[0] not in ("job", "job@base64"):
-        raise PushError(400, "the path must be /metrics/job/<job>{/<label>/<value>}")
-    if len(parts) % 2:
-        raise PushError(400, f"odd number of components in label path {path!r}; "
-                             "labels come in /<name>/<value> pairs")
-    labels: dict[str, str] = {}
-    for i in range(0, len(parts), 2):
-        name, value = parts[i], parts[i + 1]
-        if name.endswith("@base64"):
-            name, value = name[: -len("@base64")], _b64(value)
-        if i and name == "job":
-            raise PushError(400, "job is set by /job/<job>; it cannot repeat as a label")
-        if not valid_label_name(name):
-            raise PushError(400, f"improper label name {name!r}: use [a-zA-Z_][a-zA-Z0-9_]* "
-                                 "not starting with __")
-        if name in labels:
-            raise PushError(400, f"label {name!r} appears twice in the path")
-        labels[name] = value
-    if not labels["job"]:
-        raise PushError(400, "the job name must not be empty")
-    return labels
-
-
-def group_key(labels: Mapping[str, str]) -> GroupKey:
-    return tuple(sorted(labels.items()))
 
 
 @dataclass
@@ -134,43 +82,6 @@ class Group:
         return "".join(h + t + body for h, t, body in self.blocks().values())
 
 
-_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
-_OM_SUFFIXES = ("_created", "_gsum", "_gcount")
-
-
-def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
-    """What ``split_blocks(render(families))`` gives, written directly for the families a
-    push holds (checked names, no timestamps): a fraction of generate_latest's cost,
-    which validates and escapes every name of every sample again. Anything unusual is
-    rendered by generate_latest."""
-    out: dict[str, Block] = {}
-    for fam in families:
-        if not plain_family(fam):
-            out.update(split_blocks(render([fam]).decode()))
-            continue
-        name = exposed_name(fam)
-        doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        lines = [sample_prefix(sample) + floatToGoString(sample.value) + "\n"
-                 for sample in fam.samples]
-        out[name] = (f"# HELP {name} {doc}\n", f"# TYPE {name} {fam.type}\n", "".join(lines))
-    return out
-
-
-def plain_family(fam: Metric) -> bool:
-    """Rendered line by line by render_blocks (else by generate_latest)."""
-    return fam.type in _TYPES and not any(
-        s.timestamp is not None or s.name in (fam.name + x for x in _OM_SUFFIXES)
-        for s in fam.samples)
-
-
-def sample_prefix(sample: Sample) -> str:
-    """A sample's exposition line up to its value."""
-    if sample.labels:
-        pairs = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(sample.labels.items()))
-        return f"{sample.name}{{{pairs}}} "
-    return f"{sample.name} "
-
-
 def _merged_blocks(old: Group, families: Packed,
                    blocks: dict[str, Block] | None) -> dict[str, Block] | None:
     """A POST's blocks on top of the group's (None: rendered when next read): only when
@@ -180,102 +91,6 @@ def _merged_blocks(old: Group, families: Packed,
             for name, fam in families.items()):
         return None
     return {**old._blocks, **blocks}
-
-
-def _escape_value(v: str) -> str:
-    if "\\" in v or "\n" in v or '"' in v:
-        return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
-    return v
-
-
-def split_blocks(text: str) -> dict[str, Block]:
-    """The text format split at each ``# HELP``: name -> (HELP, TYPE, samples)."""
-    out: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.split("\n")[:-1]:  # at \n only: a HELP text may hold \r
-        line += "\n"
-        if line.startswith("# HELP "):
-            current = out.setdefault(line.split(" ", 3)[2], [line, "", ""])
-        elif current is None:
-            continue
-        elif line.startswith("# TYPE "):
-            current[1] = line
-        else:
-            current[2] += line
-    return {name: (b[0], b[1], b[2]) for name, b in out.items()}
-
-
-# names already checked (bounded: a push of ever-new names costs the check, nothing more)
-_GOOD_NAMES: set[str] = set()
-_GOOD_LABELS: set[str] = set()
-
-
-def _remember(name: str, into: set[str] = _GOOD_NAMES) -> None:
-    if len(into) > 100_000:
-        into.clear()
-    into.add(name)
-
-
-def parse_body(text: str, grouping: Mapping[str, str]) -> dict[str, Metric]:
-    """Parse the text format and apply the grouping labels; raise PushError(400)."""
-    return check_families(_parse_text(text), grouping)
-
-
-def _parse_text(text: str, plain_tried: bool = False) -> list[Metric]:
-    """Families of a body; ``plain_tried``: the fast reader gave up on it already."""
-    try:
-        return textformat.parse_library(text) if plain_tried else textformat.parse(text)
-    except (ValueError, IndexError, KeyError) as exc:
-        raise PushError(400, f"text format parsing error: {exc}") from None
-
-
-def check_families(families: Iterable[Metric], grouping: Mapping[str, str]
-                   ) -> dict[str, Metric]:
-    """Parsed families with the grouping labels applied, each name, label and sample
-    checked; raise PushError(400)."""
-    out: dict[str, Metric] = {}
-    seen: set[tuple] = set()
-    for fam in families:
-        if not fam.samples and fam.name in out:
-            continue
-        if not METRIC_NAME_RE.match(fam.name):
-            raise PushError(400, f"invalid metric name {fam.name!r}")
-        metric = out.get(fam.name)
-        if metric is not None and metric.type != fam.type:
-            raise PushError(400, f"metric family {fam.name!r} appears twice in the push, "
-                                 f"as {metric.type} and {fam.type}")
-        if metric is None:  # untyped lines of one name arrive as separate families
-            metric = Metric(fam.name, fam.documentation, fam.type, fam.unit)
-        for s in fam.samples:
-            if s.name not in _GOOD_NAMES:
-                if not METRIC_NAME_RE.match(s.name):
-                    raise PushError(400, f"invalid metric name {s.name!r}")
-                _remember(s.name)
-            if s.timestamp is not None:
-                raise PushError(400, f"sample {s.name} has a timestamp; pushed metrics must "
-                                     "not have timestamps")
-            for ln in s.labels:
-                if ln not in _GOOD_LABELS:
-                    if not valid_label_name(ln):
-                        raise PushError(400, f"invalid label name {ln!r} on {s.name}")
-                    _remember(ln, _GOOD_LABELS)
-            labels = {**s.labels, **grouping}
-            labels.setdefault("instance", "")
-            ident = (s.name, frozenset(labels.items()))
-            if ident in seen:
-                raise PushError(400, f"sample {s.name}{dict(ident[1])} appears twice")
-            seen.add(ident)
-            metric.samples.append(Sample(s.name, labels, s.value, None, None))
-        out[fam.name] = metric
-    kept = {k: v for k, v in out.items() if v.samples}
-    exposed: dict[str, str] = {}
-    for fam in kept.values():  # `x` as a counter and `x_total` would be one family on /metrics
-        shown = exposed_name(fam)
-        other = exposed.setdefault(shown, fam.name)
-        if other != fam.name:
-            raise PushError(400, f"metric families {other!r} and {fam.name!r} would both be "
-                                 f"exposed as {shown!r}: rename one of them")
-    return kept
 
 
 class PushStore:
@@ -347,7 +162,7 @@ class PushStore:
                 pass
         plain = textformat.parse_plain(body)
         families = check_families(plain if plain is not None else
-                                  _parse_text(body, plain_tried=True), grouping)
+                                  parse_text(body, plain_tried=True), grouping)
         if plain is None or len(families) != len(plain) or \
                 not all(plain_family(f) for f in families.values()):
             return pack(families), None  # never read by shape: parsed in full every time
@@ -660,17 +475,3 @@ def _with_held(group: Group, held: Mapping[SeriesKey, Sample]) -> dict[str, Bloc
     return out
 
 
-class _Families:
-    """Adapts a list of families to what generate_latest expects of a registry."""
-
-    def __init__(self, families: Mapping[str, Metric] | Iterable[Metric]) -> None:
-        self._families = list(families.values()) if isinstance(families, Mapping) \
-            else list(families)
-
-    def collect(self) -> Iterable[Metric]:
-        return self._families
-
-
-def render(families: Iterable[Metric]) -> bytes:
-    """The text exposition of families (the Prometheus text format 0.0.4)."""
-    return generate_latest(_Families(list(families)))

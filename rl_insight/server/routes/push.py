@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server.httpio import json_body
 from rl_insight.server.ingest.bodies import PushBatch, PushGroup, read
-from rl_insight.server.ingest.pushstore import PushError, parse_grouping_key
+from rl_insight.server.ingest.grouping import PushError, parse_grouping_key
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
 
