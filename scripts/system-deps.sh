@@ -2,7 +2,8 @@
 # Installs the Debian packages the tests and the demo use, if they are missing:
 # prometheus (with promtool), prometheus-pushgateway, prometheus-node-exporter,
 # prometheus-alertmanager (with amtool), victoria-metrics (the remote-write test's
-# receiver), and chromium (headless, for the status page test).
+# receiver), chromium (headless, for the status page test) and tinyproxy (a real HTTP
+# proxy for the sender's proxy test).
 set -euo pipefail
 
 packages=()
@@ -15,6 +16,7 @@ command -v amtool >/dev/null || packages+=(prometheus-alertmanager)
 command -v victoria-metrics >/dev/null || packages+=(victoria-metrics)  # remote write
 command -v chromium >/dev/null || packages+=(chromium)  # the status page's browser test
 command -v nft >/dev/null || packages+=(nftables)  # firewall rules in the multi-host test
+command -v tinyproxy >/dev/null || packages+=(tinyproxy-bin)  # the sender through a proxy
 if [ ${#packages[@]} -eq 0 ]; then
   echo "system packages: all present"
   exit 0

@@ -70,3 +70,12 @@ def test_the_push_store_holds_groups_and_nothing_else():
     assert not defined & {"parse_grouping_key", "check_families", "render_blocks",
                           "split_blocks", "PushError"}
     assert len(text.splitlines()) < 500
+
+
+def test_the_sender_speaks_http_through_one_library():
+    """The collector's requests (pushes, span exports, the server's API) all go through
+    connection.py's urllib3 connections: plain, HTTPS and proxied alike."""
+    users = [path for path, text in sources().items()
+             if path.startswith("rl_insight/collector/") and
+             re.search(r"^\s*(import requests|from requests)", text, re.M)]
+    assert users == []

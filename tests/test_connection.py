@@ -91,7 +91,7 @@ def test_nothing_listening_raises_an_http_error():
 def test_the_sender_backs_off_after_503_and_sends_again(server):
     url = f"http://127.0.0.1:{server.server_port}"
     sender = Sender(url, token="tok")
-    assert sender._direct  # no proxy here: the kept-alive connection carries it
+    assert sender._connection(url).proxy == ""  # no proxy here: a direct connection
     server.answers.append((503, {"Retry-After": "0.2"}))
     assert sender.push_groups([("j", {"a": "b"}, "x 1\n", True)]) == [False]
     assert sender.push_groups([("j", {"a": "b"}, "x 1\n", True)]) == [False]  # waiting
@@ -148,3 +148,136 @@ def test_a_404_without_this_servers_header_keeps_the_batch_route(server):
     server.answers.append((404, {}))
     assert sender.push_groups(groups(2)) == [False, False]
     assert sender.batch_route
+
+
+# -- one HTTP stack for every case a sender meets: HTTPS behind a private CA, and the
+# environment's proxy (a real one: Debian's tinyproxy) for HTTP and for HTTPS (CONNECT)
+def _private_ca(tmp_path):
+    """A CA and a certificate for 127.0.0.1 it signed: (the CA's PEM, cert, key)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(
+        ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("test CA")).issuer_name(name("test CA"))
+          .public_key(ca_key.public_key()).serial_number(1)
+          .not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    import ipaddress
+    cert = (x509.CertificateBuilder().subject_name(name("127.0.0.1")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = [tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem")]
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+@pytest.fixture
+def tls_server(server, tmp_path):
+    import ssl
+
+    ca, cert, key = _private_ca(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.socket = context.wrap_socket(srv.socket, server_side=True)
+    srv.seen, srv.answers, srv.close_after = [], [], False
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv.ca = ca
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_https_behind_a_private_ca_is_verified_against_the_bundle_named(tls_server,
+                                                                        monkeypatch):
+    """Without the CA, the certificate is refused (kept and said, never raised); with
+    SSL_CERT_FILE (or REQUESTS_CA_BUNDLE) naming it, the pushes go."""
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"https://127.0.0.1:{tls_server.server_port}"
+    refused = Sender(url, token="tok")
+    assert refused.push_groups(groups(2)) == [False, False]
+    assert "SSL" in refused.last_error or "Certificate" in refused.last_error, \
+        refused.last_error
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls_server.ca))
+    tls_server.answers.append((200, {OURS: "1"}))
+    sender = Sender(url, token="tok")
+    assert sender.push_groups(groups(2)) == [True, True]
+    assert tls_server.seen[-1]["auth"] == "Bearer tok"
+
+
+@pytest.fixture
+def proxy(tmp_path):
+    """Debian's tinyproxy on a free loopback port, logging what it forwards."""
+    import shutil
+    import subprocess
+
+    from rl_insight import netaddr
+    from tests.conftest import wait_for
+
+    binary = shutil.which("tinyproxy")
+    if binary is None:
+        pytest.skip("tinyproxy (Debian tinyproxy-bin) is not installed: "
+                    "scripts/system-deps.sh")
+    port = netaddr.free_port()
+    log = tmp_path / "tinyproxy.log"
+    conf = tmp_path / "tinyproxy.conf"
+    conf.write_text(f"Port {port}\nListen 127.0.0.1\nTimeout 30\nLogFile \"{log}\"\n"
+                    "LogLevel Connect\nMaxClients 20\nAllow 127.0.0.1\n")
+    # no ConnectPort line: CONNECT to any port (the TLS server's), as tinyproxy(8) says
+    proc = subprocess.Popen([binary, "-d", "-c", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+    import socket
+
+    def listening() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    wait_for(listening, 10, "tinyproxy listening")
+    yield f"http://127.0.0.1:{port}", log
+    proc.kill()
+    proc.wait(5)
+
+
+@pytest.mark.integration  # starts tinyproxy
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_environments_proxy_carries_http_and_https(server, tls_server, proxy, scheme,
+                                                        monkeypatch):
+    """http_proxy / https_proxy as curl reads them (no_proxy emptied: loopback is usually
+    in it): plain HTTP forwarded, HTTPS tunnelled with CONNECT and still verified."""
+    proxy_url, log = proxy
+    target = server if scheme == "http" else tls_server
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(f"{scheme}_proxy", proxy_url)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls_server.ca))
+    url = f"{scheme}://127.0.0.1:{target.server_port}"
+    sender = Sender(url, token="tok")
+    assert sender._connection(url).proxy == proxy_url
+    target.answers.append((200, {OURS: "1"}))
+    assert sender.push_groups(groups(2)) == [True, True], sender.last_error
+    assert target.seen[-1]["auth"] == "Bearer tok"
+    said = log.read_text()
+    # the request lines tinyproxy logged: a tunnel for HTTPS, the absolute URL for HTTP
+    asked = "CONNECT 127.0.0.1" if scheme == "https" else "POST http://127.0.0.1"
+    assert f"): {asked}:{target.server_port}" in said, said[-2000:]
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    assert Sender(url)._connection(url).proxy == ""  # bypassed as no_proxy says

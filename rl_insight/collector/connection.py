@@ -1,22 +1,28 @@
-"""A kept-alive HTTP connection for the collector's frequent requests: the lane actors'
-and the hub's pushes and span exports. ``requests`` spent about two thirds of a lane
-actor's tick preparing each request (hooks, cookies, settings merged again); this sends
-the same bytes through urllib3's connection pool (what ``requests`` uses underneath), one
-kept-alive connection per origin, opened again when the server closed it. Used only for
-plain HTTP where no proxy applies; proxied and HTTPS senders keep ``requests``."""
+"""The collector's HTTP: one kept-alive connection per origin for the lane actors', the
+hub's and a process's own pushes and span exports, through urllib3 (what ``requests``
+uses underneath, without the two thirds of a lane actor's tick ``requests`` spent
+preparing each request). One stack for every case a sender meets: plain HTTP, HTTPS
+(certifi's CA bundle, or the file ``REQUESTS_CA_BUNDLE`` or ``SSL_CERT_FILE`` names, for a
+server behind a private CA) and the environment's proxies (``http_proxy``,
+``https_proxy``, ``no_proxy``: HTTPS through a CONNECT tunnel), read once per origin."""
 
 from __future__ import annotations
 
 import json as jsonlib
-from urllib.parse import urlsplit
+import os
+import urllib.request
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
 HttpError = (OSError, urllib3.exceptions.HTTPError)  # what a request can raise
+# a CA bundle of the user's, in this order: requests' own variable first (a process that
+# set it for requests expects it here too), then OpenSSL's
+CA_ENV = ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
 
 class Response:
-    """What the sender reads of an answer (the part of ``requests.Response`` it uses)."""
+    """What the sender reads of an answer."""
 
     def __init__(self, status: int, headers, content: bytes) -> None:
         self.status_code = status
@@ -31,31 +37,59 @@ class Response:
         return jsonlib.loads(self.content)
 
 
-class Connection:
-    """One origin's pool of one connection: one request at a time (a sender may be
-    called from two threads; the second waits for the connection), no retries (the
-    caller keeps its data and sends again)."""
+def proxy_for(url: str) -> str:
+    """The proxy the environment names for ``url`` ("" for none, or one ``no_proxy``
+    bypasses), as curl and ``requests`` read it."""
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(url)
+    if not proxies or urllib.request.proxy_bypass_environment(parts.hostname or "",
+                                                              proxies):
+        return ""
+    return proxies.get(parts.scheme, "")
 
-    def __init__(self, base_url: str, timeout: float, headers: dict[str, str]) -> None:
-        parts = urlsplit(base_url)
-        self.pool = urllib3.HTTPConnectionPool(
-            parts.hostname or "localhost", parts.port, maxsize=1, block=True,
-            timeout=urllib3.Timeout(connect=timeout, read=timeout), retries=False,
-            headers={"User-Agent": "rl-insight", **headers})
+
+def ca_bundle() -> str:
+    """The CA bundle HTTPS is verified against: the user's, else certifi's."""
+    for name in CA_ENV:
+        path = os.environ.get(name, "")
+        if path and os.path.isfile(path):
+            return path
+    import certifi
+
+    return certifi.where()
+
+
+class Connection:
+    """One origin's pool of one connection, direct or through its proxy: one request at a
+    time (a sender may be called from two threads; the second waits for the
+    connection), no retries (the caller keeps its data and sends again)."""
+
+    def __init__(self, base_url: str, timeout: float, headers: dict[str, str],
+                 proxy: str | None = None) -> None:
         self.timeout = timeout
+        self.proxy = proxy_for(base_url) if proxy is None else proxy
+        kw: dict = {"maxsize": 1, "block": True, "retries": False,
+                    "timeout": urllib3.Timeout(connect=timeout, read=timeout),
+                    "headers": {"User-Agent": "rl-insight", **headers}}
+        if base_url.startswith("https://"):
+            kw.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_bundle())
+        self.headers = kw["headers"]
+        self.manager = urllib3.ProxyManager(self.proxy, num_pools=1, **kw) if self.proxy \
+            else urllib3.PoolManager(num_pools=1, **kw)
 
     def request(self, method: str, url: str, data: bytes | None = None,
-                headers: dict[str, str] | None = None, json: object = None) -> Response:
+                headers: dict[str, str] | None = None, json: object = None,
+                params: dict | None = None) -> Response:
         """Send and read the whole answer; raises one of ``HttpError``."""
         if json is not None:
             data = jsonlib.dumps(json).encode()
             headers = {**(headers or {}), "Content-Type": "application/json"}
-        parts = urlsplit(url)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = {**self.pool.headers, **(headers or {})}
-        r = self.pool.urlopen(method, path, body=data, headers=head, retries=False,
-                              redirect=False, pool_timeout=self.timeout)
+        if params:
+            url += ("&" if "?" in url else "?") + urlencode(params)
+        r = self.manager.urlopen(method, url, body=data,
+                                 headers={**self.headers, **(headers or {})},
+                                 retries=False, redirect=False, pool_timeout=self.timeout)
         return Response(r.status, r.headers, r.data)
 
     def close(self) -> None:
-        self.pool.close()
+        self.manager.clear()

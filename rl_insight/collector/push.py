@@ -17,8 +17,6 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-import requests
-
 from rl_insight import tracebacks
 from rl_insight.collector import connection
 
@@ -90,20 +88,10 @@ class Sender:
         self.server_url = server_url.rstrip("/") if server_url else ""
         self.otlp_url = otlp_url or (self.server_url + "/v1/traces" if server_url else "")
         self.timeout = timeout
-        self.session = requests.Session()
-        # the environment's proxies, read once; not again on every request (with netrc,
-        # a third of a lane actor's request cost)
-        self.session.proxies.update(
-            requests.utils.get_environ_proxies(self.server_url or self.otlp_url or ""))
-        self.session.trust_env = False
-        auth = {"Authorization": f"Bearer {token}"} if token else {}
-        self.session.headers.update(auth)
-        # without a proxy, the frequent requests to plain-HTTP origins go over a
-        # kept-alive connection of our own per origin (connection.py: a lane actor's tick
-        # took three times the CPU through requests)
-        self._direct = not self.session.proxies
+        # one kept-alive connection per origin, direct or through the environment's
+        # proxy for it, read once (connection.py: one HTTP stack for every case)
         self._connections: dict[str, connection.Connection] = {}
-        self._auth = auth
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self.ok = True
         self.last_error = ""
         self._last_log = 0.0
@@ -173,9 +161,8 @@ class Sender:
         header (the 404 came from something else, or was a real 404 of ours). The caller
         holds the lock."""
         try:
-            got = self.session.get(self.server_url + "/api/v1/services",
-                                   timeout=self.timeout)
-        except requests.RequestException:
+            got = self._get(self.server_url + "/api/v1/services")
+        except connection.HttpError:
             return False  # unreachable now: an ordinary failure, retried
         if _ours(got):
             return False
@@ -222,11 +209,8 @@ class Sender:
             self.last_error = "the server asked to wait (Retry-After)"
             return False, None
         try:
-            if self._direct and url.startswith("http://"):  # https: requests' CA bundle
-                r = self._connection(url).request(method, url, **kw)
-            else:
-                r = self.session.request(method, url, timeout=self.timeout, **kw)
-        except (requests.RequestException, *connection.HttpError) as exc:
+            r = self._connection(url).request(method, url, **kw)
+        except connection.HttpError as exc:
             tracebacks.release(exc)  # the body goes now, not at the next full collection
             self.last_error = f"{exc.__class__.__name__} talking to {url}"
             return self._note(False, what), None
@@ -256,6 +240,9 @@ class Sender:
                 return True, r
             return self._note(False, what), r
         return self._note(True, what), r
+
+    def _get(self, url: str, **params) -> connection.Response:
+        return self._connection(url).request("GET", url, params=params or None)
 
     def _connection(self, url: str) -> connection.Connection:
         parts = urlsplit(url)
@@ -356,8 +343,8 @@ class Sender:
         if not self.server_url:
             return None
         try:
-            r = self.session.get(self.server_url + path, timeout=self.timeout)
-        except requests.RequestException:
+            r = self._get(self.server_url + path)
+        except connection.HttpError:
             return None
         self._seen(r)
         return r.text if r.status_code == 200 else None
@@ -367,12 +354,12 @@ class Sender:
         if not self.server_url:
             return None
         try:
-            r = self.session.get(self.server_url + path, params=params, timeout=self.timeout)
+            r = self._get(self.server_url + path, **params)
             if r.status_code < 400:
                 self._note(True, path)
                 return r.json()
             self.last_error = f"{r.status_code}: {r.text[:200]}"
-        except (requests.RequestException, ValueError) as exc:
+        except (*connection.HttpError, ValueError) as exc:
             self.last_error = f"{exc.__class__.__name__} talking to {self.server_url}"
         self._note(False, path)
         return None
