@@ -371,3 +371,30 @@ def test_control_writes_take_turns_and_never_hold_the_intake(state):
     assert (push, read, done) == (200, 200, [200] * 5), (push, read, done)
     assert peak[0] == 1, peak
     assert len(state.pushes.groups) == 1 and len(stored_groups(state)) == 1  # the push
+
+
+def test_a_batch_push_is_one_commit_of_the_intake_and_a_refused_group_is_undone_alone(
+        state):
+    """POST /api/v1/push/batch (the lane actors' and the hub's main path) goes through the
+    intake's group commit like every other write: one COMMIT for the batch, each group a
+    savepoint (a refused one undone alone, answered on its own)."""
+    from fastapi.testclient import TestClient
+
+    from rl_insight.server.app import create_app
+
+    groups = [{"job": "lanes", "grouping": {"instance": str(i)},
+               "text": f"rl_insight_monitor_x {i}\n", "replace": True} for i in range(40)]
+    groups[7]["text"] = "not the text format {\n"
+    real = state.store.db
+    counter = state.store.db = CommitCounter(real)
+    try:
+        with TestClient(create_app(state)) as c:
+            r = c.post("/api/v1/push/batch", json={"groups": groups})
+    finally:
+        state.store.db = real
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["status"] for x in results] == [200] * 7 + [400] + [200] * 32
+    assert counter.commits == 1, counter.commits
+    stored = {g["labels"]["instance"] for g in state.pushes.groups_of(lambda labels: True)}
+    assert stored == {str(i) for i in range(40)} - {"7"}

@@ -1,13 +1,13 @@
 """The Pushgateway-compatible routes the app answers: DELETE /metrics/job/<job>{/<l>/<v>}
 and POST /api/v1/push/batch (several groups in one request, each applied with the same
-rules and answered on its own). PUT and POST /metrics/... never reach the app: the Guard
+rules and answered on its own, the batch in the intake's group commit like every other
+write). PUT and POST /metrics/... never reach the app: the Guard
 answers them on the intake's own path (server/ingest/intake.py); the schema documents them
 (routes/schema.py ``INTAKE_PATHS``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Path, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server.httpio import json_body
 from rl_insight.server.ingest.bodies import PushBatch, PushGroup, read
@@ -21,6 +21,9 @@ def router(state: ServerState) -> APIRouter:
     limit = state.settings.push.max_body_bytes
 
     def _apply_batch(groups: list[PushGroup]) -> list[dict]:
+        """On the intake thread, in its group commit: each group a savepoint of the
+        batch's transaction (a refused group is undone alone), the batch one commit with
+        the other requests' writes of its round."""
         out = []
         for g in groups:
             labels, replace = g.labels(), g.replace
@@ -41,7 +44,7 @@ def router(state: ServerState) -> APIRouter:
                        **schema.answers(*schema.WRITE)})
     async def batch(request: Request) -> dict:
         batch = read(PushBatch, await json_body(request, limit, "push.max_body_bytes"))
-        return {"results": await run_in_threadpool(_apply_batch, batch.groups)}
+        return {"results": await state.writes.run(_apply_batch, batch.groups)}
 
     def _group_path(request: Request) -> str:
         """The whole grouping key (the documented ``{job}`` is its first pair)."""
