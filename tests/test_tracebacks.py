@@ -59,14 +59,14 @@ def test_a_failed_relay_to_tempo_keeps_no_batch_for_the_collector(tmp_path, refu
     assert frames == []
 
 
-@pytest.mark.parametrize("proxied", [False, True], ids=["urllib3 pool", "requests"])
+@pytest.mark.parametrize("proxied", [False, True], ids=["direct", "through a proxy"])
 def test_a_failed_push_keeps_no_body_for_the_collector(refusing_url, proxied, monkeypatch):
     for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    if proxied:  # a proxy in the environment sends it through requests (it refuses too)
+    if proxied:  # a proxy in the environment: the connection goes through it (refusing too)
         monkeypatch.setenv("HTTP_PROXY", refusing_url)
     sender = Sender(refusing_url)
-    assert sender._direct is not proxied
+    assert bool(sender._connection(refusing_url).proxy) is proxied
     with frames_left_behind() as frames:
         sent = [sender.spans(BODY) for _ in range(3)]
     assert sent == [False] * 3, sender.last_error
