@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO))
 from bench.common import save  # noqa: E402
 from bench.scale_lanes import Conn, lane_bodies  # noqa: E402
 from rl_insight import netaddr  # noqa: E402
+from rl_insight.collector.lanes import LANE_JOB  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
 from rl_insight.events import Identity, Span  # noqa: E402
 
@@ -133,8 +134,10 @@ def running_server(code: Path, sink: Sink, plain_http: bool = False):
         shutil.rmtree(home, ignore_errors=True)
 
 
-def lane_requests(n: int) -> list[list[tuple[str, str, bytes, str]]]:
-    """Per connection, the requests of one lane actor's tick, its own bodies."""
+def lane_requests(n: int, route: str = "pushgateway"
+                  ) -> list[list[tuple[str, str, bytes, str]]]:
+    """Per connection, the requests of one lane actor's tick, its own bodies: its spans,
+    and its two groups as Pushgateway pushes or (``route="batch"``) in one batch push."""
     out = []
     for i in range(n):
         ident = Identity("bench", f"intake-{i % 8}")
@@ -144,6 +147,15 @@ def lane_requests(n: int) -> list[list[tuple[str, str, bytes, str]]]:
                                               (("step", 1),), 0, k + 1, 0, True))
                         for k in range(8)])
         own = b["own_text"].format(received=100, sent=100, pending=0).encode()
+        if route == "batch":  # as the lane Sender sends them: both groups in one request
+            body = json.dumps({"groups": [
+                {"job": LANE_JOB, "grouping": b["run_group"], "text": b["run_body"].decode(),
+                 "replace": False},
+                {"job": LANE_JOB, "grouping": b["own_group"], "text": own.decode(),
+                 "replace": True}]}).encode()
+            out.append([("POST", "/v1/traces", spans, "application/x-protobuf"),
+                        ("POST", "/api/v1/push/batch", body, "application/json")])
+            continue
         out.append([("POST", "/v1/traces", spans, "application/x-protobuf"),
                     ("POST", b["run_path"], b["run_body"], "text/plain; version=0.0.4"),
                     ("PUT", b["own_path"], own, "text/plain; version=0.0.4")])
@@ -209,12 +221,12 @@ async def _drive(url: str, reqs, seconds: float, probe: bool, scrape_s: float) -
 
 
 def drive(url: str, pid: int, connections: int, lanes: int, seconds: float,
-          scrape_s: float, probe: bool = False) -> dict:
+          scrape_s: float, probe: bool = False, route: str = "pushgateway") -> dict:
     """Closed loop on ``connections``, each cycling over its share of ``lanes`` lane
     actors' requests; the server's /metrics read every ``scrape_s``."""
     os.sched_setaffinity(0, {1})  # the load on the other core
     proc = psutil.Process(pid)
-    each = lane_requests(lanes)
+    each = lane_requests(lanes, route)
     reqs = [[r for plan in each[c::connections] for r in plan] for c in range(connections)]
     cpu0 = sum(proc.cpu_times()[:2])
     t0 = time.monotonic()
@@ -231,15 +243,16 @@ def server_pid(home: Path) -> int:
 def measure(code: Path, label: str, args, sink: Sink, overload: bool) -> dict:
     with running_server(code, sink, plain_http=code != REPO) as (url, pid):
         # warm-up: imports, and every lane's groups exist before the measurement
-        drive(url, pid, args.connections, args.lanes, max(3.0, args.lanes / 200), 0)
+        drive(url, pid, args.connections, args.lanes, max(3.0, args.lanes / 200), 0,
+              route=args.route)
         row = {"code": label, **drive(url, pid, args.connections, args.lanes, args.seconds,
-                                      args.scrape_interval)}
+                                      args.scrape_interval, route=args.route)}
         print(json.dumps(row), flush=True)
         rows = [row]
         if overload:
             over = {"code": label + ", 8x connections",
                     **drive(url, pid, args.connections * 8, args.lanes, args.seconds,
-                            args.scrape_interval, probe=True)}
+                            args.scrape_interval, probe=True, route=args.route)}
             print(json.dumps(over), flush=True)
             rows.append(over)
         return {"rows": rows}
@@ -254,6 +267,9 @@ def main() -> int:
                     help="distinct lane actors (each its run group and own group)")
     ap.add_argument("--scrape-interval", type=float, default=5.0,
                     help="how often the server's /metrics is read (0: never)")
+    ap.add_argument("--route", choices=["pushgateway", "batch"], default="pushgateway",
+                    help="the lanes' groups as Pushgateway pushes, or in one batch push a "
+                         "tick (the lane Sender's path; the baseline must have the route)")
     args = ap.parse_args()
     if not shutil.which("taskset"):
         print("bench/intake.py needs taskset (util-linux)", file=sys.stderr)
@@ -269,7 +285,8 @@ def main() -> int:
     ratio = rows[0]["ok"] / rows[-1]["ok"] if rows[-1]["ok"] else float("inf")
     print(f"\nrequests answered per second: checkout {rows[0]['ok']:.0f}, baseline "
           f"{rows[-1]['ok']:.0f}: {ratio:.1f} times")
-    path = save(f"intake_{args.lanes}_lanes", {"args": vars(args), "rows": rows, "ratio": ratio})
+    name = f"intake_{args.lanes}_lanes" + ("_batch" if args.route == "batch" else "")
+    path = save(name, {"args": vars(args), "rows": rows, "ratio": ratio})
     print(f"saved {path}")
     return 0
 

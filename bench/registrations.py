@@ -49,10 +49,10 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
 
 
-async def lane_load(host: str, port: int, rate: float, seconds: float
-                    ) -> list[tuple[float, float]]:
+async def lane_load(host: str, port: int, rate: float, seconds: float,
+                    route: str = "pushgateway") -> list[tuple[float, float]]:
     """(due, latency) of each lane request, open loop."""
-    plans = [r for plan in lane_requests(400) for r in plan]
+    plans = [r for plan in lane_requests(400, route) for r in plan]
     lat: list[tuple[float, float]] = []
     start = time.monotonic() + 0.2
     each = CONNECTIONS / rate  # the gap between one connection's requests
@@ -109,7 +109,7 @@ def phase(url: str, args, registrations: int) -> dict:
     host, port = url.split("//", 1)[1].split(":")
 
     async def go():
-        jobs = [lane_load(host, int(port), args.rate, args.seconds)]
+        jobs = [lane_load(host, int(port), args.rate, args.seconds, args.route)]
         if registrations:
             jobs.append(burst(host, int(port), registrations))
         return await asyncio.gather(*jobs)
@@ -176,6 +176,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rate", type=float, default=400.0, help="lane requests a second")
     ap.add_argument("--registrations", type=int, default=1000)
+    ap.add_argument("--route", choices=["pushgateway", "batch"], default="pushgateway",
+                    help="the lanes' groups as Pushgateway pushes, or in one batch push a "
+                         "tick (the lane Sender's path)")
     args = ap.parse_args()
     if not shutil.which("taskset"):
         print("bench/registrations.py needs taskset (util-linux)", file=sys.stderr)
@@ -196,7 +199,8 @@ def main() -> int:
               f"without: x{r['p99_ratio']:.2f} (median of {each}); requests due during "
               f"the burst: x{r['p99_during_ratio']:.2f}; the load alone again over alone "
               f"(no burst: the measurement's own spread): x{r['p99_alone_ratio']:.2f}")
-    path = save("registrations", {"args": vars(args), "rows": rows})
+    path = save("registrations" + ("_batch" if args.route == "batch" else ""),
+                {"args": vars(args), "rows": rows})
     print(f"saved {path}")
     return 0
 

@@ -84,7 +84,7 @@ def lane_bodies(ident: Identity, rank: int) -> dict:
                                           (("step", 1),) + INTERVAL, 0, i + 1, 0, True)])
     core.tick()
     (run_group, run_text, _), (own_group, own_text, _) = rec.pushes
-    return {"name": name,
+    return {"name": name, "run_group": run_group, "own_group": own_group,
             "run_path": group_path(LANE_JOB, run_group), "run_body": run_text.encode(),
             "own_path": group_path(LANE_JOB, own_group), "own_text": own_template(own_text),
             "series": sum(1 for line in (run_text + own_text).splitlines()
