@@ -27,7 +27,7 @@ KV = {"vllm:kv_cache_usage_perc", "vllm:num_preemptions"}
 
 @pytest.fixture(scope="module")
 def drift(ray_world, framework_runs):
-    run = framework_runs.results()["drift"]
+    run = framework_runs.results(("drift",))["drift"]
     (truth,) = run["truth"]["drifts"]
     assert truth["onset"] is not None, "replica 1 never preempted: " + run["output"][-3000:]
     return run, truth

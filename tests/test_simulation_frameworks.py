@@ -31,7 +31,7 @@ UPSTREAM_SLIME = REPO / "tests" / "upstream" / "slime_training_with_sglang.queri
 
 @pytest.fixture(scope="module")
 def runs(ray_world, framework_runs):
-    return framework_runs.results()
+    return framework_runs.results(tuple(SLOWED))
 
 
 def steps_of(url: str, run: dict) -> list[dict]:

@@ -265,56 +265,94 @@ FRAMEWORK_RUNS = {  # name -> (driver, its arguments, on the Ray cluster, site-p
 FRAMEWORK_PROJECT = "e2e-frameworks"
 
 
+# runs started only once the others have ended: the drifting simulation measures its
+# steps' times against their noise, and the frameworks' replays their anatomy against
+# their own clocks; started together on two cores, each disturbed the other's figures
+AFTER_THE_OTHERS = ("drift",)
+
+
 class FrameworkRuns:
     """Each framework's run started at once (they wait on their own clocks more than they
-    compute), read when a test first needs them: ``results()`` waits for all."""
+    compute), then the runs of AFTER_THE_OTHERS; each read when a test first needs it:
+    ``results(names)`` waits for those."""
 
     def __init__(self, world: RayWorld) -> None:
         self.world = world
         self.work = _workdir("frameworks")
         self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
-        self._results: dict[str, dict] | None = None
-        for name, (driver, args, on_ray, packages) in FRAMEWORK_RUNS.items():
-            out = self.work / name
-            out.mkdir()
-            env = world.cluster.env() if on_ray else {
-                k: v for k, v in os.environ.items()
-                if not k.startswith(("RAY_", "RL_INSIGHT_", "VERL_"))}
-            env.update({"RL_INSIGHT_SERVER_URL": world.url, "VERL_RL_INSIGHT_ENABLE": "1",
-                        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1",
-                        "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"})
-            paths = [str(REPO)] + ([str(VENV_FRAMEWORKS / packages / "site-packages")]
-                                   if packages else [])
-            env["PYTHONPATH"] = os.pathsep.join(paths)
-            log = (out / "log.txt").open("w+")
-            proc = subprocess.Popen(
-                [sys.executable, str(FRAMEWORKS / driver), "--project", FRAMEWORK_PROJECT,
-                 "--experiment-name", f"e2e-{name}", "--truth", str(out / "truth.json"),
-                 *args], env=env, cwd=out, stdout=log, stderr=subprocess.STDOUT, text=True,
-                preexec_fn=yield_cpu)
-            proc.log = log
-            self.procs[name] = (proc, out)
+        self._results: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self._stopped = False
+        for name in FRAMEWORK_RUNS:
+            if name not in AFTER_THE_OTHERS:
+                self._start(name)
+        first = [proc for proc, _ in self.procs.values()]
+        self._later = threading.Thread(target=self._start_after, args=(first,), daemon=True)
+        self._later.start()
 
-    def results(self) -> dict[str, dict]:
-        """name -> the driver's RUN line, its ground truth and when it was done."""
-        if self._results is None:
-            out = {}
-            for name, (proc, work) in self.procs.items():
+    def _start_after(self, first: list[subprocess.Popen]) -> None:
+        for proc in first:
+            try:
                 proc.wait(timeout=300)
-                proc.log.seek(0)
-                text = proc.log.read()
-                assert proc.returncode == 0, f"{name}: " + text[-6000:]
-                line = next(x for x in text.splitlines()
-                            if x.startswith(("RUN ", "SIMULATION ")))
-                run = json.loads(line.split(" ", 1)[1])
-                run["truth"] = json.loads((work / "truth.json").read_text())
-                run["t_done"] = time.time()
-                run["output"] = text
-                out[name] = run
-            self._results = out
-        return self._results
+            except subprocess.TimeoutExpired:
+                pass
+        with self._lock:
+            if not self._stopped:
+                for name in AFTER_THE_OTHERS:
+                    if name in FRAMEWORK_RUNS:
+                        self._start(name)
+
+    def _start(self, name: str) -> None:
+        driver, args, on_ray, packages = FRAMEWORK_RUNS[name]
+        world = self.world
+        out = self.work / name
+        out.mkdir()
+        env = world.cluster.env() if on_ray else {
+            k: v for k, v in os.environ.items()
+            if not k.startswith(("RAY_", "RL_INSIGHT_", "VERL_"))}
+        env.update({"RL_INSIGHT_SERVER_URL": world.url, "VERL_RL_INSIGHT_ENABLE": "1",
+                    "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1",
+                    "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"})
+        paths = [str(REPO)] + ([str(VENV_FRAMEWORKS / packages / "site-packages")]
+                               if packages else [])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        log = (out / "log.txt").open("w+")
+        proc = subprocess.Popen(
+            [sys.executable, str(FRAMEWORKS / driver), "--project", FRAMEWORK_PROJECT,
+             "--experiment-name", f"e2e-{name}", "--truth", str(out / "truth.json"),
+             *args], env=env, cwd=out, stdout=log, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=yield_cpu)
+        proc.log = log
+        self.procs[name] = (proc, out)
+
+    def results(self, names: tuple[str, ...] | None = None) -> dict[str, dict]:
+        """name -> the driver's RUN (or SIMULATION) line, its ground truth and when it was
+        done: of ``names`` (every run when None), waiting for them."""
+        wanted = tuple(FRAMEWORK_RUNS) if names is None else names
+        if any(n in AFTER_THE_OTHERS for n in wanted):
+            self._later.join(timeout=400)
+        for name in wanted:
+            if name not in self._results:
+                self._results[name] = self._result(name)
+        return {n: self._results[n] for n in wanted}
+
+    def _result(self, name: str) -> dict:
+        proc, work = self.procs[name]
+        proc.wait(timeout=300)
+        proc.log.seek(0)
+        text = proc.log.read()
+        assert proc.returncode == 0, f"{name}: " + text[-6000:]
+        line = next(x for x in text.splitlines()
+                    if x.startswith(("RUN ", "SIMULATION ")))
+        run = json.loads(line.split(" ", 1)[1])
+        run["truth"] = json.loads((work / "truth.json").read_text())
+        run["t_done"] = time.time()
+        run["output"] = text
+        return run
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
         for proc, _ in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
