@@ -69,11 +69,6 @@ HEAVY_FIRST = (
 )
 
 
-# modules that read a run started in the background by their group's earlier modules:
-# last in their group, so the run is done by then instead of held up for (the drifting
-# simulation starts after the frameworks' replays; waiting for it first cost 97 s)
-LAST_IN_GROUP = ("tests/test_changes_e2e.py",)
-
 TIMELINE_ENV = "RL_INSIGHT_TEST_TIMELINE"  # a file: each phase of each test, per worker
 # read once: fixtures that clear RL_INSIGHT_* from the environment would hide it
 TIMELINE = os.environ.get(TIMELINE_ENV)
@@ -119,9 +114,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (rank.get(group[item.nodeid.split("::", 1)[0]],
-                                          len(rank)),
-                                 item.nodeid.split("::", 1)[0] in LAST_IN_GROUP,
-                                 order[id(item)]))
+                                          len(rank)), order[id(item)]))
 
 
 def examples(full: int) -> int:
