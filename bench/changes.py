@@ -72,7 +72,7 @@ def scenario(spec: str, seeds: int, steps: int = 70) -> dict:
             continue
         delays.append(hit.detected_step - onset)
         onset_err.append(hit.onset_step - onset)
-        right += first_cause(hit) in drifts.causes(drift, run.replica_node)
+        right += first_cause(hit) in drifts.causes(drift)
     s = sorted(delays)
     return {"seeds": seeds, "delay_p50": s[len(s) // 2], "delay_p95": s[int(len(s) * 0.95)],
             "delay_max": s[-1], "within_5": sum(d <= 5 for d in delays) / seeds,

@@ -151,9 +151,7 @@ def why_step(server: str, project: str, experiment: str, step: int, out: Path) -
     e = requests.get(server + "/api/v1/anatomy/explain", params={**params, "step": step},
                      timeout=10).json()
     text = explain.render(e)
-    fig = plt.figure(figsize=(13, 4.2 + 0.17 * len(text.splitlines())),
-                     constrained_layout=True)
-    grid = fig.add_gridspec(2, 2, height_ratios=[1.0, 0.12 * len(text.splitlines())])
+    fig, grid = _over_text(plt, text, 4.2)
     ax = fig.add_subplot(grid[0, 0])
     steps = [r["step"] for r in rows]
     ax.bar(steps, [r["duration_s"] for r in rows],
@@ -181,15 +179,26 @@ def why_step(server: str, project: str, experiment: str, step: int, out: Path) -
     ax.set_title(f"Step {step}'s critical path: replica {cp.get('slowest_replica')}'s "
                  "longest request (s)", fontsize=10, loc="left")
     ax.legend(fontsize=7)
-    ax = fig.add_subplot(grid[1, :])
-    ax.axis("off")
-    ax.text(0, 1, f"$ rl-insight report --project {project} --experiment-name "
-                  f"{experiment} --step {step}\n" + text, family="monospace", fontsize=7.5,
-            va="top")
+    _command(fig, grid, f"rl-insight report --project {project} --experiment-name "
+                        f"{experiment} --step {step}", text)
     path = out / "why-step.png"
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _over_text(plt, text: str, height: float):
+    """A figure of two plots over a command's printed lines: (figure, its grid)."""
+    lines = len(text.splitlines())
+    fig = plt.figure(figsize=(13, height + 0.17 * lines), constrained_layout=True)
+    return fig, fig.add_gridspec(2, 2, height_ratios=[1.0, 0.12 * lines])
+
+
+def _command(fig, grid, command: str, text: str) -> None:
+    """The command and what it printed, under the plots."""
+    ax = fig.add_subplot(grid[1, :])
+    ax.axis("off")
+    ax.text(0, 1, f"$ {command}\n" + text, family="monospace", fontsize=7.5, va="top")
 
 
 def what_changed(server: str, project: str, experiment: str, out: Path) -> Path:
@@ -208,9 +217,7 @@ def what_changed(server: str, project: str, experiment: str, out: Path) -> Path:
     report = requests.get(server + "/api/v1/anatomy/changes", params=params,
                           timeout=60).json()
     text = changes.render(report)
-    fig = plt.figure(figsize=(13, 4.0 + 0.17 * len(text.splitlines())),
-                     constrained_layout=True)
-    grid = fig.add_gridspec(2, 2, height_ratios=[1.0, 0.12 * len(text.splitlines())])
+    fig, grid = _over_text(plt, text, 4.0)
     ax = fig.add_subplot(grid[0, 0])
     steps = [r["step"] for r in rows]
     change = report["changes"][0] if report["changes"] else None
@@ -233,10 +240,8 @@ def what_changed(server: str, project: str, experiment: str, out: Path) -> Path:
                color=["tab:blue", "tab:red"])
         ax.set_title(f"What moved first: {first['name']}{' (' + where + ')' if where else ''}",
                      fontsize=10, loc="left")
-    ax = fig.add_subplot(grid[1, :])
-    ax.axis("off")
-    ax.text(0, 1, f"$ rl-insight report --changes --project {project} --experiment-name "
-                  f"{experiment}\n" + text, family="monospace", fontsize=7.5, va="top")
+    _command(fig, grid, f"rl-insight report --changes --project {project} "
+                        f"--experiment-name {experiment}", text)
     path = out / "what-changed.png"
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -193,7 +193,7 @@ def first_slower_step(d: Drift) -> int:
     return step
 
 
-def causes(d: Drift, replica_node: dict[str, str] | None = None) -> set[tuple[str, str]]:
+def causes(d: Drift) -> set[tuple[str, str]]:
     """(series name, the replica or node it is of) that name the drift's cause."""
     if d.kind == "response-length":
         return {("response_length/mean", ""), ("completion_tokens_per_request", "")}

@@ -145,7 +145,7 @@ def test_the_report_reads_as_lines():
 def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
     """Rows made again (a late lane) are analysed again from the anatomy's rows; a run
     the anatomy dropped is forgotten."""
-    from rl_insight.anatomy.rows import StepRow
+    from rl_insight.anatomy.rows import RoleRow, StepRow
     from rl_insight.server.analyses.changes import ChangeStore
 
     run = drifts.virtual_run(50, [drifts.parse("kv-shrink:0:30")], seed=2)
@@ -155,8 +155,7 @@ def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
                        end_ns=int((d["step"] + 1) * 60e9), duration_s=d["duration_s"],
                        generate_s=d["generate_s"], other_s=d["other_s"],
                        phases=d["phases"],
-                       roles={"rollout": __import__("rl_insight.anatomy.rows", fromlist=[
-                           "RoleRow"]).RoleRow(d["generate_s"], 4)})
+                       roles={"rollout": RoleRow(d["generate_s"], 4)})
     made = [as_row(d) for d in run.rows]
     held = list(made)
     store = ChangeStore(ChangesSettings(), lambda p, e: held, prom=None)

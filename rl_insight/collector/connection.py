@@ -68,12 +68,11 @@ class Connection:
                  proxy: str | None = None) -> None:
         self.timeout = timeout
         self.proxy = proxy_for(base_url) if proxy is None else proxy
+        self.headers = {"User-Agent": "rl-insight", **headers}  # sent with each request
         kw: dict = {"maxsize": 1, "block": True, "retries": False,
-                    "timeout": urllib3.Timeout(connect=timeout, read=timeout),
-                    "headers": {"User-Agent": "rl-insight", **headers}}
+                    "timeout": urllib3.Timeout(connect=timeout, read=timeout)}
         if base_url.startswith("https://"):
             kw.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_bundle())
-        self.headers = kw["headers"]
         self.manager = urllib3.ProxyManager(self.proxy, num_pools=1, **kw) if self.proxy \
             else urllib3.PoolManager(num_pools=1, **kw)
 

@@ -146,7 +146,8 @@ class ServerState:
             self.lanes.forget(runs)
             self.recent.forget(runs)
             self.requests.forget(runs)
-        self.changes.forget(self.anatomy.has)
+        # a finished run's changes are asked again from Prometheus (report --changes)
+        self.changes.forget(lambda key: key not in runs and self.anatomy.has(key))
         # as a set: a run restored in the round another finished changes no count
         self._forgotten_runs = runs
 

@@ -75,7 +75,11 @@ def scalars(query: Query, project: str, experiment: str, start: float, end: floa
             res: float, max_series: int) -> list[Candidate]:
     """The trainer's scalars per step: at each point, the value each series had and the
     step gauge of the same push group said (the trainer logs them together)."""
-    expr = f'{{__name__=~"{PREFIX}.+",{_run(project, experiment)}}}'
+    # the lanes' own series (one per lane and state: thousands at 1,000 GPUs) are no
+    # scalars: Prometheus leaves them out rather than this server after the transfer
+    others = "|".join(f"{PREFIX}{n}.*" for n in NOT_SCALARS)
+    expr = (f'{{__name__=~"{PREFIX}.+",__name__!~"{others}",'
+            f'{_run(project, experiment)}}}')
     try:
         result = query(expr, start, end, res)
     except ApiUnavailable as exc:
@@ -163,10 +167,9 @@ def engines(query: Query, project: str, experiment: str, windows: Windows, res: 
     return out
 
 
-def hardware(query: Query, windows: Windows, res: float,
-             nodes: set[str] | None = None) -> list[Candidate]:
-    """Each node's GPU figures (averaged over its GPUs), per step; only ``nodes`` when
-    the run's nodes are known."""
+def hardware(query: Query, windows: Windows, res: float) -> list[Candidate]:
+    """Each node's GPU figures (averaged over its GPUs), per step: every node's, a
+    shared cluster's included (the ranking finds the ones that moved with the run)."""
     if not windows:
         return []
     start, end = min(a for a, _ in windows.values()), max(b for _, b in windows.values())
@@ -179,8 +182,6 @@ def hardware(query: Query, windows: Windows, res: float,
             return out
         for s in result:
             node = s["metric"].get("node", "")
-            if nodes and node not in nodes:
-                continue
             values = per_step(s["values"], windows)
             if len(values) >= 3:
                 out.append(Candidate(name, "hardware", values,

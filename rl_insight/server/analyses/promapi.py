@@ -93,14 +93,9 @@ def query_range(prom_url: str, expr: str, start: float, end: float, step: float,
                 timeout: float = 10.0, auth: tuple[str, str] | None = None) -> list[dict]:
     """``GET /api/v1/query_range``: each series' labels and its [time, "value"] points.
     Raises ApiUnavailable (Prometheus' own error message included)."""
-    data = get_json(prom_url, "/api/v1/query_range",
-                    {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                     "step": f"{max(step, 0.001):.3f}"}, timeout, auth)
-    try:
-        return list(data["data"]["result"])
-    except (KeyError, TypeError):
-        raise ApiUnavailable(f"{prom_url}/api/v1/query_range did not answer a result: "
-                             f"{str(data)[:200]}") from None
+    return _result(prom_url, "/api/v1/query_range",
+                   {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                    "step": f"{max(step, 0.001):.3f}"}, timeout, auth)
 
 
 def samples(prom_url: str, expr: str, start: float, end: float, timeout: float = 10.0,
@@ -108,10 +103,16 @@ def samples(prom_url: str, expr: str, start: float, end: float, timeout: float =
     """Every raw sample of the series ``expr`` selects between ``start`` and ``end``
     (an instant query of the range ``expr[end - start]`` at ``end``)."""
     window = max(1, int(end - start) + 1)
-    data = get_json(prom_url, "/api/v1/query", {"query": f"{expr}[{window}s]",
-                                                "time": f"{end:.3f}"}, timeout, auth)
+    return _result(prom_url, "/api/v1/query", {"query": f"{expr}[{window}s]",
+                                               "time": f"{end:.3f}"}, timeout, auth)
+
+
+def _result(prom_url: str, path: str, params: dict, timeout: float,
+            auth: tuple[str, str] | None) -> list[dict]:
+    """A query's ``data.result``; raises ApiUnavailable when the answer has none."""
+    data = get_json(prom_url, path, params, timeout, auth)
     try:
         return list(data["data"]["result"])
     except (KeyError, TypeError):
-        raise ApiUnavailable(f"{prom_url}/api/v1/query did not answer a result: "
+        raise ApiUnavailable(f"{prom_url}{path} did not answer a result: "
                              f"{str(data)[:200]}") from None
