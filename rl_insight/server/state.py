@@ -159,8 +159,14 @@ class ServerState:
             self.changes.rank_due()
 
     def _maintain(self) -> None:
+        """Every persist_interval_s from one round's start to the next: a round that took
+        seconds (a checkpoint on a slow disk, a full collection) does not hold a finished
+        run's lanes for those seconds more."""
         next_gc = time.monotonic()
-        while not self._stop.wait(self.settings.push.persist_interval_s):
+        every_s = self.settings.push.persist_interval_s
+        started = time.monotonic()
+        while not self._stop.wait(max(0.0, started + every_s - time.monotonic())):
+            started = time.monotonic()
             try:
                 self.pushes.expire(time.time(), self.experiments.finished_at)
                 self.targets.publish_due()

@@ -255,8 +255,9 @@ def main(argv=None) -> int:
         gen = ray.get(rollout.generate.remote(k, plan["gen"], 4))
         trained = ray.get([r.train.remote(k, plan) for r in ranks])
         synced = ray.get([r.update_weights.remote(plan["sync"]) for r in ranks])
-        steps.append({"step": k, "plan": plan, "generate": gen, "rank0": trained[0],
-                      "update_weights": synced[0]})
+        # every rank's own measure: a step's phase is its wall time over the ranks
+        steps.append({"step": k, "plan": plan, "generate": gen, "ranks": trained,
+                      "update_weights": synced})
     t_end = time.time()
     ray.get([r.flush.remote() for r in ranks])
     if a.linger:
