@@ -631,17 +631,30 @@ TQ = (
 
 # -- state timeline: a row of lanes per role (rl_insight.laneid: the policy's rollout,
 # reward models, teachers, the trainer ranks), each lane's series labelled with its role
-LANE = (f'{M}lane_state{{{RUN},role=~"$lane_role",'
-        f'state_lane_id=~"{laneid.DEDICATED_LANES}"}}')
+LANE_SECONDS = (f'{M}lane_state_seconds_total{{{RUN},role=~"$lane_role",'
+                f'state_lane_id=~"{laneid.DEDICATED_LANES}"}}')
+
+
+def dominant_state(seconds: str, window: str = "$__interval") -> str:
+    """Per lane and interval, the state with the most seconds in it (collector/lanes.py
+    STATE_SECONDS), as 1: one state per lane at every instant, and a state shorter than
+    a push or a scrape still shows where it held its lane longest. A series new in the
+    window counts all of its seconds (``increase`` would need two samples of it)."""
+    moved = (f"sum by (state_lane_id, state_name) (({seconds} - {seconds} offset {window}) "
+             f"or ({seconds} unless {seconds} offset {window}))")
+    return (f"(({moved}) > 0) == on (state_lane_id) group_left "
+            f"max by (state_lane_id) ({moved}) > bool 0")
+
+
 TIMELINE_PROM = (
     ts("Lane states · $lane_role",
-       Query(f"max by (state_lane_id, state_name) ({LANE}) > 0",
-             "{{state_lane_id}} {{state_name}}"),
+       Query(dominant_state(LANE_SECONDS), "{{state_lane_id}} {{state_name}}"),
        kind="state-timeline", width=24, height=10, repeat="lane_role",
-       description="Which state each lane of this role is in (replicas of the policy's "
-                   "rollout, of a reward model or a teacher; the trainer ranks), sampled "
-                   "at the scrape interval (works without Tempo; states shorter than the "
-                   "interval show in the panels below and in the Tempo timeline).",
+       description="Which state each lane of this role was in (replicas of the policy's "
+                   "rollout, of a reward model or a teacher; the trainer ranks): per "
+                   "interval, the state that held the lane longest, from each lane's "
+                   "seconds per state, so a state shorter than the scrape interval shows "
+                   "too (works without Tempo; the Tempo timeline below is exact).",
        options={"mappings": {"1": ("in state", "green")}, "repeat_direction": "v"}),
     ts("Time in each state, per lane",
        Query(f"sum by (role, state_lane_id, state_name) (increase("

@@ -127,10 +127,12 @@ def test_lanes_keep_one_state_and_summarise_pooled_lanes():
     assert own[("rl_insight_lane_spans_received_total", ())] == 1
     st = "rl_insight_monitor_lane_state"
     lane = (("role", "rollout"), ("state_lane_id", "replica_0"))
-    # generate left the lane before any push carried it: this push still says 1 (the
-    # sampled timeline shows every state, however short), the next one 0
-    assert got[(st, (*lane, ("state_name", "vllm_generate")))] == 1
+    # the gauge is the state the lane holds at the push: one at a time; the state it left
+    # before any push is in its seconds (the timeline's source)
+    assert got[(st, (*lane, ("state_name", "vllm_generate")))] == 0
     assert got[(st, (*lane, ("state_name", "vllm_sleep")))] == 1
+    secs = "rl_insight_monitor_lane_state_seconds_total"
+    assert got[(secs, (*lane, ("state_name", "vllm_generate")))] == pytest.approx(1e-9)
     assert got[("rl_insight_monitor_lanes_in_state", (("state_name", "tool_call"),))] == 2
     dur = "rl_insight_monitor_state_duration_seconds_sum"
     assert got[(dur, (("state_lane_id", "other"), ("state_name", "tool_call")))] == 2.0
@@ -142,37 +144,62 @@ def test_lanes_keep_one_state_and_summarise_pooled_lanes():
     assert again[(st, (*lane, ("state_name", "vllm_sleep")))] == 1
 
 
-def test_a_state_shorter_than_a_tick_reaches_the_pushed_series_once():
-    """The timeline samples the pushed gauges: a 0.5 s state between two 5 s ticks was
-    never pushed as 1 (issue: the lane-state panel empty over a short test window). It
-    is pushed as 1 once, then 0; a state re-entered before that stays 1."""
+def test_a_lane_shows_one_state_per_push_and_its_seconds_in_each():
+    """The timeline reads each lane's seconds per state; the gauge, the state it holds at
+    each push. A 0.5 s state between two 5 s ticks adds its 0.5 s (it reaches the
+    timeline) and never shows beside the next state on the gauge; the state holding the
+    lane is counted up to each push; a counter never goes down, even when a state's end
+    is heard after a push counted it as still open."""
     sender = RecordingSender()
     lanes = LaneCore(sender, "lane_x")
-    ident, st = Identity("p", "e"), "rl_insight_monitor_lane_state"
-    key = (st, (("role", "rollout"), ("state_lane_id", "replica_0"),
-                ("state_name", "vllm_generate")))
+    ident = Identity("p", "e")
+    lane = (("role", "rollout"), ("state_lane_id", "replica_0"))
+    gauge, secs = "rl_insight_monitor_lane_state", "rl_insight_monitor_lane_state_seconds_total"
 
-    def pushed() -> float:
+    def pushed() -> dict:
         lanes.push_metrics()
-        return samples([p[2] for p in sender.pushes if "project" in p[1]][-1])[key]
+        got = samples([p[2] for p in sender.pushes if "project" in p[1]][-1])
+        ones = [k for k, v in got.items() if k[0] == gauge and v == 1]
+        assert len(ones) <= 1, ones  # one state per lane at every push
+        return {(name, dict(labels)["state_name"]): v for (name, labels), v in got.items()
+                if name in (gauge, secs) and labels[:2] == lane}
 
-    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 1, True, 7),
-                                StateChange("replica_0", "vllm_generate", 2, False, 7)])
-    assert [pushed(), pushed()] == [1, 0]
-    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 3, True, 8),
-                                StateChange("replica_0", "vllm_generate", 4, False, 8),
-                                StateChange("replica_0", "vllm_generate", 5, True, 9)])
-    assert [pushed(), pushed()] == [1, 1]  # in it again: no 0 after the push
-    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 6, False, 9)])
-    assert pushed() == 0  # it was pushed as 1 before it ended: 0 at once
-    # the server busy (503) for the pushes around a state: its 1 waits for one it takes
+    s = 1_000_000_000
+    t0 = time.time_ns() - 100 * s
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", t0, True, 7),
+                                StateChange("replica_0", "vllm_generate", t0 + s // 2, False, 7),
+                                StateChange("replica_0", "vllm_sleep", t0 + s, True, 8)])
+    got = pushed()
+    assert got[(gauge, "vllm_generate")] == 0 and got[(gauge, "vllm_sleep")] == 1
+    assert got[(secs, "vllm_generate")] == pytest.approx(0.5)
+    assert got[(secs, "vllm_sleep")] == pytest.approx(99, abs=1)  # open: counted up to now
+    # nested: the inner state suspends the outer; the gauge shows the inner alone
+    t1 = time.time_ns()
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_wake_up", t1, True, 9)])
+    got = pushed()
+    assert got[(gauge, "vllm_wake_up")] == 1 and got[(gauge, "vllm_sleep")] == 0
+    slept = (t1 - t0 - s) / 1e9
+    assert got[(secs, "vllm_sleep")] == pytest.approx(slept, abs=1e-6)  # stopped at t1
+    # the inner state's end heard after a push counted it as open to then: its seconds
+    # stay at what was pushed; the outer's run again from the end
+    pushed_wake = got[(secs, "vllm_wake_up")]
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_wake_up", t1 + 1, False, 9)])
+    got = pushed()
+    assert got[(gauge, "vllm_sleep")] == 1 and got[(gauge, "vllm_wake_up")] == 0
+    assert got[(secs, "vllm_wake_up")] == pushed_wake > 1e-9
+    t2 = time.time_ns() + 10 * s  # ends "later" than any push so far
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_sleep", t2, False, 8)])
+    got = pushed()
+    assert not any(v for (name, _), v in got.items() if name == gauge)
+    assert got[(secs, "vllm_sleep")] == pytest.approx(slept + (t2 - t1 - 1) / 1e9, abs=1e-6)
+    # the server busy (503) for the pushes around a short state: its seconds wait
     sender.ok = False
-    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 7, True, 10)])
-    lanes.push_metrics()  # refused
-    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", 8, False, 10)])
+    lanes.ingest(ident, "h:1", [StateChange("replica_0", "vllm_generate", t2, True, 10),
+                                StateChange("replica_0", "vllm_generate", t2 + s // 4, False,
+                                            10)])
     lanes.push_metrics()  # refused
     sender.ok = True
-    assert [pushed(), pushed()] == [1, 0]
+    assert pushed()[(secs, "vllm_generate")] == pytest.approx(0.75)
 
 
 def test_lane_spans_wait_in_order_while_the_server_is_down():
@@ -454,19 +481,18 @@ def test_an_idle_lane_actor_sends_nothing_until_something_changes():
     sender = RecordingSender()
     core = LaneCore(sender, "lane_i")
     ident = Identity("p", "e")
-    core.ingest(ident, "h:1", [StateChange("replica_0", "gen", 1, True)])
+    now = time.time_ns()
+    core.ingest(ident, "h:1", [StateChange("replica_0", "gen", now - 10**9, True)])
     core.push_metrics()
     first = sender.batches
+    core.push_metrics()
+    assert sender.batches == first + 1  # a lane in a state: its seconds grew
+    core.ingest(ident, "h:1", [StateChange("replica_0", "gen", now, False)])
+    core.push_metrics()
+    settled = sender.batches
     for _ in range(3):
         core.push_metrics()
-    assert sender.batches == first  # nothing changed: no request
-    core.ingest(ident, "h:1", [StateChange("replica_0", "gen", 2, False)])
-    core.push_metrics()
-    assert sender.batches == first + 1  # the state ended: sent
-    core.push_metrics()  # its deferred 0
-    settled = sender.batches
-    core.push_metrics()
-    assert sender.batches == settled
+    assert sender.batches == settled  # nothing changed: no request
     for hook in sender.on_server_restart:  # a restarted server hears everything again
         hook()
     core.push_metrics()

@@ -318,54 +318,22 @@ def state_push(**states: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_a_lane_state_no_scrape_saw_is_served_as_1_by_the_next_then_as_pushed(tmp_path):
-    """A state whose 1 the server held for less than a scrape interval (a short state,
-    or scrapes that timed out on a loaded machine) still reaches the sampled timeline:
-    the next scrape serves its 1, the one after what was pushed."""
+def test_lane_states_are_served_as_pushed_one_per_lane(tmp_path):
+    """A lane actor pushes the state each lane holds (its seconds per state carry the
+    short ones): the server serves each push as it came, so no scrape sees a lane in two
+    states at once (it once held an ended state's 1 for the next scrape, beside the next)."""
     st = PushStore(PushSettings(), Store(tmp_path))
     st.push(LANE, state_push(rank_0__update=1, rank_1__update=1), replace=False)
     assert lane_states(st.exposition([])) == {("rank_0", "update"): 1,
                                               ("rank_1", "update"): 1}
-    # rank_0's next state rises and ends between two scrapes; rank_1's ended after one
     st.push(LANE, state_push(rank_0__update=0, rank_0__gen=1, rank_1__update=1),
             replace=False)
-    st.push(LANE, state_push(rank_0__update=0, rank_0__gen=0, rank_1__update=0),
-            replace=False)
-    assert lane_states(st.exposition([])) == {("rank_0", "update"): 0,
-                                              ("rank_0", "gen"): 1,  # held for this one
-                                              ("rank_1", "update"): 0}  # seen already
-    assert lane_states(st.exposition([]))[("rank_0", "gen")] == 0  # then as pushed
-    # a held 1 rising again is simply current; a deleted group takes its own along
-    st.push(LANE, state_push(rank_0__gen=1), replace=False)
-    st.push(LANE, state_push(rank_0__gen=0), replace=False)
+    st.push(LANE, state_push(rank_0__update=0, rank_0__gen=0, rank_0__sync=1,
+                             rank_1__update=0), replace=False)
+    assert lane_states(st.exposition([])) == {("rank_0", "update"): 0, ("rank_0", "gen"): 0,
+                                              ("rank_0", "sync"): 1, ("rank_1", "update"): 0}
     st.delete(LANE)
     assert lane_states(st.exposition([])) == {}
-    assert not st._unseen and not st._held  # nothing kept for a group that is gone
-
-
-def test_the_latched_family_is_the_lane_actors_state_gauge():
-    from rl_insight.collector.lanes import STATE_GAUGE
-    from rl_insight.server.ingest.pushstore import LATCHED
-
-    assert LATCHED == {STATE_GAUGE}
-
-
-def test_a_latched_state_a_late_scrape_served_is_served_again(tmp_path):
-    """With a receipt, the latched 1s a scrape was served count as seen only once the
-    scrape got its answer in time (``served``): one answered after Prometheus' timeout
-    took nothing, and the next serves them again."""
-    st = PushStore(PushSettings(), Store(tmp_path))
-    st.push(LANE, state_push(rank_0__update=1), replace=False)
-    st.push(LANE, state_push(rank_0__update=0), replace=False)  # ended before any scrape
-    late: list = []
-    assert lane_states(st.exposition([], receipt=late))[("rank_0", "update")] == 1
-    # the late scrape is never confirmed: the 1 is still held
-    in_time: list = []
-    assert lane_states(st.exposition([], receipt=in_time))[("rank_0", "update")] == 1
-    st.served(in_time)
-    assert lane_states(st.exposition([], receipt=[]))[("rank_0", "update")] == 0
-    st.served(late)  # a stale receipt confirms nothing it does not hold
-    assert not st._held and not st._unseen
 
 
 def test_held_groups_leave_the_garbage_collector_little_to_walk(tmp_path):

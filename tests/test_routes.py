@@ -213,25 +213,6 @@ def test_every_json_body_is_declared_once_by_its_model(client):
             bodies.read(model, body)
 
 
-def test_a_scrape_answered_after_prometheus_timeout_takes_no_latched_state(client):
-    """Prometheus gives up on a scrape after X-Prometheus-Scrape-Timeout-Seconds: the lane
-    states latched for a scrape (pushstore.LATCHED) that /metrics answered later than
-    that are served again by the next one; one answered in time takes them."""
-    from tests.test_pushstore import LANE, lane_states, state_push
-
-    c, state = client
-    state.pushes.push(LANE, state_push(rank_0__update=1), replace=False)
-    state.pushes.push(LANE, state_push(rank_0__update=0), replace=False)
-
-    def scrape(timeout: str) -> dict:
-        r = c.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": timeout})
-        assert r.status_code == 200, r.text
-        return lane_states(r.content)
-    assert scrape("0.000001")[("rank_0", "update")] == 1  # too late for Prometheus
-    assert scrape("10")[("rank_0", "update")] == 1  # so the next is served it again
-    assert scrape("10")[("rank_0", "update")] == 0  # then as pushed
-
-
 def test_an_empty_promql_query_is_refused_as_the_schema_says(client):
     """The schema asks for a query of at least one character (schemathesis found an
     empty one the schema allowed and the route refused)."""

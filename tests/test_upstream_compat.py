@@ -287,16 +287,30 @@ def test_verl_nested_annotations_hold_one_state_per_lane_in_self_time(verl_recor
     c.buffer.flush(5)
     lanes = LaneCore(RecordingSender(), "l")
     ident = Identity("p", "e")
-    seen = []
+    seen, shown = [], []
     for ev in [e for e in got if type(e) in (StateChange, Span)]:
         lanes.ingest(ident, "h", [ev])
         seen.append(lanes.stats()["current"].get("p/e/rank_3"))
+        lanes.push_metrics()  # what a scrape after each event would see
+        now = samples([p[2] for p in lanes.sender.pushes if "project" in p[1]][-1])
+        shown.append(sorted(dict(k[1])["state_name"] for k, v in now.items()
+                            if k[0] == "rl_insight_monitor_lane_state" and v == 1))
     assert seen == ["actor_update", "train_batch", "actor_update", None] * 4
-    lanes.push_metrics()
-    pushed = samples(next(p[2] for p in lanes.sender.pushes if "project" in p[1]))
+    # the gauge: the one state the lane holds, never the outer beside the inner
+    assert shown == [["actor_update"], ["train_batch"], ["actor_update"], []] * 4
+    pushed = samples(next(p[2] for p in reversed(lanes.sender.pushes) if "project" in p[1]))
     took = {dict(k[1])["state_name"]: v for k, v in pushed.items()
             if k[0] == "rl_insight_monitor_state_duration_seconds_sum"}
     assert sum(took.values()) <= wall_s + 1e-3  # not 1.6x the wall time, as before
+    # the timeline's seconds per state: the self times (one push after all was heard: a
+    # push while a state's end is still on its way counts it open until then)
+    once = LaneCore(RecordingSender(), "l")
+    once.ingest(ident, "h", [e for e in got if type(e) in (StateChange, Span)])
+    once.push_metrics()
+    pushed = samples(next(p[2] for p in once.sender.pushes if "project" in p[1]))
+    secs = {dict(k[1])["state_name"]: v for k, v in pushed.items()
+            if k[0] == "rl_insight_monitor_lane_state_seconds_total"}
+    assert secs == pytest.approx(took, abs=1e-6)
     spans = [s for s in of(got, Span) if s.lane == "rank_3"]
     outer = [s for s in spans if s.name == "actor_update"]
     inner = [s for s in spans if s.name == "train_batch"]

@@ -1,6 +1,9 @@
 """What a lane actor does: keep each lane's current state, turn finished states into
-spans for Tempo, and into metrics (the current state as a gauge, durations as
-histograms) so a state timeline can be drawn from Prometheus alone.
+spans for Tempo, and into metrics so a state timeline can be drawn from Prometheus alone:
+the state a lane holds at each push as a gauge (one state per lane at every instant:
+upstream's dashboards read it), the seconds each lane spent in each state as a counter
+(the timeline's source: a state shorter than a push or a scrape still adds its seconds),
+and durations as histograms.
 
 Dedicated lanes (replica lanes of any role, ``replica_<r>`` or ``<role>_replica_<r>``, and
 ``rank_<r>``: :mod:`rl_insight.laneid`) get per-lane state gauges (the timeline, the
@@ -29,7 +32,7 @@ from rl_insight.collector.parking import Parking
 from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.runs import Runs
 from rl_insight.config import ClientSettings
-from rl_insight.events import GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
+from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,11 @@ STATE_GAUGE = "rl_insight_monitor_lane_state"
 # when the lane entered its current state (unix seconds; 0 when not in it): how long a
 # replica has been stuck is `time() - since`, which a 0/1 gauge cannot tell
 STATE_SINCE = "rl_insight_monitor_lane_state_since_seconds"
+# self seconds each dedicated lane spent in each state, the state holding the lane counted
+# up to each push: the timeline shows each lane's state with the most seconds per interval
+STATE_SECONDS = "rl_insight_monitor_lane_state_seconds_total"
+STATE_SECONDS_DOC = ("Seconds the lane spent in the state (self time: not while a state "
+                     "nested in it held the lane), the state it is in counted up to now")
 IN_STATE = "rl_insight_monitor_lanes_in_state"
 DURATION = "rl_insight_monitor_state_duration_seconds"
 DURATION_DOC = ("Time spent in each state, per lane: self time, without the time of "
@@ -64,9 +72,16 @@ class _Open:
     def __init__(self, token: int, state: str, since_ns: int) -> None:
         self.token, self.state, self.self_ns, self.since_ns = token, state, 0, since_ns
 
-    def stop(self, now_ns: int) -> None:
-        """Another state takes the lane (or this one ends): add the time it held it."""
-        self.self_ns += max(now_ns - self.since_ns, 0)
+    def stop(self, now_ns: int) -> int:
+        """Another state takes the lane (or this one ends): add the time it held it, and
+        return that time (ns)."""
+        took = max(now_ns - self.since_ns, 0)
+        self.self_ns += took
+        return took
+
+    def running_ns(self, now_ns: int) -> int:
+        """Time since its clock last started: what it adds if it stopped now."""
+        return max(now_ns - self.since_ns, 0)
 
 
 class LaneCore:
@@ -81,13 +96,11 @@ class LaneCore:
         # per dedicated lane, its open states, oldest first (the last holds the lane)
         self.current: dict[tuple[Identity, str], list[_Open]] = {}
         self.in_state: dict[tuple[Identity, str], int] = {}
-        # a state's 1 reaches the server at least once, however short the state: when it
-        # ends before a delivered push carried it, its 0 waits for the push after (the
-        # timeline is sampled from these gauges; a 0.5 s state between two 5 s ticks, or
-        # during a push the busy server refused, was never seen)
-        self.delivered: dict[Identity, int] = {}  # a run's pushes the server took
-        self.raised: dict[tuple[Identity, str, str], int] = {}  # -> delivered when set to 1
-        self.deferred: list[tuple[Identity, str, str]] = []
+        # (run, lane, state) -> self seconds of its ended holds; and the counter's value
+        # last pushed (never lower: a state's end heard after a push counted it as open)
+        self.seconds: dict[tuple[Identity, str, str], float] = {}
+        self.counted: dict[tuple[Identity, str, str], float] = {}
+        self.moved: set[tuple[Identity, str, str]] = set()  # seconds added since a push
         # dedicated lanes only: pooled ones (one per request or trajectory, 100,000s in a
         # run) are summarised per state, never kept one by one
         self.lanes: set[tuple[Identity, str]] = set()
@@ -202,14 +215,14 @@ class LaneCore:
         own_ns = None
         if ch.entering:
             if stack:  # the state it interrupts stops its clock
-                stack[-1].stop(ch.time_ns)
+                self._held(identity, ch.lane, stack[-1], ch.time_ns)
             stack.append(_Open(ch.token, ch.state, ch.time_ns))
         else:
             for i in range(len(stack) - 1, -1, -1):
                 if stack[i].state == ch.state and (not ch.token or stack[i].token == ch.token):
                     ended = stack.pop(i)
                     if i == len(stack):  # it held the lane: its clock ran until now
-                        ended.stop(ch.time_ns)
+                        self._held(identity, ch.lane, ended, ch.time_ns)
                         if stack:  # the state it interrupted holds the lane again
                             stack[-1].since_ns = ch.time_ns
                     own_ns = ended.self_ns
@@ -220,21 +233,44 @@ class LaneCore:
         out = []
         if top != new_top:
             if top is not None:
-                if self.raised.pop((identity, ch.lane, top), -1) == \
-                        self.delivered.get(identity, 0):  # no push has carried its 1 yet
-                    self.deferred.append((identity, ch.lane, top))
-                else:
-                    out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, top, ""))
+                out.append(_metric(GAUGE, STATE_GAUGE, 0.0, ch.lane, top, ""))
                 out.append(_metric(GAUGE, STATE_SINCE, 0.0, ch.lane, top, ""))
             if new_top is not None:
-                self.raised[(identity, ch.lane, new_top)] = self.delivered.get(identity, 0)
                 out.append(_metric(GAUGE, STATE_GAUGE, 1.0, ch.lane, new_top,
-                                   "1 while the lane is in the state (or ended since "
-                                   "the previous push), else 0"))
+                                   "1 while the lane is in the state, else 0: one state "
+                                   "per lane at every push"))
                 out.append(_metric(GAUGE, STATE_SINCE, ch.time_ns / 1e9, ch.lane, new_top,
                                    "When the lane entered the state it is in (unix "
                                    "seconds); 0 while it is in another"))
         return out, own_ns
+
+    def _held(self, identity: Identity, lane: str, state: _Open, now_ns: int) -> None:
+        """``state`` stops holding the lane at ``now_ns``: its seconds join its counter."""
+        key = (identity, lane, state.state)
+        self.seconds[key] = self.seconds.get(key, 0.0) + state.stop(now_ns) / 1e9
+        self.moved.add(key)
+
+    def _counters(self, now_ns: int) -> dict[Identity, list]:
+        """The seconds counters that moved since the last push, the state holding each
+        lane counted up to ``now_ns``; never lower than a value already pushed."""
+        with self._lock:
+            value = {k: self.seconds[k] for k in self.moved}
+            self.moved = set()
+            for (identity, lane), stack in self.current.items():
+                if stack:
+                    key = (identity, lane, stack[-1].state)
+                    value[key] = self.seconds.get(key, 0.0) + \
+                        stack[-1].running_ns(now_ns) / 1e9
+            out: dict[Identity, list] = {}
+            for key, v in value.items():
+                last = self.counted.get(key)
+                if last is not None and v <= last:
+                    continue
+                self.counted[key] = v
+                identity, lane, state = key  # a counter's metric is its increment
+                out.setdefault(identity, []).append(_metric(
+                    COUNTER, STATE_SECONDS, v - (last or 0.0), lane, state, STATE_SECONDS_DOC))
+        return out
 
     def _note_lane(self, identity: Identity, lane: str) -> None:
         if laneid.is_dedicated(lane):
@@ -258,8 +294,9 @@ class LaneCore:
                 self.lanes = {k for k in self.lanes if k[0] not in gone}
                 self.in_state = {k: v for k, v in self.in_state.items() if k[0] not in gone}
                 self.current = {k: v for k, v in self.current.items() if k[0] not in gone}
-                self.raised = {k: v for k, v in self.raised.items() if k[0] not in gone}
-                self.delivered = {k: v for k, v in self.delivered.items() if k not in gone}
+                self.seconds = {k: v for k, v in self.seconds.items() if k[0] not in gone}
+                self.counted = {k: v for k, v in self.counted.items() if k[0] not in gone}
+                self.moved = {k for k in self.moved if k[0] not in gone}
                 self.jobs = {k: v for k, v in self.jobs.items() if v not in gone}
         self.marks.forget_idle(LANE_IDLE_S)
         return sorted(gone, key=tuple)
@@ -285,14 +322,14 @@ class LaneCore:
         return False
 
     def push_metrics(self) -> None:
-        """Every run whose lane series changed, and this actor's own counters, in one
-        request; a group the server did not take stays dirty for the next tick. Then the
-        states that ended before this push carried them drop to 0, for the next."""
-        with self._lock:
-            deferred, self.deferred = self.deferred, []
+        """Every run whose lane series changed (a lane in a state: its seconds did), and
+        this actor's own counters, in one request; a group the server did not take stays
+        dirty for the next tick."""
+        for identity, counters in self._counters(time.time_ns()).items():
+            self.runs.apply(identity, counters)
         dirty = self.runs.take_dirty()
         own = self.own_metrics()
-        if not dirty and not deferred and not self.own.due(own):
+        if not dirty and not self.own.due(own):
             return  # nothing changed since the server took the last push
         groups = [(LANE_JOB, {"project": ident.project,
                               "experiment_name": ident.experiment_name,
@@ -305,19 +342,6 @@ class LaneCore:
         for (ident, _), ok in zip(dirty, done, strict=False):
             if not ok:
                 self.runs.mark_dirty(ident)
-        failed = {ident for (ident, _), ok in zip(dirty, done, strict=False) if not ok}
-        with self._lock:
-            for ident, _ in dirty:
-                if ident not in failed:
-                    self.delivered[ident] = self.delivered.get(ident, 0) + 1
-            # a run whose push failed (the server busy, 503) keeps its ended states at 1
-            # for the push that will carry them
-            self.deferred[:0] = [d for d in deferred if d[0] in failed]
-            ended = [(i, lane, state) for i, lane, state in deferred if i not in failed
-                     and not ((stack := self.current.get((i, lane))) and
-                              stack[-1].state == state)]  # unless it holds the lane again
-        for i, lane, state in ended:
-            self.runs.apply(i, [_metric(GAUGE, STATE_GAUGE, 0.0, lane, state, "")])
 
     def own_metrics(self) -> str:
         s = self.stats()

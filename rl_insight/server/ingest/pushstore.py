@@ -33,7 +33,7 @@ from rl_insight.server.ingest.pushexposition import (
     sample_prefix,
     split_blocks,
 )
-from rl_insight.server.ingest.pushfamilies import LABELS, NAMES, TYPE, VALUES, Packed, pack
+from rl_insight.server.ingest.pushfamilies import TYPE, Packed, pack
 from rl_insight.server.ingest.pushshape import Block, Shape, split
 from rl_insight.server.ingest.pushtext import check_families, parse_body, parse_text
 from rl_insight.server.ingest.store import Store
@@ -42,12 +42,6 @@ log = logging.getLogger(__name__)
 
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (family, sorted labels)
-# The lane state gauge (collector/lanes.py STATE_GAUGE): 1 while a lane is in a state.
-# A lane pushes every tick and Prometheus scrapes on its own clock, so a state whose 1
-# the server held for less than a scrape interval (a short state, or scrapes that timed
-# out while the machine was loaded) never reached the sampled timeline. Its 1 is latched:
-# served until a scrape has taken it, whatever pushes arrive meanwhile.
-LATCHED = frozenset({"rl_insight_monitor_lane_state"})
 
 
 @dataclass
@@ -113,10 +107,6 @@ class PushStore:
         self.pushes = 0
         self.version = 0  # bumped on every change (for caching the exposition)
         self._shapes: dict[GroupKey, Shape] = {}  # per group, the last body's shape
-        # LATCHED series at 1 that no scrape has served yet, and those whose 1 ended
-        # before one did (served as 1 by the next scrape, then as pushed)
-        self._unseen: dict[GroupKey, set[SeriesKey]] = {}
-        self._held: dict[GroupKey, dict[SeriesKey, Sample]] = {}
 
     # -- writes ------------------------------------------------------------------
     def push(self, grouping: Mapping[str, str], body: str, replace: bool) -> None:
@@ -228,52 +218,13 @@ class PushStore:
     def _change(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
         """``_replace`` inside the write's transaction, undone with it: a group the
         database did not keep (its batch's COMMIT failed) is not served."""
-        latched = self._unseen.get(key), self._held.get(key)
         self._replace(key, old, new)
-        self._latch(key, old, new)
 
         def undo() -> None:
             with self._lock:
                 self._replace(key, new, old)
                 self._shapes.pop(key, None)
-                for into, value in zip((self._unseen, self._held), latched, strict=True):
-                    if value is None:
-                        into.pop(key, None)
-                    else:
-                        into[key] = value
         self.store.on_rollback(undo)
-
-    def served(self, receipt: list) -> None:
-        """The scrape that ``exposition`` gave ``receipt`` got its answer: the latched 1s
-        it served are seen (those a push changed meanwhile stay for the next scrape)."""
-        with self._lock:
-            for key, held, unseen in receipt:
-                if held is not None and self._held.get(key) is held:
-                    del self._held[key]
-                if unseen is not None and self._unseen.get(key) is unseen:
-                    del self._unseen[key]
-
-    def _latch(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
-        """A LATCHED series that rises is unseen until a scrape serves it; one that ends
-        unseen is held at 1 for the next scrape. A deleted group takes its own along."""
-        if new is None:
-            self._unseen.pop(key, None)
-            self._held.pop(key, None)
-            return
-        before, now = _ones(old), _ones(new)
-        if not before and not now and key not in self._held:
-            return
-        unseen = set(self._unseen.get(key, ()))
-        held = {k: v for k, v in self._held.get(key, {}).items() if k not in now}
-        for k in before.keys() - now.keys():
-            if k in unseen:
-                held[k] = before[k]
-        unseen = (unseen & now.keys()) | (now.keys() - before.keys())
-        for into, value in ((self._unseen, unseen), (self._held, held)):
-            if value:
-                into[key] = value
-            else:
-                into.pop(key, None)
 
     def _replace(self, key: GroupKey, old: Group | None, new: Group | None) -> None:
         for group, step in ((old, -1), (new, 1)):
@@ -330,33 +281,19 @@ class PushStore:
         return list(merged.values())
 
     def exposition(self, own: Iterable[Metric],
-                   visible: Callable[[Mapping[str, str]], bool] = lambda labels: True,
-                   receipt: list | None = None) -> bytes:
+                   visible: Callable[[Mapping[str, str]], bool] = lambda labels: True
+                   ) -> bytes:
         """The server's own families and every visible group, each name once (own HELP
         and TYPE first; pushed samples of that name join it, the same type as the push
         checks guarantee), with push_time_seconds and push_failure_time_seconds per group
-        as the Pushgateway exposes them. Groups contribute their cached blocks.
-
-        The latched 1s it serves count as seen at once; with ``receipt``, only once the
-        caller says the scrape got them (``served``): a scrape that timed out on a loaded
-        machine took nothing."""
+        as the Pushgateway exposes them. Groups contribute their cached blocks."""
         merged = split_blocks(render(list(own)).decode())
         parts: dict[str, list[str]] = {name: [h, t, body] for name, (h, t, body)
                                        in merged.items()}
         times, failures = [], []
         with self._lock:
-            groups = [(k, g) for k, g in self.groups.items() if visible(g.labels)]
-            for key, group in groups:
-                blocks = group.blocks()
-                held, unseen = self._held.get(key), self._unseen.get(key)
-                if held:  # 1s no scrape has served yet, though their states ended
-                    blocks = {**blocks, **_with_held(group, held)}
-                if receipt is None:  # what is served now has been seen
-                    self._held.pop(key, None)
-                    self._unseen.pop(key, None)
-                elif held or unseen:
-                    receipt.append((key, held, unseen))
-                for name, (h, t, body) in blocks.items():
+            for group in [g for g in self.groups.values() if visible(g.labels)]:
+                for name, (h, t, body) in group.blocks().items():
                     into = parts.get(name)
                     if into is None:
                         parts[name] = [h, t, body]
@@ -444,34 +381,3 @@ class PushStore:
             except (ValueError, KeyError, OSError) as exc:
                 log.warning("skipping unreadable pushed group %s: %s", path, exc)
         return out
-
-
-def _ones(group: Group | None) -> dict[SeriesKey, Sample]:
-    """The LATCHED series of a group at 1."""
-    if group is None:
-        return {}
-    out = {}
-    for name in LATCHED.intersection(group.packed):
-        fam = group.packed[name]
-        for sname, labels, value in zip(fam[NAMES], fam[LABELS], fam[VALUES], strict=True):
-            if value == 1:
-                out[(name, tuple(sorted(labels)))] = Sample(sname, dict(labels), value,
-                                                            None, None)
-    return out
-
-
-def _with_held(group: Group, held: Mapping[SeriesKey, Sample]) -> dict[str, Block]:
-    """The blocks of the LATCHED families with their held series at 1."""
-    out = {}
-    for name in {n for n, _ in held}:
-        fam = group.family(name)
-        ones = {labels: x for (n, labels), x in held.items() if n == name}
-        copy = Metric(name, fam.documentation if fam else "", "gauge")
-        for x in fam.samples if fam else ():
-            labels = tuple(sorted(x.labels.items()))
-            copy.samples.append(x._replace(value=1.0) if ones.pop(labels, None) else x)
-        copy.samples.extend(x._replace(value=1.0) for x in ones.values())  # gone since
-        out.update(render_blocks([copy]))
-    return out
-
-

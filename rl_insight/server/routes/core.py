@@ -3,14 +3,10 @@ every pushed group: rl_insight.server.ingest.pushstore.PushStore.exposition)."""
 
 from __future__ import annotations
 
-import time
-
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.background import BackgroundTask
 
-from rl_insight.server.httpio import ARRIVED
 from rl_insight.server.state import ServerState
 from rl_insight.version import __version__
 
@@ -55,22 +51,9 @@ def router(state: ServerState) -> APIRouter:
 
     @r.get("/metrics", summary="Every pushed group plus the server's own metrics",
            response_class=Response)
-    def metrics(request: Request) -> Response:
+    def metrics() -> Response:
         visible = lambda labels: state.experiments.archived_reason(labels) is None  # noqa: E731
-        # Prometheus says how long it waits; an answer later than that is no scrape, and
-        # the lane states latched for one (pushstore.LATCHED) wait for the next
-        arrived = request.scope.get(ARRIVED) or time.monotonic()
-        try:  # another reader (no header, or one that is not a number) waits for none
-            timeout = float(request.headers.get("x-prometheus-scrape-timeout-seconds", ""))
-        except ValueError:
-            timeout = float("inf")
-        receipt: list = []
-        body = state.pushes.exposition(state.metrics.registry.collect(), visible, receipt)
-
-        def answered() -> None:  # runs once the body is sent, not if the client is gone
-            if time.monotonic() - arrived < timeout:
-                state.pushes.served(receipt)
-        return Response(body, media_type=CONTENT_TYPE_LATEST,
-                        background=BackgroundTask(answered))
+        body = state.pushes.exposition(state.metrics.registry.collect(), visible)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return r
