@@ -5,7 +5,8 @@ processor), and one fire-and-forget Ray actor call per event (the design this re
     python bench/caller_cost.py [--quick]
 
 Prints a table and writes bench/results/caller_cost.json. Goals: a metric or a
-trace_state block costs at most a fifth of an OpenTelemetry span, and at least 20 times
+trace_state block costs at most a fifth of an OpenTelemetry span (inside Ray, and outside
+it, where the hub and lane cores share the process), and at least 20 times
 less than an actor call per event; ``init()`` repeated (Uni-Agent calls it before every
 metric it emits: uni_agent/rl_insight/__init__.py) at most 1 µs after the first, and a
 small share of the metric it precedes.
@@ -17,6 +18,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,6 +50,39 @@ print(json.dumps(out))
                         "state_lane_id='replica_0').__enter__().__exit__(None, None, None)")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RL_INSIGHT_", "VERL_"))}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                       text=True, check=True)
+    import json
+
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def outside_ray_costs(n: int) -> dict:
+    """In a child process without Ray (a trainer that sends to the server itself, as
+    TRL's or AReaL's do): the hub and lane cores run in the process, beside the calls;
+    the OpenTelemetry reference measured there too."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+import rl_insight
+from bench.common import per_call_ns, summary
+from bench.caller_cost import otel_span_cost
+rl_insight.init(project="bench", experiment_name="outside-ray")
+def block():
+    with rl_insight.trace_state("vllm_generate", state_lane_id="replica_0"):
+        pass
+out = {{
+  "OpenTelemetry SDK span start+end (reference, outside Ray)": otel_span_cost({n}),
+  "metric_gauge (enabled, outside Ray)":
+      summary(per_call_ns(lambda i: rl_insight.metric_gauge("x", i, replica="0"), {n})),
+  "trace_state block (enabled, outside Ray)": summary(per_call_ns(lambda i: block(), {n})),
+}}
+print(json.dumps(out))
+"""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RL_INSIGHT_", "VERL_"))}
+    env["RL_INSIGHT_SERVER_URL"] = "http://127.0.0.1:9"  # as in main(): nobody listens
+    env["RL_INSIGHT_HOME"] = tempfile.mkdtemp(prefix="rl-bench-")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                        text=True, check=True)
     import json
@@ -134,12 +169,15 @@ def main() -> int:
     finally:
         ray.shutdown()
     rows.update(disabled_costs(n))
+    rows.update(outside_ray_costs(n))
 
     otel = rows["OpenTelemetry SDK span start+end (reference)"]["median_us"]
     actor = rows["one Ray actor call per event (reference)"]["median_us"]
     gauge = rows["metric_gauge (enabled)"]["median_us"]
     block_cost = rows["trace_state block (enabled)"]["median_us"]
     init = rows["init() repeated (enabled)"]["median_us"]
+    outside_otel = rows["OpenTelemetry SDK span start+end (reference, outside Ray)"][
+        "median_us"]
     ratios = {
         "init() repeated, µs (goal <= 1)": init,
         "init() repeated / metric_gauge": init / gauge,
@@ -147,6 +185,10 @@ def main() -> int:
             rows["init() repeated (disabled)"]["median_us"],
         "metric_gauge / OTel span (goal <= 0.2)": gauge / otel,
         "trace_state block / OTel span (goal <= 0.2)": block_cost / otel,
+        "outside Ray: metric_gauge / OTel span (goal <= 0.2)":
+            rows["metric_gauge (enabled, outside Ray)"]["median_us"] / outside_otel,
+        "outside Ray: trace_state block / OTel span (goal <= 0.2)":
+            rows["trace_state block (enabled, outside Ray)"]["median_us"] / outside_otel,
         "actor call / metric_gauge (goal >= 30)": actor / gauge,
         "actor call / trace_state block (goal >= 30)": actor / block_cost,
     }

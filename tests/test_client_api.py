@@ -413,11 +413,13 @@ def test_nested_states_on_one_lane_stack_and_names_are_sanitised(recorded):
         lanes.ingest(ident, "h", [ev])
         seen.append(lanes.stats()["current"].get("p/e/replica_0"))
     assert seen == ["vllm_generate", "vllm_sleep", "vllm_generate", None]
-    lanes.push_metrics()  # both states ended before it: pushed as 1 once, then 0
-    lanes.push_metrics()
+    lanes.push_metrics()  # both states ended before it: 0, with their seconds counted
     got_metrics = samples([p[2] for p in lanes.sender.pushes if "project" in p[1]][-1])
     assert all(v == 0 for (n, _), v in got_metrics.items()
                if n == "rl_insight_monitor_lane_state")
+    assert {dict(k)["state_name"] for n, k in got_metrics
+            if n == "rl_insight_monitor_lane_state_seconds_total"} == {"vllm_generate",
+                                                                       "vllm_sleep"}
 
 
 def test_rollout_registration_checks_and_dedups(recorded, monkeypatch):

@@ -327,8 +327,8 @@ def test_a_replicas_states_before_the_run_is_named_join_the_run(stack, cluster):
     r = cluster.run_driver(EARLY_SCRIPT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     job = last_json(r.stdout)["job"]
-    q = ('max by (state_name) (max_over_time(rl_insight_monitor_lane_state'
-         '{experiment_name="named-late",state_lane_id="replica_0"}[5m]))')
+    q = ('max by (state_name) (rl_insight_monitor_lane_state_seconds_total'
+         '{experiment_name="named-late",state_lane_id="replica_0"} > 0)')  # their seconds
     wait_equal(lambda: {x["metric"]["state_name"] for x in prom_query(cli.prometheus, q)},
                {"vllm_wake_up", "vllm_generate"}, 30, "both states under the named run")
     assert not prom_query(cli.prometheus,

@@ -55,20 +55,20 @@ def test_verl_version_gate_passes(verl_logger):
 
 
 def test_concurrent_generate_requests_are_one_busy_interval(verl_recorded):
-    """verl wraps every request of its async generate in trace_state on the replica's
-    lane; 8 overlapping requests are one interval: one enter, one span."""
+    """verl wraps every request of its async generate (the replica's event loop: vLLM's
+    and SGLang's servers are asyncio) in trace_state on the replica's lane; 8 overlapping
+    requests are one interval: one enter, one span."""
     c, got = verl_recorded
-    inside = threading.Barrier(8)
 
-    def request(i: int) -> None:
-        with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_0"):
-            inside.wait(10)  # all eight overlap
+    async def generate() -> None:
+        inside = asyncio.Barrier(8)
 
-    threads = [threading.Thread(target=request, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
+        async def request(i: int) -> None:
+            with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_0"):
+                await asyncio.wait_for(inside.wait(), 10)  # all eight overlap
+        await asyncio.gather(*(request(i) for i in range(8)))
+
+    asyncio.run(generate())
     with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_1"):
         pass  # another lane: its own interval
     c.buffer.flush(5)
@@ -81,6 +81,46 @@ def test_concurrent_generate_requests_are_one_busy_interval(verl_recorded):
     assert attrs["blocks"] == 8 and attrs["monitor.trace_segment"] == "state_interval"
     assert spans[0].ends_state and spans[0].start_ns < spans[0].end_ns
     assert not api._open  # every interval closed
+
+
+def test_requests_of_one_lane_in_threads_are_an_interval_per_thread(verl_recorded):
+    """Blocks take no lock: each thread keeps its own intervals, so a lane whose requests
+    run in 4 threads at once (a threaded actor) has an interval per thread, 2 requests
+    each; its lane stacks them and shows the state once, its seconds not twice."""
+    from rl_insight.collector.lanes import LaneCore
+    from tests.test_collector import RecordingSender, samples
+
+    c, got = verl_recorded
+    inside = threading.Barrier(4)
+
+    def requests() -> None:
+        with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_0"):
+            with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_0"):
+                inside.wait(10)
+            inside.wait(10)
+
+    threads = [threading.Thread(target=requests) for _ in range(4)]
+    t0 = __import__("time").time_ns()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    wall_s = (__import__("time").time_ns() - t0) / 1e9
+    c.buffer.flush(5)
+    spans = of(got, Span)
+    assert len(spans) == 4 and all(dict(s.attributes)["blocks"] == 2 for s in spans)
+    assert not api._open
+    lanes = LaneCore(RecordingSender(), "l")
+    shown = set()
+    for ev in [e for e in got if type(e) in (StateChange, Span)]:
+        lanes.ingest(Identity("p", "e"), "h", [ev])
+        shown.add(lanes.stats()["current"].get("p/e/replica_0"))
+    assert shown == {"vllm_generate", None}
+    lanes.push_metrics()
+    pushed = samples(lanes.sender.pushes[-2][2])
+    (secs,) = [v for k, v in pushed.items()
+               if k[0] == "rl_insight_monitor_lane_state_seconds_total"]
+    assert secs <= wall_s
 
 
 def test_sequential_blocks_stay_separate_and_per_request_detail(verl_recorded):

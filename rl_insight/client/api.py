@@ -37,18 +37,18 @@ log = logging.getLogger(__name__)
 _client: Client | None = None
 _env_checked = False
 _errors = 0
-_ids = itertools.count(random.SystemRandom().getrandbits(62))
+# span ids: a per-process random start below 2**62 (never 0), then a counter: cheaper than
+# random bits, and 2**62 spans from reaching 64 bits; re-seeded in a forked child
+_ids = itertools.count(random.SystemRandom().getrandbits(62) | 1)
 
 
 def _new_id() -> int:
-    """A span id: a per-process random start, then a counter (cheaper than random bits;
-    re-seeded in a forked child)."""
-    return next(_ids) & 0xFFFF_FFFF_FFFF_FFFF or 1
+    return next(_ids)
 
 
 def _reseed() -> None:
     global _ids
-    _ids = itertools.count(random.SystemRandom().getrandbits(62))
+    _ids = itertools.count(random.SystemRandom().getrandbits(62) | 1)
 
 
 os.register_at_fork(after_in_child=_reseed)
@@ -304,23 +304,24 @@ def default_lane() -> str:
     return f"process_{os.getpid()}"
 
 
-# Open state intervals of this process, per (lane, state): [open blocks, ids, start,
-# labels of the first block, blocks with an error, blocks in all, last error]. Same-state
-# blocks that overlap on one lane (hundreds of concurrent generate requests on a replica)
-# are one busy interval: one StateChange when the first opens, one span when the last
-# closes.
-_open: dict[tuple[str, str], list] = {}
-_open_lock = threading.Lock()
+# Open state intervals of this process, per (lane, state, thread): [open blocks, span
+# context (trace id, span id), parent span id, start, labels of the first block, blocks
+# with an error, blocks in all, last error]. Same-state blocks that overlap on a lane
+# (hundreds of concurrent generate requests on a replica's event loop) are one busy
+# interval: one StateChange when the first opens, one span when the last closes. Each
+# thread keeps its own intervals, so no block takes a lock (the GIL makes each dict
+# operation atomic; only the thread that opened an interval counts its blocks): blocks
+# of one lane in two threads at once are two intervals, which the lane stacks.
+_open: dict[tuple[str, str, int], list] = {}
 _stamped: set[str] = set()  # lanes whose engine spans this process has stamped
 _INTERVAL = (("monitor.trace_segment", "state_interval"),)
 _REQUEST = (("monitor.trace_segment", "request"),)
+_thread_id = threading.get_ident
 
 
 def _reset_open() -> None:
-    global _open_lock
     _open.clear()
     _stamped.clear()
-    _open_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_open)
@@ -348,27 +349,26 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             if c is None:
                 return self
         try:
-            key = self.key = (self.lane or default_lane(), self.state)
-            with _open_lock:
-                entry = _open.get(key)
-                if entry is None:
-                    parent = _current.get()
-                    span_id = next(_ids) & 0xFFFF_FFFF_FFFF_FFFF or 1  # as _new_id()
-                    if parent is None:  # trace id: unique per process and run, like the span's
-                        ids = (span_id << 64 | span_id, span_id, 0)
-                    else:
-                        ids = (parent[0], span_id, parent[1])
-                    start = time.time_ns()
-                    entry = _open[key] = [1, ids, start, self.labels, 0, 1, None]
-                    c.add(_tnew(StateChange, (key[0], key[1], start, True, span_id)))
-                    if key[0] not in _stamped:  # an engine here: its request spans too
-                        _stamped.add(key[0])
-                        engine_spans.stamp(key[0], c.identity_pair)
-                else:
-                    entry[0] += 1
-                    entry[5] += 1
+            lane = self.lane or default_lane()
+            key = self.key = (lane, self.state, _thread_id())
+            entry = _open.get(key)
+            if entry is None:  # the interval opens: a child of the caller's span, if any
+                span_id = next(_ids)  # as _new_id()
+                parent = _current.get()
+                start = time.time_ns()
+                entry = _open[key] = [
+                    1, (span_id << 64 | span_id, span_id) if parent is None else
+                    (parent[0], span_id), 0 if parent is None else parent[1], start,
+                    self.labels, 0, 1, None]
+                c.add(_tnew(StateChange, (lane, key[1], start, True, span_id)))
+                if lane not in _stamped:  # an engine here: its request spans too
+                    _stamped.add(lane)
+                    engine_spans.stamp(lane, c.identity_pair)
+            else:
+                entry[0] += 1
+                entry[6] += 1
             self.entry = entry
-            self.token = _current.set((entry[1][0], entry[1][1]))
+            self.token = _current.set(entry[1])
             self.client = c
             if c.settings.per_request_spans:
                 self.start = time.time_ns()
@@ -382,36 +382,39 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
         if c is None:
             return
         self.client = None  # a block closes once
-        if exc_type is GeneratorExit:  # a consumer closed its stream: not a failure
-            exc_type = None
         try:
             end = time.time_ns()
             entry, key = self.entry, self.key
-            with _open_lock:  # the interval's count first: nothing below may skip it
-                entry[0] -= 1
-                if exc_type is not None:
-                    entry[4] += 1
-                    entry[6] = exc_type.__name__
-                last = entry[0] == 0
-                if last and _open.get(key) is entry:
-                    del _open[key]
-            _restore(self.token)
-            trace_id, span_id, _ = entry[1]
+            # a consumer closing its stream (GeneratorExit) is no failure; the count first
+            failed = exc_type is not None and exc_type is not GeneratorExit
+            entry[0] -= 1
+            if failed:
+                entry[5] += 1
+                entry[7] = exc_type.__name__
+            last = entry[0] == 0
+            if last:  # only the thread that opened it makes one for its key again
+                _open.pop(key, None)
+            try:
+                _current.reset(self.token)
+            except (ValueError, RuntimeError):  # see _restore
+                pass
+            trace_id, span_id = entry[1]
             if c.settings.per_request_spans:  # each block as a child of its interval
                 attrs = (_attrs(self.labels) if self.labels else ()) + _REQUEST + \
                     (("state_lane_id", key[0]),)
-                if exc_type is not None:
+                if failed:
                     attrs += (("error", exc_type.__name__),)
                 c.add(_tnew(Span, (key[1], self.start, end, None, attrs, trace_id,
                                    _new_id(), span_id, False)))
             if not last:
                 return
-            attrs = (_attrs(entry[3]) if entry[3] else ()) + _INTERVAL
-            if entry[5] > 1:
-                attrs += (("blocks", entry[5]),)
-            if entry[4]:
-                attrs += (("error", entry[6]), ("errors", entry[4]))
-            c.add(_tnew(Span, (key[1], entry[2], end, key[0], attrs, *entry[1], True)))
+            attrs = _attrs(entry[4]) + _INTERVAL if entry[4] else _INTERVAL
+            if entry[6] > 1:
+                attrs += (("blocks", entry[6]),)
+            if entry[5]:
+                attrs += (("error", entry[7]), ("errors", entry[5]))
+            c.add(_tnew(Span, (key[1], entry[3], end, key[0], attrs, trace_id, span_id,
+                               entry[2], True)))
         except Exception:
             _failed("trace_state")
 
