@@ -127,9 +127,11 @@ def test_lane_series_carry_the_lanes_role():
     assert {lane for _, lane in core.lanes} == {teacher, student, "rank_0"}
     core.push_metrics()
     text = next(g[2] for g in sender.groups if "project" in g[1])
-    # it ended before a push: pushed as 1 once (the sampled timeline shows it)
+    # it ended before a push: its gauge 0, its seconds on the lane's role (the timeline)
     assert f'{STATE_GAUGE}{{role="teacher_deepseek_r1",state_lane_id="{teacher}",' \
-           'state_name="vllm_generate"} 1' in text
+           'state_name="vllm_generate"} 0' in text
+    assert f'{STATE_GAUGE}_seconds_total{{role="teacher_deepseek_r1",state_lane_id=' \
+           f'"{teacher}",state_name="vllm_generate"}} 2' in text
     assert f'{STATE_GAUGE}{{role="rollout_student",state_lane_id="{student}",' \
            'state_name="vllm_generate"} 1' in text
     # a replica's durations per lane; the ranks' pooled under "ranks"

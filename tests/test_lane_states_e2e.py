@@ -35,11 +35,11 @@ t0 = time.time()
 with rl_insight.trace_state("actor_update", state_lane_id="rank_0"):
     with rl_insight.trace_state("train_batch", state_lane_id="rank_0"):
         time.sleep(0.3)
-    time.sleep(2.5)  # held across lane ticks: pushes (and scrapes) see the lane in it
-time.sleep(1.5)
+    time.sleep(2.5)  # not a wait: held across lane ticks, which push the lane in it
+time.sleep(1.5)  # not a wait: the replica idle before its wake-up
 with rl_insight.trace_state("vllm_wake_up", state_lane_id="replica_0"):
     time.sleep(0.3)
-time.sleep(1.5)
+time.sleep(1.5)  # not a wait: and after it
 rl_insight.finish()
 print("RESULT " + json.dumps({"t0": t0, "t1": time.time()}))
 '''
