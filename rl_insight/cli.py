@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rl_insight import config as config_mod
 from rl_insight import secret
+from rl_insight.client.configuration import EXPERIMENT_ENV, PROJECT_ENV, SERVER_URL_ENV
 
 USAGE = """\
 RL-Insight: monitoring for reinforcement-learning training of LLMs on Ray.
@@ -156,7 +157,7 @@ def _client(args: argparse.Namespace):
     from rl_insight.server import lifecycle
 
     settings = _settings(args)
-    url = getattr(args, "server_url", None) or os.environ.get("RL_INSIGHT_SERVER_URL")
+    url = getattr(args, "server_url", None) or os.environ.get(SERVER_URL_ENV)
     if not url:
         info = lifecycle.running_server(settings)
         url = info["url"] if info else netaddr.http_url(
@@ -252,10 +253,9 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
     if token:
         environ[secret.TOKEN_ENV] = token
     if args.server_url:
-        environ["RL_INSIGHT_SERVER_URL"] = args.server_url
+        environ[SERVER_URL_ENV] = args.server_url
     if args.project and args.experiment:
-        environ["RL_INSIGHT_PROJECT"] = args.project
-        environ["RL_INSIGHT_EXPERIMENT_NAME"] = args.experiment
+        environ[PROJECT_ENV], environ[EXPERIMENT_ENV] = args.project, args.experiment
     wanted = env_vars(environ)
     if args.otel:
         from rl_insight.ray.attach import framework_tracing_env
@@ -263,7 +263,7 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
         wanted.update(framework_tracing_env(wanted, environ))
     if not wanted:
         print("rl-insight: no server URL: pass --server-url http://<server-ip>:18080 or set "
-              "RL_INSIGHT_SERVER_URL", file=sys.stderr)
+              f"{SERVER_URL_ENV}", file=sys.stderr)
         return 2
     doc = {"env_vars": wanted, "worker_process_setup_hook": WORKER_SETUP_HOOK}
     print("# ray job submit --runtime-env THIS_FILE -- python train.py")
@@ -350,7 +350,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     url = args.server_url or None
-    if url is None and not __import__("os").environ.get("RL_INSIGHT_SERVER_URL"):
+    if url is None and not __import__("os").environ.get(SERVER_URL_ENV):
         url = _client(args).url  # the server running here, if any
     import contextlib
     import sys
@@ -404,10 +404,10 @@ def cmd_prometheus_config(args: argparse.Namespace) -> int:
 
     from rl_insight.server.services.prometheus import external_config_text
 
-    url = args.server_url or os.environ.get("RL_INSIGHT_SERVER_URL")
+    url = args.server_url or os.environ.get(SERVER_URL_ENV)
     if not url:
         print("rl-insight: no server URL: pass --server-url http://<server-ip>:18080 or set "
-              "RL_INSIGHT_SERVER_URL", file=sys.stderr)
+              f"{SERVER_URL_ENV}", file=sys.stderr)
         return 2
     from rl_insight.secret import loopback_only
 

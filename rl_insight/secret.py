@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import secrets
 from pathlib import Path
 
@@ -68,12 +67,3 @@ def client_token(settings: Settings) -> str:
     """The token a client sends: ``RL_INSIGHT_TOKEN`` (or ``server.token``), else the one
     a server of this user on this machine made."""
     return settings.server.token or local_token(settings)
-
-
-def export_client_token(settings: Settings) -> str:
-    """:func:`client_token`, also put in this process's environment when it was not there
-    (read from a file): Ray workers started from this process then send it too."""
-    token = client_token(settings)
-    if token and not os.environ.get(TOKEN_ENV):
-        os.environ[TOKEN_ENV] = token
-    return token

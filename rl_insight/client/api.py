@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rl_insight import naming, secret
+from rl_insight import naming
 from rl_insight.client import engine_spans
 from rl_insight.client import transfer_queue as tq_units
-from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV, Client, endpoints, load_settings
+from rl_insight.client.configuration import ClientConfig, resolve
+from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV, Client, endpoints
 from rl_insight.client.registration import (
     ROLLOUT_JOBS,
     TQ_JOB,
@@ -78,30 +79,36 @@ def _failed(what: str) -> None:
                     what, _errors, exc_info=_errors == 1)
 
 
-def _env_endpoints() -> tuple[str | None, str | None]:
-    return os.environ.get(SERVER_URL_ENV), os.environ.get(OTLP_ENV)
+# the configuration resolved when monitoring was last found off: a bare init() resolves
+# again only when the environment's size changed (a variable came or went; reading it
+# again is 2 µs, where this is 0.1), as Uni-Agent calls init() before every metric
+_off: ClientConfig | None = None
 
 
-# the environment's size when _enable() last found no endpoint: a bare init() looks
-# again only when a variable came or went (os.environ.get of a missing name raises and
-# catches a KeyError inside: 2 µs, where this is 0.1)
-_seen_env_size = -1
-
-
-def _enable() -> Client | None:
-    """Create the client if the environment configures an endpoint."""
-    global _client, _env_checked, _seen_env_size
+def _enable(config: ClientConfig | None = None) -> Client | None:
+    """Create the client from ``config`` (else resolved from the environment and the
+    config file) when it names an endpoint."""
+    global _client, _env_checked, _off
     _env_checked = True
     if _client is not None:
         return _client
-    _seen_env_size = len(os.environ)
-    server, otlp = endpoints()
-    if not server and not otlp:
+    config = config or resolve()
+    if not config.enabled:
+        _off = config
         return None
-    settings = load_settings()
-    token = secret.export_client_token(settings)
-    _client = Client(server, otlp, token, settings.client)
+    _off = None
+    _client = Client.from_config(config)
     return _client
+
+
+def enable(config: ClientConfig) -> bool:
+    """Monitoring on with ``config`` (rl_insight.ray.attach's), unless it is on already;
+    whether it is on. Never raises."""
+    try:
+        return _enable(config) is not None
+    except Exception:
+        _failed("enabling monitoring")
+        return False
 
 
 def _get() -> Client | None:
@@ -139,20 +146,22 @@ def init(project: str | None = None, experiment_name: str | None = None,
          config: Mapping[str, Any] | None = None) -> None:
     """Start monitoring in this process. Idempotent, and cheap to repeat (Uni-Agent calls
     ``init()`` before every metric it emits). Give both identity names or neither:
-    without them, a worker inherits its run from the environment or the hub."""
+    without them, a worker inherits its run from the environment or the hub. ``config``:
+    the framework's ``rl_insight`` mapping (rl_insight/client/options.py), resolved with
+    the environment in the order rl_insight/client/configuration.py gives."""
     global _env_checked
     if project is None and experiment_name is None and not config and (
-            _client is not None or (_env_checked and _seen_env_size == len(os.environ))):
+            _client is not None or (_env_checked and _off is not None and
+                                    _off.environ_size == len(os.environ))):
         return  # nothing new to start: monitoring is on, or off with the same environment
     try:
-        from rl_insight.client.options import apply_endpoints
-
-        if config and apply_endpoints(config) and _client is None:
-            log.info("rl-insight: endpoint from init(config): %s", " ".join(
-                f"{k}={v}" for k, v in zip((SERVER_URL_ENV, OTLP_ENV), _env_endpoints(),
-                                           strict=True) if v))
-        _env_checked = False
-        c = _get()
+        c = _client
+        if c is None:
+            resolved = resolve(init_config=config)
+            c = _enable(resolved)
+            if c is not None and config and not _endpoint_in_env():
+                log.info("rl-insight: endpoint from init(config): %s",
+                         resolved.server_url or resolved.otlp_url)
         if (project is None) != (experiment_name is None):
             log.warning("rl-insight: init() needs both project and experiment_name, or "
                         "neither; ignoring the identity given")
@@ -167,6 +176,22 @@ def init(project: str | None = None, experiment_name: str | None = None,
             c.set_identity(Identity(str(project), str(experiment_name)))
     except Exception:
         _failed("init")
+
+
+def _endpoint_in_env() -> bool:
+    return bool(os.environ.get(SERVER_URL_ENV) or os.environ.get(OTLP_ENV))
+
+
+def configuration() -> ClientConfig | None:
+    """The configuration monitoring runs with in this process (None while off), with
+    the run it names now."""
+    c = _client
+    if c is None:
+        return None
+    from dataclasses import replace
+
+    base = c.config or ClientConfig(c.server_url, c.otlp_url, c.token)
+    return replace(base, identity=c.identity)
 
 
 def finish() -> None:

@@ -15,10 +15,20 @@ import threading
 import time
 from collections import deque
 from typing import Any
-from urllib.parse import urlsplit
 
 from rl_insight import config as config_mod
 from rl_insight.client.buffer import EventBuffer
+from rl_insight.client.configuration import (
+    ENABLE_ENV,
+    EXPERIMENT_ENV,
+    OTLP_ENV,
+    PROJECT_ENV,
+    SERVER_URL_ENV,
+    ClientConfig,
+    endpoints,
+    env_identity,
+    load_settings,
+)
 from rl_insight.client.steps import StepClock
 from rl_insight.client.transports import (
     DirectTransport,
@@ -30,46 +40,20 @@ from rl_insight.events import Identity
 
 log = logging.getLogger(__name__)
 
-SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
-OTLP_ENV = "RL_INSIGHT_OTLP_ENDPOINT"
-ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
-PROJECT_ENV = "RL_INSIGHT_PROJECT"
-EXPERIMENT_ENV = "RL_INSIGHT_EXPERIMENT_NAME"
-
-
-def endpoints(environ=os.environ, warn: bool = True) -> tuple[str, str]:
-    """(server_url, otlp_url) from the environment; the server wins, with a warning.
-
-    The OTLP endpoint is the full trace URL (upstream's platform guide:
-    ``https://collector:4318/v1/traces``), used as given; a bare ``scheme://host:port``
-    gets OTLP/HTTP's standard ``/v1/traces``."""
-    server = environ.get(SERVER_URL_ENV, "").strip()
-    otlp = environ.get(OTLP_ENV, "").strip()
-    if environ.get(ENABLE_ENV, "").strip() == "0":
-        return "", ""
-    if server and otlp:
-        if warn:
-            log.warning("rl-insight: both %s and %s are set; using the server (%s)",
-                        SERVER_URL_ENV, OTLP_ENV, server)
-        otlp = ""
-    if otlp and urlsplit(otlp).path in ("", "/"):
-        otlp = otlp.rstrip("/") + "/v1/traces"
-    return server, otlp
-
-
-def env_identity(environ=os.environ) -> Identity | None:
-    p, e = environ.get(PROJECT_ENV, ""), environ.get(EXPERIMENT_ENV, "")
-    return Identity(p, e) if p and e else None
+__all__ = ["ENABLE_ENV", "EXPERIMENT_ENV", "OTLP_ENV", "PROJECT_ENV", "SERVER_URL_ENV",
+           "Client", "endpoints", "env_identity", "load_settings", "parse_buckets"]
 
 
 class Client:
     def __init__(self, server_url: str, otlp_url: str, token: str,
-                 settings: config_mod.ClientSettings) -> None:
+                 settings: config_mod.ClientSettings,
+                 identity: Identity | None = None) -> None:
         self.server_url = server_url
         self.otlp_url = otlp_url
         self.token = token
         self.settings = settings
-        self.identity: Identity | None = env_identity()
+        self.identity: Identity | None = identity or env_identity()
+        self.config: ClientConfig | None = None  # what from_config resolved it from
         self.owner = False  # this process called init() with the identity: it finishes
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self.errors = 0
@@ -87,6 +71,14 @@ class Client:
         atexit.register(self.at_exit)
         self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
         os.register_at_fork(after_in_child=self._after_fork)
+
+    @classmethod
+    def from_config(cls, config: ClientConfig) -> Client:
+        """The client a resolved configuration describes (it must be enabled)."""
+        client = cls(config.server_url, config.otlp_url, config.token, config.client,
+                     config.identity)
+        client.config = config
+        return client
 
     def apply_settings(self) -> None:
         """Hand changed settings (``init(config=...)``) to what already copied them."""
@@ -239,12 +231,3 @@ def parse_buckets(spec: Any) -> tuple[float, ...] | None:
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     bounds = sorted({float(x) for x in items if str(x).strip()})
     return tuple(b for b in bounds if b != float("inf")) or None
-
-
-def load_settings() -> config_mod.Settings:
-    """Settings for a training process; a broken config file must not stop training."""
-    try:
-        return config_mod.load()
-    except config_mod.ConfigError as exc:
-        log.warning("rl-insight: %s; using defaults", exc)
-        return config_mod.Settings()

@@ -1,7 +1,8 @@
 """`init(config=...)`: the framework's ``trainer.rl_insight`` mapping, passed unchanged.
 
 Two kinds of keys are honoured. Upstream's nested keys, which existing configs carry:
-``server.url`` (the environment variable wins), ``server.namespace``, ``server.backend``,
+``server.url`` (the environment variable wins: rl_insight/client/configuration.py),
+``server.namespace``, ``server.backend``,
 ``prometheus.metrics_report_port`` and platform mode's ``otel.exporter.endpoint``
 (``RL_INSIGHT_OTLP_ENDPOINT`` wins). And this package's own
 client settings, flat (``flush_interval_s: 1.0``) or under ``client:``. Anything else is
@@ -12,12 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from rl_insight import config as config_mod
-from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV
 from rl_insight.naming import PREFIX
 
 log = logging.getLogger(__name__)
@@ -66,20 +65,6 @@ def otlp_endpoint_from(config: Mapping[str, Any]) -> str:
     return _nested(config, "otel", "exporter", "endpoint")
 
 
-def apply_endpoints(config: Mapping[str, Any]) -> bool:
-    """Put ``server.url`` and ``otel.exporter.endpoint`` into this process's environment
-    where it sets neither (so the client turns on, and child processes inherit them).
-    True when it set one."""
-    config = as_mapping(config)
-    changed = False
-    for env, value in ((SERVER_URL_ENV, server_url_from(config)),
-                       (OTLP_ENV, otlp_endpoint_from(config))):
-        if value and not os.environ.get(env, "").strip():
-            os.environ[env] = value
-            changed = True
-    return changed
-
-
 def apply_buckets(client, value: Any) -> None:
     """A list: the default bounds; a mapping: bounds per metric name."""
     from rl_insight.client.core import parse_buckets
@@ -98,7 +83,7 @@ def apply_buckets(client, value: Any) -> None:
 def _upstream(client, section: str, key: str, value: Any) -> bool:
     """Apply one upstream key; False when it is not one."""
     if (section, key) in (("server", "url"), ("otel", "exporter.endpoint")):
-        return True  # applied before the client was created (apply_endpoints)
+        return True  # resolved with the environment (client/configuration.py)
     if section == "otel" and key == "otel_port":
         return True  # upstream's older client: spans go to the server's own port here
     if section == "server" and key == "namespace":

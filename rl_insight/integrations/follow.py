@@ -35,18 +35,16 @@ def start(pattern: str, framework: Framework, project: str, experiment_name: str
 
 def _start(pattern: str, framework: Framework, project: str, experiment_name: str,
            anchor_s: float | None, interval_s: float) -> Follower | None:
-    from rl_insight import secret
-    from rl_insight.client.core import endpoints, load_settings
+    from rl_insight.client.configuration import resolve
     from rl_insight.collector.loop import Periodic
     from rl_insight.collector.push import Sender
 
     if pattern in _running:
         return None
-    server, otlp = endpoints(warn=False)
-    if not server and not otlp:
+    config = resolve(warn=False)
+    if not config.enabled:
         return None
-    token = secret.export_client_token(load_settings())
-    sender = Sender(server, token, otlp_url=otlp)
+    sender = Sender(config.server_url, config.token, otlp_url=config.otlp_url)
     follower = Follower(pattern, Run(framework, project, experiment_name), sender.spans,
                         anchor_s)
 

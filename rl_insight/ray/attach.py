@@ -3,6 +3,7 @@ get the monitoring variables, starts or finds the hub, and says what it attached
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -11,16 +12,14 @@ from typing import Any
 from urllib.parse import quote
 
 from rl_insight import config as config_mod
-from rl_insight import secret
 from rl_insight.client import api
+from rl_insight.client.configuration import ClientConfig, resolve
 from rl_insight.client.core import (
     ENABLE_ENV,
     EXPERIMENT_ENV,
     OTLP_ENV,
     PROJECT_ENV,
     SERVER_URL_ENV,
-    endpoints,
-    load_settings,
 )
 from rl_insight.client.transports import actor_config
 from rl_insight.secret import TOKEN_ENV
@@ -51,13 +50,22 @@ class Attachment:
         return self.enabled and not self.missing
 
 
-def env_vars(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The variables every worker needs, taken from this process's environment, and
-    the client settings set there (a worker reads its own environment, not the
+def env_vars(environ: Mapping[str, str] = os.environ,
+             config: ClientConfig | None = None) -> dict[str, str]:
+    """The variables every worker needs: where to send, the token and the run from
+    ``config`` (this process's resolved configuration) or else ``environ``, and the
+    client settings set in ``environ`` (a worker reads its own environment, not the
     driver's: a tick set as short as the scrape interval must reach every process)."""
     out = {}
-    for name in (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV, PROJECT_ENV, EXPERIMENT_ENV,
-                 *CLIENT_SETTING_ENVS):
+    if config is not None:
+        ident = config.identity
+        given = {SERVER_URL_ENV: config.server_url, OTLP_ENV: config.otlp_url,
+                 TOKEN_ENV: config.token, PROJECT_ENV: ident.project if ident else "",
+                 EXPERIMENT_ENV: ident.experiment_name if ident else ""}
+        out.update({k: v for k, v in given.items() if v})
+    for name in (() if config is not None else (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV,
+                                                 PROJECT_ENV, EXPERIMENT_ENV)) + \
+            CLIENT_SETTING_ENVS:
         if environ.get(name):
             out[name] = environ[name]
     if out.get(SERVER_URL_ENV) or out.get(OTLP_ENV):
@@ -115,11 +123,13 @@ def framework_tracing_env(ours: Mapping[str, str], environ: Mapping[str, str] = 
 
 
 def runtime_env(base: Mapping[str, Any] | None = None,
-                environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """``base`` (a Ray runtime_env) with the monitoring variables added; the job's own
-    values win where both set one."""
+                environ: Mapping[str, str] = os.environ,
+                config: ClientConfig | None = None) -> dict[str, Any]:
+    """``base`` (a Ray runtime_env) with the monitoring variables added, from ``config``
+    or the configuration monitoring runs with here (``attach``'s), else ``environ``; the
+    job's own values win where both set one."""
     env = dict(base or {})
-    merged = env_vars(environ)
+    merged = env_vars(environ, config or api.configuration())
     merged.update(env.get("env_vars") or {})
     if merged:
         env["env_vars"] = merged
@@ -161,25 +171,23 @@ def attach(server_url: str | None = None, *, token: str | None = None,
 def _attach(server_url, token, project, experiment_name, base, hardware, init_kwargs):
     import ray
 
-    if server_url:
-        os.environ[SERVER_URL_ENV] = server_url
-    if token:
-        os.environ[TOKEN_ENV] = token
-    else:  # RL_INSIGHT_TOKEN, a config file's, or the one a server on this machine made
-        secret.export_client_token(load_settings())
-    if project and experiment_name:
-        os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = project, experiment_name
-    server, otlp = endpoints()
-    if not server and not otlp:
+    # the arguments, then RL_INSIGHT_*, the config file, the token a server here made
+    config = resolve(server_url=server_url, token=token, project=project,
+                     experiment_name=experiment_name)
+    active = api.configuration()  # init(config=...)'s endpoint, say, in no variable
+    if not config.enabled and active is not None:
+        config = dataclasses.replace(active, identity=config.identity or active.identity)
+    server, otlp = config.server_url, config.otlp_url
+    if not config.enabled:
         msg = (f"monitoring is off: set {SERVER_URL_ENV}=http://<server-ip>:18080 (or pass "
                f"server_url=), as `rl-insight server start` prints")
         log.warning("rl-insight: %s", msg)
         return Attachment(False, message=msg)
-    os.environ.setdefault(ENABLE_ENV, "1")
-    wanted = env_vars()
+    api.enable(config)  # this process's client, from what was resolved here
+    wanted = env_vars(config=config)
     missing: list[str] = []
     if not ray.is_initialized():
-        env = runtime_env(base)
+        env = runtime_env(base, config=config)
         job = _submitted_job_env_vars()
         if job:  # a submitted job: Ray merges envs and fails on a conflicting key
             mine = env.get("env_vars", {})
@@ -200,8 +208,8 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
                 "runtime_env_hook", {k: ("***" if k == TOKEN_ENV else wanted[k])
                                      for k in missing})
     api.init(project, experiment_name) if project and experiment_name else api.init()
-    settings = load_settings()
-    cfg = actor_config(settings.client, server, os.environ.get(TOKEN_ENV, ""), otlp)
+    settings = config.settings
+    cfg = actor_config(settings.client, server, config.token, otlp)
     from rl_insight.ray import actors
 
     if project and experiment_name:  # named in the hub's repr, if this starts it
@@ -212,8 +220,6 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
         job_id = ray.get_runtime_context().get_job_id()
         ray.get(hub.register_run.remote(job_id, project, experiment_name), timeout=30)
     if hardware and server:
-        import dataclasses
-
         from rl_insight.ray import hardware as hw
 
         hw_cfg = {**cfg, "hardware": dataclasses.asdict(settings.hardware)}

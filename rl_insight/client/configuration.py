@@ -1,0 +1,118 @@
+"""A process's monitoring configuration, resolved once into one object that ``init``,
+``attach`` and the options pass explicitly (as OpenTelemetry's ``TracerProvider`` holds
+its own). The environment is read, not written, except where it is the channel: the
+runtime env handed to Ray workers (``rl_insight.ray.attach``), and the run's name that
+``init(project, experiment_name)`` leaves for the processes this one starts.
+
+Each value is taken from the first of, in this order:
+
+1. the arguments: ``attach(server_url=..., token=..., project=..., experiment_name=...)``;
+2. the environment: ``RL_INSIGHT_SERVER_URL``, ``RL_INSIGHT_OTLP_ENDPOINT``,
+   ``RL_INSIGHT_TOKEN``, ``RL_INSIGHT_PROJECT`` with ``RL_INSIGHT_EXPERIMENT_NAME``, and
+   ``RL_INSIGHT_CLIENT_*`` for the client's settings (``VERL_RL_INSIGHT_ENABLE=0`` turns
+   monitoring off whatever else is set);
+3. ``init(config=...)``: upstream's ``server.url`` and ``otel.exporter.endpoint`` (the
+   environment wins, as upstream's does) and this package's client settings;
+4. the config file (``$RL_INSIGHT_HOME/config.yaml``), and the token a server on this
+   machine made;
+5. the defaults (``rl_insight/config.py``).
+
+A server URL wins over an OTLP endpoint where both are set (with a warning).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from rl_insight import config as config_mod
+from rl_insight import secret
+from rl_insight.events import Identity
+
+log = logging.getLogger(__name__)
+
+SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
+OTLP_ENV = "RL_INSIGHT_OTLP_ENDPOINT"
+ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
+PROJECT_ENV = "RL_INSIGHT_PROJECT"
+EXPERIMENT_ENV = "RL_INSIGHT_EXPERIMENT_NAME"
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where this process's monitoring sends, with what credential, for which run, and
+    the client's settings."""
+
+    server_url: str = ""
+    otlp_url: str = ""  # platform mode: spans to this OTLP/HTTP endpoint, no server
+    token: str = ""
+    identity: Identity | None = None  # the run named by arguments or the environment
+    settings: config_mod.Settings = field(default_factory=config_mod.Settings)
+    environ_size: int = -1  # the environment's size when resolved (see api.init)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.server_url or self.otlp_url)
+
+    @property
+    def client(self) -> config_mod.ClientSettings:
+        return self.settings.client
+
+
+def endpoints(environ: Mapping[str, str] = os.environ, warn: bool = True,
+              server_url: str = "", otlp_url: str = "") -> tuple[str, str]:
+    """(server_url, otlp_url): the arguments, else the environment; the server wins, with
+    a warning. The OTLP endpoint is the full trace URL (upstream's platform guide:
+    ``https://collector:4318/v1/traces``), used as given; a bare ``scheme://host:port``
+    gets OTLP/HTTP's standard ``/v1/traces``."""
+    if environ.get(ENABLE_ENV, "").strip() == "0":
+        return "", ""
+    server = (server_url or environ.get(SERVER_URL_ENV, "")).strip()
+    otlp = (otlp_url or environ.get(OTLP_ENV, "")).strip()
+    if server and otlp:
+        if warn:
+            log.warning("rl-insight: both a server URL and an OTLP endpoint are set (%s, "
+                        "%s, or init(config)'s server.url and otel.exporter.endpoint); "
+                        "using the server (%s)", SERVER_URL_ENV, OTLP_ENV, server)
+        otlp = ""
+    if otlp and urlsplit(otlp).path in ("", "/"):
+        otlp = otlp.rstrip("/") + "/v1/traces"
+    return server, otlp
+
+
+def env_identity(environ: Mapping[str, str] = os.environ) -> Identity | None:
+    p, e = environ.get(PROJECT_ENV, ""), environ.get(EXPERIMENT_ENV, "")
+    return Identity(p, e) if p and e else None
+
+
+def load_settings() -> config_mod.Settings:
+    """Settings for a training process; a broken config file must not stop training."""
+    try:
+        return config_mod.load()
+    except config_mod.ConfigError as exc:
+        log.warning("rl-insight: %s; using defaults", exc)
+        return config_mod.Settings()
+
+
+def resolve(*, server_url: str | None = None, otlp_url: str | None = None,
+            token: str | None = None, project: str | None = None,
+            experiment_name: str | None = None, init_config: Any = None,
+            environ: Mapping[str, str] = os.environ, warn: bool = True) -> ClientConfig:
+    """The configuration in the module's documented order; never raises."""
+    from rl_insight.client.options import as_mapping, otlp_endpoint_from, server_url_from
+
+    mapping = as_mapping(init_config) if init_config else {}
+    server, otlp = endpoints(environ, warn, server_url or "", otlp_url or "")
+    if not server and not otlp and mapping and environ.get(ENABLE_ENV, "").strip() != "0":
+        server, otlp = endpoints({}, warn, server_url_from(mapping),
+                                 otlp_endpoint_from(mapping))
+    settings = load_settings()
+    if server or otlp:
+        token = token or environ.get(secret.TOKEN_ENV, "") or secret.client_token(settings)
+    identity = Identity(str(project), str(experiment_name)) \
+        if project and experiment_name else env_identity(environ)
+    return ClientConfig(server, otlp, token or "", identity, settings, len(environ))

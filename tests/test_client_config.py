@@ -1,0 +1,107 @@
+"""The client's configuration, resolved once (rl_insight/client/configuration.py): the
+arguments, then the environment, then ``init(config=...)``, then the config file, then
+the defaults, into one object that ``init`` and ``attach`` pass explicitly. The
+environment is read, never written, except as the channel to Ray workers: the runtime env
+``attach`` hands them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rl_insight.client import api
+from rl_insight.client.configuration import resolve
+from rl_insight.events import Identity
+from rl_insight.ray.attach import env_vars, runtime_env
+
+ENVS = ("RL_INSIGHT_SERVER_URL", "RL_INSIGHT_OTLP_ENDPOINT", "VERL_RL_INSIGHT_ENABLE",
+        "RL_INSIGHT_TOKEN", "RL_INSIGHT_PROJECT", "RL_INSIGHT_EXPERIMENT_NAME")
+
+
+@pytest.fixture
+def fresh(home, monkeypatch):
+    """No client yet, none of the client's variables set, an empty config file."""
+    for name in ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(api, "_client", None)
+    monkeypatch.setattr(api, "_env_checked", False)
+    monkeypatch.setattr(api, "_off", None)
+    return monkeypatch
+
+
+def test_each_value_comes_from_the_first_source_that_has_it(fresh, home):
+    (home / "config.yaml").write_text("server:\n  token: from-file\n"
+                                          "client:\n  flush_interval_s: 2.5\n")
+    init_config = {"server": {"url": "http://from-init:18080"},
+                   "otel": {"exporter": {"endpoint": "http://collector:4318"}}}
+    # nothing in the environment: init(config)'s server (it wins over its OTLP endpoint),
+    # the file's token and settings
+    got = resolve(init_config=init_config)
+    assert (got.server_url, got.otlp_url, got.token) == ("http://from-init:18080", "",
+                                                         "from-file")
+    assert got.client.flush_interval_s == 2.5 and got.identity is None
+    # the environment wins over init(config) and the file (upstream: the variable wins)
+    fresh.setenv("RL_INSIGHT_SERVER_URL", "http://from-env:18080")
+    fresh.setenv("RL_INSIGHT_TOKEN", "from-env")
+    fresh.setenv("RL_INSIGHT_PROJECT", "p")
+    fresh.setenv("RL_INSIGHT_EXPERIMENT_NAME", "e")
+    fresh.setenv("RL_INSIGHT_CLIENT_FLUSH_INTERVAL_S", "0.7")
+    got = resolve(init_config=init_config)
+    assert (got.server_url, got.token, got.identity) == ("http://from-env:18080",
+                                                         "from-env", Identity("p", "e"))
+    assert got.client.flush_interval_s == 0.7
+    # and the arguments over the environment
+    got = resolve(server_url="http://from-arg:18080", token="from-arg", project="q",
+                  experiment_name="f", init_config=init_config)
+    assert (got.server_url, got.token, got.identity) == ("http://from-arg:18080",
+                                                         "from-arg", Identity("q", "f"))
+    # VERL_RL_INSIGHT_ENABLE=0: off, whatever else says where to send
+    fresh.setenv("VERL_RL_INSIGHT_ENABLE", "0")
+    assert not resolve(server_url="http://from-arg:18080", init_config=init_config).enabled
+
+
+def test_init_with_a_config_turns_monitoring_on_without_writing_the_environment(fresh):
+    before = dict(os.environ)
+    api.init(project="p", experiment_name="e", config={
+        "server": {"url": "http://127.0.0.1:1"}, "client": {"exit_flush_timeout_s": 0}})
+    c = api._client
+    assert c is not None and c.server_url == "http://127.0.0.1:1"
+    assert c.identity == Identity("p", "e") and c.settings.exit_flush_timeout_s == 0
+    changed = {k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k)}
+    # the run's name, as before, for the processes this one starts; nothing else
+    assert changed <= {"RL_INSIGHT_PROJECT", "RL_INSIGHT_EXPERIMENT_NAME"}, changed
+    # what a Ray job started from here hands its workers: the resolved values
+    got = runtime_env({"env_vars": {"OTHER": "1"}})["env_vars"]
+    assert got["RL_INSIGHT_SERVER_URL"] == "http://127.0.0.1:1" and got["OTHER"] == "1"
+    assert got["VERL_RL_INSIGHT_ENABLE"] == "1"
+    assert (got["RL_INSIGHT_PROJECT"], got["RL_INSIGHT_EXPERIMENT_NAME"]) == ("p", "e")
+
+
+def test_a_workers_variables_come_from_the_configuration_given(fresh):
+    """attach(server_url=..., token=...) resolves them and hands them to Ray's runtime env
+    as they were resolved; the environment's own, for its client settings only."""
+    fresh.setenv("RL_INSIGHT_SERVER_URL", "http://not-this:18080")
+    fresh.setenv("RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S", "1")
+    config = resolve(server_url="http://this:18080", token="t0k", project="p",
+                     experiment_name="e")
+    assert env_vars(config=config) == {
+        "RL_INSIGHT_SERVER_URL": "http://this:18080", "RL_INSIGHT_TOKEN": "t0k",
+        "RL_INSIGHT_PROJECT": "p", "RL_INSIGHT_EXPERIMENT_NAME": "e",
+        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1", "VERL_RL_INSIGHT_ENABLE": "1",
+        # the engines' own exporter, with the token (tests/test_engine_tracing.py)
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Authorization=Bearer%20t0k",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
+    assert os.environ["RL_INSIGHT_SERVER_URL"] == "http://not-this:18080"  # untouched
+
+
+def test_a_bare_init_resolves_again_only_when_the_environment_changed(fresh):
+    api.init()
+    assert api._client is None and api._off is not None
+    seen = api._off
+    api.init()  # the same environment: nothing resolved again (Uni-Agent's every emit)
+    assert api._off is seen
+    fresh.setenv("RL_INSIGHT_SERVER_URL", "http://127.0.0.1:1")
+    fresh.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "0")
+    api.init()
+    assert api._client is not None and api._client.server_url == "http://127.0.0.1:1"
