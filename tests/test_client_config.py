@@ -22,8 +22,9 @@ ENVS = ("RL_INSIGHT_SERVER_URL", "RL_INSIGHT_OTLP_ENDPOINT", "VERL_RL_INSIGHT_EN
 @pytest.fixture
 def fresh(home, monkeypatch):
     """No client yet, none of the client's variables set, an empty config file."""
-    for name in ENVS:
-        monkeypatch.delenv(name, raising=False)
+    for name in ENVS:  # set, then deleted: what init(project, ...) writes is undone after
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setattr(api, "_client", None)
     monkeypatch.setattr(api, "_env_checked", False)
     monkeypatch.setattr(api, "_off", None)

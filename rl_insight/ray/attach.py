@@ -124,12 +124,13 @@ def framework_tracing_env(ours: Mapping[str, str], environ: Mapping[str, str] = 
 
 def runtime_env(base: Mapping[str, Any] | None = None,
                 environ: Mapping[str, str] = os.environ,
-                config: ClientConfig | None = None) -> dict[str, Any]:
+                config: ClientConfig | None = None, *,
+                from_client: bool = True) -> dict[str, Any]:
     """``base`` (a Ray runtime_env) with the monitoring variables added, from ``config``
-    or the configuration monitoring runs with here (``attach``'s), else ``environ``; the
-    job's own values win where both set one."""
+    or (``from_client``) the configuration monitoring runs with here, ``attach``'s, else
+    ``environ``; the job's own values win where both set one."""
     env = dict(base or {})
-    merged = env_vars(environ, config or api.configuration())
+    merged = env_vars(environ, config or (api.configuration() if from_client else None))
     merged.update(env.get("env_vars") or {})
     if merged:
         env["env_vars"] = merged

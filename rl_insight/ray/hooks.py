@@ -17,7 +17,7 @@ from rl_insight.ray.attach import WORKER_SETUP_HOOK, runtime_env
 
 def runtime_env_hook(env: dict[str, Any] | None) -> dict[str, Any]:
     """Ray calls this with the job's runtime_env and uses what it returns."""
-    merged = runtime_env(env or {}, os.environ)
+    merged = runtime_env(env or {}, os.environ, from_client=False)  # the node's own
     if merged.get("env_vars") and "worker_process_setup_hook" not in merged:
         merged["worker_process_setup_hook"] = WORKER_SETUP_HOOK
     return merged
