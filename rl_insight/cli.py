@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rl_insight import config as config_mod
 from rl_insight import secret
-from rl_insight.client.configuration import EXPERIMENT_ENV, PROJECT_ENV, SERVER_URL_ENV
+from rl_insight.config import EXPERIMENT_ENV, PROJECT_ENV, SERVER_URL_ENV
 
 USAGE = """\
 RL-Insight: monitoring for reinforcement-learning training of LLMs on Ray.

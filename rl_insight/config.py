@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOME = "~/.rl-insight"
 CONFIG_ENV = "RL_INSIGHT_CONFIG"
+# A training process's own variables (rl_insight/client/configuration.py resolves them):
+# where it sends, whether it is on (verl's switch), and the run it names
+SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
+OTLP_ENV = "RL_INSIGHT_OTLP_ENDPOINT"
+ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
+PROJECT_ENV = "RL_INSIGHT_PROJECT"
+EXPERIMENT_ENV = "RL_INSIGHT_EXPERIMENT_NAME"
 
 
 class ConfigError(ValueError):

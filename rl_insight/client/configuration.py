@@ -31,15 +31,13 @@ from urllib.parse import urlsplit
 
 from rl_insight import config as config_mod
 from rl_insight import secret
+from rl_insight.config import ENABLE_ENV, EXPERIMENT_ENV, OTLP_ENV, PROJECT_ENV, SERVER_URL_ENV
 from rl_insight.events import Identity
 
 log = logging.getLogger(__name__)
 
-SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
-OTLP_ENV = "RL_INSIGHT_OTLP_ENDPOINT"
-ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
-PROJECT_ENV = "RL_INSIGHT_PROJECT"
-EXPERIMENT_ENV = "RL_INSIGHT_EXPERIMENT_NAME"
+__all__ = ["ENABLE_ENV", "EXPERIMENT_ENV", "OTLP_ENV", "PROJECT_ENV", "SERVER_URL_ENV",
+           "ClientConfig", "endpoints", "env_identity", "load_settings", "resolve"]
 
 
 @dataclass(frozen=True)
