@@ -82,9 +82,10 @@ print(json.dumps(out))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RL_INSIGHT_", "VERL_"))}
     env["RL_INSIGHT_SERVER_URL"] = "http://127.0.0.1:9"  # as in main(): nobody listens
-    env["RL_INSIGHT_HOME"] = tempfile.mkdtemp(prefix="rl-bench-")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                       text=True, check=True)
+    with tempfile.TemporaryDirectory(prefix="rl-bench-") as home:
+        env["RL_INSIGHT_HOME"] = home
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True)
     import json
 
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -87,10 +87,10 @@ def env_identity(environ: Mapping[str, str] = os.environ) -> Identity | None:
     return Identity(p, e) if p and e else None
 
 
-def load_settings() -> config_mod.Settings:
+def load_settings(environ: Mapping[str, str] | None = None) -> config_mod.Settings:
     """Settings for a training process; a broken config file must not stop training."""
     try:
-        return config_mod.load()
+        return config_mod.load(environ=environ)
     except config_mod.ConfigError as exc:
         log.warning("rl-insight: %s; using defaults", exc)
         return config_mod.Settings()
@@ -108,9 +108,9 @@ def resolve(*, server_url: str | None = None, otlp_url: str | None = None,
     if not server and not otlp and mapping and environ.get(ENABLE_ENV, "").strip() != "0":
         server, otlp = endpoints({}, warn, server_url_from(mapping),
                                  otlp_endpoint_from(mapping))
-    settings = load_settings()
-    if server or otlp:
-        token = token or environ.get(secret.TOKEN_ENV, "") or secret.client_token(settings)
+    settings = load_settings(environ)
+    if server or otlp:  # RL_INSIGHT_TOKEN, the file's, or the one a local server made
+        token = token or secret.client_token(settings)
     identity = Identity(str(project), str(experiment_name)) \
         if project and experiment_name else env_identity(environ)
     return ClientConfig(server, otlp, token or "", identity, settings, len(environ))

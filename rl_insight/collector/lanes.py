@@ -75,7 +75,7 @@ class _Open:
     def stop(self, now_ns: int) -> int:
         """Another state takes the lane (or this one ends): add the time it held it, and
         return that time (ns)."""
-        took = max(now_ns - self.since_ns, 0)
+        took = self.running_ns(now_ns)
         self.self_ns += took
         return took
 

@@ -63,9 +63,10 @@ def env_vars(environ: Mapping[str, str] = os.environ,
                  TOKEN_ENV: config.token, PROJECT_ENV: ident.project if ident else "",
                  EXPERIMENT_ENV: ident.experiment_name if ident else ""}
         out.update({k: v for k, v in given.items() if v})
-    for name in (() if config is not None else (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV,
-                                                 PROJECT_ENV, EXPERIMENT_ENV)) + \
-            CLIENT_SETTING_ENVS:
+    else:
+        names = (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV, PROJECT_ENV, EXPERIMENT_ENV)
+        out.update({k: environ[k] for k in names if environ.get(k)})
+    for name in CLIENT_SETTING_ENVS:
         if environ.get(name):
             out[name] = environ[name]
     if out.get(SERVER_URL_ENV) or out.get(OTLP_ENV):

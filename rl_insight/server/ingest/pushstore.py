@@ -41,7 +41,6 @@ from rl_insight.server.ingest.store import Store
 log = logging.getLogger(__name__)
 
 
-SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (family, sorted labels)
 
 
 @dataclass
