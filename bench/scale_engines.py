@@ -41,18 +41,9 @@ ADVANCING = ("counter", "histogram", "summary")
 def fake_vllm(seed: int):
     """examples/fake_engines.py's FAKE vLLM, without its HTTP server (which would listen
     on every interface) and its clock thread: driven here on simulated time."""
-    from examples.fake_engines import EngineState, FakeEngine, _Metrics
+    from examples.fake_engines import FakeEngine
 
-    eng = FakeEngine.__new__(FakeEngine)
-    eng.backend = "vllm"
-    eng.registry = pc.CollectorRegistry()
-    eng.m = _Metrics("vllm", registry=eng.registry)
-    eng.s = EngineState()
-    eng.rng = random.Random(seed)
-    eng.lock = threading.Lock()
-    eng.finished = 0
-    eng._recent_tokens = []
-    return eng
+    return FakeEngine("vllm", seed=seed, live=False)
 
 
 def exposition(engines: int) -> str:

@@ -404,7 +404,9 @@ class FakeEngine:
     TICK = 0.05
 
     def __init__(self, backend: str, seed: int = 0, kv_capacity_tokens: int = 0,
-                 port: int = 0, otlp_traces_endpoint: str = "") -> None:
+                 port: int = 0, otlp_traces_endpoint: str = "", live: bool = True) -> None:
+        """``live=False``: no HTTP server and no clock thread, for a caller that drives
+        ``_tick`` on simulated time and reads ``registry`` itself (bench/scale_engines.py)."""
         self.backend = backend
         # vLLM's --otlp-traces-endpoint: an llm_request span per finished request
         self.tracer = init_tracer(otlp_traces_endpoint) if otlp_traces_endpoint else None
@@ -424,6 +426,9 @@ class FakeEngine:
         self.peak_tokens = 0
         self.preempted = 0
         self._recent_tokens: list[tuple[float, int]] = []
+        self.server, self.port = None, port
+        if not live:
+            return
         # SGLang answers through prometheus_client's negotiating app; vLLM in text
         self.server, self.port = serve(self.registry, negotiate=backend == "sglang",
                                        port=port)

@@ -67,3 +67,22 @@ def test_vllm_omni_labels_by_stage_and_its_own_replica():
         assert "# EOF" not in text
     finally:
         omni.server.shutdown()
+
+
+def test_the_scale_benchs_engines_are_the_fake_vllm_driven_on_simulated_time():
+    """bench/scale_engines.py serves 1,000 replicas' /metrics from one exposition of the
+    FAKE vLLM, built without its server and clock thread (it once built the engine by
+    hand and broke when the engine grew an attribute: make bench-tier stopped at start)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import scale_engines
+
+    assert fake_engines.FakeEngine("vllm", live=False).server is None
+    finished: dict[str, float] = {}
+    for fam in text_string_to_metric_families(scale_engines.exposition(2)):
+        if fam.name == "vllm:request_success":
+            for s in fam.samples:
+                if s.name.endswith("_total"):
+                    finished[s.labels["engine"]] = finished.get(s.labels["engine"], 0) + s.value
+    assert finished == {"0": 40, "1": 40}, finished
