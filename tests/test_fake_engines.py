@@ -75,10 +75,9 @@ def test_the_scale_benchs_engines_are_the_fake_vllm_driven_on_simulated_time():
     hand and broke when the engine grew an attribute: make bench-tier stopped at start)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    sys.path.insert(0, str(REPO / "bench"))
-    import scale_engines
+    from bench import scale_engines
 
-    assert fake_engines.FakeEngine("vllm", live=False).server is None
+    assert scale_engines.fake_vllm(0).server is None
     finished: dict[str, float] = {}
     for fam in text_string_to_metric_families(scale_engines.exposition(2)):
         if fam.name == "vllm:request_success":
