@@ -60,7 +60,7 @@ def scenario(spec: str, seeds: int, steps: int = 70) -> dict:
     """Over ``seeds`` runs: detection delay after the true onset, onset error, the cause
     ranked first, and changes before the onset (false alarms)."""
     drift = drifts.parse(spec)
-    delays, onset_err, right, early = [], [], 0, 0
+    delays, onset_err, right, early, kinds = [], [], 0, 0, set()
     for seed in range(seeds):
         run = drifts.virtual_run(steps, [drift], seed=1000 + seed)
         onset = run.onsets[drift.kind]
@@ -72,13 +72,15 @@ def scenario(spec: str, seeds: int, steps: int = 70) -> dict:
             continue
         delays.append(hit.detected_step - onset)
         onset_err.append(hit.onset_step - onset)
+        kinds.add(hit.headline.kind)
         right += first_cause(hit) in drifts.causes(drift)
     s = sorted(delays)
     return {"seeds": seeds, "delay_p50": s[len(s) // 2], "delay_p95": s[int(len(s) * 0.95)],
             "delay_max": s[-1], "within_5": sum(d <= 5 for d in delays) / seeds,
             "onset_error_median": statistics.median(onset_err) if onset_err else None,
             "onset_error_max": max((abs(e) for e in onset_err), default=None),
-            "cause_first": right / seeds, "false_alarms_before_onset": early}
+            "cause_first": right / seeds, "false_alarms_before_onset": early,
+            "kind": kinds.pop() if len(kinds) == 1 else "mixed"}
 
 
 def steady(seeds: int, steps: int = 300) -> dict:

@@ -763,6 +763,31 @@ ANATOMY = (
        Query(per_step("trainer_idle_ratio"), "trainer ranks"), unit="percentunit",
        description="Share of each step a replica was not generating, and no trainer rank "
                    "was in a phase."),
+    ts("Trainer ranks: compute and wait",
+       Query(per_step("rank_compute_seconds", by="rank"), "rank {{rank}} computing"),
+       Query(per_step("rank_wait_seconds", by="rank"), "rank {{rank}} waiting"),
+       unit="s", width=16, options={"bars": True},
+       description="Per step, each trainer rank's time in its phases split into computing "
+                   "and waiting for the others (at their collectives, from torch's Flight "
+                   "Recorder when TORCH_FR_BUFFER_SIZE is set, else from the phases' "
+                   "boundaries); rank \"median\" is the median rank. Ranks that meet at "
+                   "every collective end each phase together: the one that waited least "
+                   "kept the others waiting. At most the 8 ranks that waited least are "
+                   "kept per step."),
+    ts("The rank each step waited for",
+       Query(per_step("culprit_rank", by="rank, phase, kind, role, node, gpu"),
+             "rank", table=True),
+       Query(per_step("culprit_lead_seconds", by="rank, phase, kind, role, node, gpu"),
+             "longer by (s)", table=True),
+       Query(per_step("culprit_waited_seconds", by="rank, phase, kind, role, node, gpu"),
+             "the others waited (s)", table=True),
+       kind="table", width=8, needs="rank-straggler",
+       options={"transformations": [{"id": "joinByField",
+                                     "options": {"byField": "Time", "mode": "outer"}}]},
+       description="The culprit: the rank a step waited for, its phase, whether it "
+                   "computed longer (compute) or its data came late (input), its role, "
+                   "node and GPU. No row: the ranks were balanced. `rl-insight report "
+                   "--step N` says why in words."),
     ts("Rollout and training overlap", Query(per_step("overlap_seconds"), "overlap"),
        unit="s", options={"bars": True},
        description="Separate-asynchronous runs: time rollout and training ran at once."),

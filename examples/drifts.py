@@ -16,7 +16,18 @@ Drifts (``--drift``):
   until it preempts: its generation slows, it is the straggler;
 - ``throttle:NODE:START``: that node's GPUs throttle from START (SM clock 1,980 to
   1,500 MHz, hotter): its replicas generate a quarter slower;
-- ``weight-sync:START[:RATE]``: the weight update takes RATE (0.1) longer every step.
+- ``weight-sync:START[:RATE]``: the weight update takes RATE (0.1) longer every step;
+- ``rank-slow:RANK:START[:FACTOR]``: that trainer rank computes FACTOR (1.5) times as
+  long in each micro-batch of the actor update from START; the others wait for it at
+  each all-reduce, so every rank's phase ends at the same moment (issue 49);
+- ``rank-creep:RANK:START[:RATE]``: that rank's compute grows RATE (0.05) a step;
+- ``rank-input:RANK:START[:FACTOR]``: that rank's data comes late: its first
+  micro-batch waits (FACTOR - 1) times a micro-batch's compute before it starts.
+
+The actor update is :data:`MICRO_BATCHES` micro-batches on :data:`RANKS` ranks, each
+ending in an all-reduce; each rank's arrivals are summarised as its client summarises
+torch's Flight Recorder (rl_insight/client/rank_evidence.py), and the row's rank
+figures are what rl_insight/anatomy/ranks.py makes of them.
 """
 
 from __future__ import annotations
@@ -27,7 +38,10 @@ from dataclasses import dataclass, field
 
 NOISE = 0.01  # lognormal sigma of every part of every step
 SPIKE_P = 0.02  # a step's driver work doubled (a checkpoint save): one slow step
-KINDS = ("response-length", "kv-shrink", "throttle", "weight-sync")
+KINDS = ("response-length", "kv-shrink", "throttle", "weight-sync", "rank-slow",
+         "rank-creep", "rank-input")
+RANK_KINDS = KINDS[4:]
+RANKS, MICRO_BATCHES = 4, 8
 KV_NEED = 0.7  # the share of a full KV cache a replica's batch needs
 KV_SHRINK = 0.1  # a step, from the drift's start
 KV_FLOOR = 0.4
@@ -60,6 +74,20 @@ class Drift:
     def weight_sync_factor(self, step: int) -> float:
         return (1 + self.rate) ** self.k(step) if self.kind == "weight-sync" else 1.0
 
+    def compute_factor(self, step: int, rank: int) -> float:
+        """How much longer the rank computes each micro-batch."""
+        if rank != self.target or not self.k(step):
+            return 1.0
+        if self.kind == "rank-slow":
+            return self.rate
+        return (1 + self.rate) ** self.k(step) if self.kind == "rank-creep" else 1.0
+
+    def input_delay(self, step: int, rank: int) -> float:
+        """Micro-batches of compute the rank's data comes late by."""
+        if self.kind != "rank-input" or rank != self.target or not self.k(step):
+            return 0.0
+        return self.rate - 1.0
+
 
 def parse(text: str) -> Drift:
     """``KIND:...`` as ``--drift`` takes it (module docstring)."""
@@ -72,10 +100,15 @@ def parse(text: str) -> Drift:
             return Drift(kind, int(bits[0]), rate=float(bits[1]) if len(bits) > 1 else 0.1)
         if kind in ("kv-shrink", "throttle"):
             return Drift(kind, int(bits[1]), target=int(bits[0]))
+        if kind in RANK_KINDS:
+            rate = float(bits[2]) if len(bits) > 2 else \
+                {"rank-slow": 1.5, "rank-creep": 0.05, "rank-input": 1.5}[kind]
+            return Drift(kind, int(bits[1]), target=int(bits[0]), rate=rate)
     except (IndexError, ValueError):
         pass
     raise ValueError(f"--drift {text!r}: expected one of response-length:START[:RATE], "
-                     "kv-shrink:REPLICA:START, throttle:NODE:START, weight-sync:START[:RATE]")
+                     "kv-shrink:REPLICA:START, throttle:NODE:START, weight-sync:START[:RATE], "
+                     "rank-slow|rank-creep|rank-input:RANK:START[:FACTOR]")
 
 
 def preemptions(capacity: float) -> float:
@@ -113,6 +146,7 @@ def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: i
     """A synchronous run of ``steps`` steps, ``replicas`` rollout replicas spread over
     ``nodes`` nodes, every part with :data:`NOISE`, and the drifts."""
     rng = random.Random(seed)
+    rank_rng = random.Random(seed + 7919)  # the ranks' own draws: the rest as before
     run = VirtualRun()
     for r in range(replicas):
         run.replica_node[str(r)] = f"node-{r * nodes // replicas}"
@@ -134,6 +168,8 @@ def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: i
         generate = max(per_replica.values())
         phases = {p: s * noise(rng) for p, s in phase_s.items()}
         phases["update_weights"] *= math.prod(d.weight_sync_factor(step) for d in drifts)
+        figures, extra = rank_figures(step, drifts, rank_rng, phases["actor_update"])
+        phases["actor_update"] += extra
         other = other_s * noise(rng) * (2.0 if rng.random() < SPIKE_P else 1.0)
         duration = generate + sum(phases.values()) + other
         completion = length * 64 * replicas
@@ -153,7 +189,7 @@ def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: i
                                      "prefill_s_mean": 0.05 * noise(rng, 0.05),
                                      "decode_s_mean": generate * 0.8 * noise(rng, 0.02)}},
             "tokens_per_gpu_second": completion / (gpus * duration),
-            "source": "lanes"})
+            "source": "lanes", **figures})
         run.put(run.scalars, "response_length/mean", step, length)
         run.put(run.scalars, "actor/entropy", step, 0.6 * noise(rng, 0.03))
         run.put(run.scalars, "actor/pg_loss", step, rng.gauss(0.0, 0.02))
@@ -182,6 +218,46 @@ def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: i
     return run
 
 
+def rank_figures(step: int, drifts: list[Drift], rng: random.Random, phase_s: float
+                 ) -> tuple[dict, float]:
+    """The actor update's ranks in a step: :data:`MICRO_BATCHES` micro-batches, each
+    ending in an all-reduce all ranks leave together; (the row's rank figures as the
+    server makes them from each rank's arrivals, how much longer the drifts made the
+    phase)."""
+    from rl_insight.anatomy import ranks as attribution
+
+    compute = [[phase_s / MICRO_BATCHES * noise(rng) for _ in range(RANKS)]
+               for _ in range(MICRO_BATCHES)]
+    factor = [math.prod(d.compute_factor(step, r) for d in drifts) for r in range(RANKS)]
+    late = [sum(d.input_delay(step, r) for d in drifts) * phase_s / MICRO_BATCHES
+            for r in range(RANKS)]
+
+    def phase(drifted: bool) -> tuple[list[list[float]], float]:
+        at, arrivals = 0.0, []
+        for i, row in enumerate(compute):
+            took = [c * (factor[r] if drifted else 1.0) +
+                    (late[r] if drifted and i == 0 else 0.0) for r, c in enumerate(row)]
+            arrivals.append([at + t for t in took])
+            at += max(took)
+        return arrivals, at
+
+    arrivals, end = phase(True)
+    _, plain = phase(False)
+    ns = 1e9
+    base = int(step * 1000 * ns)
+    per_rank = {}
+    for r in range(RANKS):
+        mine = [a[r] for a in arrivals]
+        per_rank[str(r)] = attribution.RankPhase(base, base + int(end * ns), {
+            attribution.COLLECTIVES: MICRO_BATCHES,
+            attribution.MEAN_TO_END: sum(end - t for t in mine) / len(mine),
+            attribution.FIRST_TO_END: end - mine[0], attribution.NODE: f"node-{r // 2}",
+            attribution.GPU: str(r % 2)})
+    got = attribution.attribute({"actor_update": per_rank})
+    return ({"ranks": got.ranks, "rank_median": got.median, "rank_count": got.count,
+             "culprit": got.culprit, "rank_evidence": got.evidence}, end - plain)
+
+
 def first_slower_step(d: Drift) -> int:
     """The first step the drift makes slower: its start, or for a shrinking KV cache the
     first step it preempts (until then the cache only fills)."""
@@ -205,4 +281,6 @@ def causes(d: Drift) -> set[tuple[str, str]]:
         node = f"node-{d.target}"
         return {(name, node) for name in ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP",
                                           "DCGM_FI_DEV_POWER_USAGE")}
+    if d.kind in RANK_KINDS:
+        return {("rank", str(d.target))}
     return {("weight_sync", "")}

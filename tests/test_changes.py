@@ -45,7 +45,32 @@ def test_each_injected_drift_is_found_within_five_steps_with_its_cause_first(spe
     assert got["delay_max"] <= 6, got
     assert got["within_5"] >= (0.8 if spec.startswith("response-length") else 1.0), got
     assert got["cause_first"] == 1.0, got
-    assert got["onset_error_max"] <= 5, got
+    # a step change's onset within one step, a creep's within two; a creep of 1 % a step
+    # through 1 % noise shows its first steps no better than noise: within five
+    assert got["onset_error_max"] <= {"throttle": 1, "response-length": 5}.get(
+        spec.partition(":")[0], 2), got
+    # a shrinking KV cache slows its replica over three steps, then holds at its floor:
+    # told as either
+    assert got["kind"] in {"throttle": ("shift",), "kv-shrink": ("shift", "ramp")}.get(
+        spec.partition(":")[0], ("ramp",)), got
+
+
+@pytest.mark.parametrize("spec, kind, within", [("response-length:30:0.04", "ramp", 2),
+                                                 ("response-length:30:0.02", "ramp", 2),
+                                                 ("rank-slow:1:30:1.5", "shift", 1),
+                                                 ("throttle:0:35", "shift", 1)])
+def test_a_change_is_told_as_the_kind_it_is_from_the_step_it_began(spec, kind, within):
+    """Issue 49: a rank half again as slow from step 30 was told as a creep 6 steps
+    early, responses growing 4 % a step as a change 5 steps before they grew. Over 20
+    runs each: the kind right in every run, the onset within one step (a shift) or two (a
+    creep) of the first step the drift made slower."""
+    drift = drifts.parse(spec)
+    for seed in range(20):
+        run = drifts.virtual_run(60, [drift], seed=seed)
+        truth = run.onsets[drift.kind]
+        hit = next(c for c in bench.analyze(run) if c.detected_step >= truth)
+        assert (hit.headline.kind, abs(hit.onset_step - truth) <= within) == (kind, True), \
+            (seed, hit.as_dict())
 
 
 def test_a_steady_300_step_run_with_the_same_noise_raises_nothing():
@@ -162,10 +187,13 @@ def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
     for r in made:
         store.observe(("p", "e"), [r])
     live = store.report("p", "e")
-    assert [c["onset_step"] for c in live["changes"]] == [32]
+    # the first preempting step is 2.5 % slower (two spreads): the ramp's fit may start
+    # at the step after it, within the two steps a creep's onset is held to
+    onset = live["changes"][0]["onset_step"]
+    assert [c["onset_step"] for c in live["changes"]] == [onset] and 32 <= onset <= 33
     held[20] = as_row({**run.rows[20], "duration_s": run.rows[20]["duration_s"] * 5})
     store.observe(("p", "e"), [held[20]])  # made again: analysed again from the rows
-    assert store.report("p", "e")["changes"][0]["onset_step"] == 32
+    assert store.report("p", "e")["changes"][0]["onset_step"] == onset
     families = {f.name: f for f in store.collect()}
     assert families["rl_insight_step_regression_seconds"].samples == []  # not ranked yet
     assert store.rank_due() == 1

@@ -145,14 +145,20 @@ def _trainer_first(ranked: list[dict]) -> list[dict]:
 
 
 def scope(ranked: list[dict], replicas: Mapping[str, Mapping[int, float]], onset: int,
-          before_steps: int = BEFORE_STEPS) -> dict | None:
-    """The one replica or node a regression is in: its first cause's node or replica, or
-    the one replica (of several) whose generating time moved while the others' did not."""
+          before_steps: int = BEFORE_STEPS,
+          culprits: Mapping[int, dict | None] | None = None) -> dict | None:
+    """The one replica, node or rank a regression is in: its first cause's node or
+    replica; else the trainer rank the steps since the onset waited for (and before it
+    did not); else the one replica (of several) whose generating time moved while the
+    others' did not."""
     if ranked and ranked[0]["role"] == CAUSE:
         labels = ranked[0]["labels"]
         for key in ("node", "replica"):
             if labels.get(key):
                 return {key: labels[key]}
+    rank = culprit_since(culprits or {}, onset, before_steps)
+    if rank is not None:
+        return rank
     moved, still = [], []
     for rep, values in replicas.items():
         before = [v for s, v in values.items() if onset - before_steps <= s < onset]
@@ -164,6 +170,42 @@ def scope(ranked: list[dict], replicas: Mapping[str, Mapping[int, float]], onset
     if len(moved) == 1 and still:
         return {"replica": moved[0]}
     return None
+
+
+CULPRIT_SHARE = 2 / 3  # of the steps since the onset, waiting for one rank
+CULPRIT_BEFORE = 1 / 3  # ... which the steps before it waited for less often than this
+
+
+def culprit_since(culprits: Mapping[int, dict | None], onset: int,
+                  before_steps: int = BEFORE_STEPS) -> dict | None:
+    """The rank most steps since ``onset`` waited for (rl_insight.anatomy.ranks), when it
+    was not already the straggler before: its number, role, node and GPU, the kind, the
+    phase, and its median lead and the median other rank's wait since the onset."""
+    after = [c for s, c in culprits.items() if s >= onset]
+    named = [c for c in after if c]
+    if len(after) < 1 or not named:
+        return None
+    counts: dict[str, int] = {}
+    for c in named:
+        counts[c["rank"]] = counts.get(c["rank"], 0) + 1
+    rank, n = max(counts.items(), key=lambda kv: (kv[1], -int(kv[0]) if kv[0].isdigit()
+                                                  else 0))
+    before = [c for s, c in culprits.items() if onset - before_steps <= s < onset]
+    was = sum(1 for c in before if c and c["rank"] == rank)
+    if n < CULPRIT_SHARE * len(after) or (before and was >= CULPRIT_BEFORE * len(before)):
+        return None
+    mine = [c for c in named if c["rank"] == rank]
+    last = mine[-1]
+    kinds = [c["kind"] for c in mine]
+    out = {"rank": rank, "role": last.get("role"), "phase": last.get("phase"),
+           "kind": max(set(kinds), key=kinds.count), "evidence": last.get("evidence"),
+           "lead_s": statistics.median(c["lead_s"] for c in mine),
+           "waited_s": statistics.median(c["waited_s"] for c in mine),
+           "ranks": last.get("ranks"), "steps": len(mine)}
+    for key in ("node", "gpu"):
+        if last.get(key):
+            out[key] = last[key]
+    return out
 
 
 # trainer keys that restate the step's time rather than cause it (verl's timing_s/*,
@@ -240,6 +282,7 @@ def annotate(changes: Iterable, rows: list[Mapping], extra: Iterable[Candidate] 
 
     own, replicas = from_rows(rows)
     candidates = own + list(extra)
+    culprits = {row["step"]: row.get("culprit") for row in rows if "culprit" in row}
     for change in changes:
         head = change.headline
         target = {}
@@ -248,4 +291,5 @@ def annotate(changes: Iterable, rows: list[Mapping], extra: Iterable[Candidate] 
             if got is not None:
                 target[row["step"]] = got[0]
         change.candidates = rank(head.as_dict(), target, candidates)
-        change.scope = scope(change.candidates, replicas, change.onset_step)
+        change.scope = scope(change.candidates, replicas, change.onset_step,
+                             culprits=culprits)

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from rl_insight.anatomy.explain import parts
+from rl_insight.anatomy.ranks import where, why_rank
 from rl_insight.config import ChangesSettings as Rule
 
 STEP_TIME = "step_time"
@@ -105,6 +106,43 @@ class Regression:
         return out
 
 
+FIT_CAP = 9.0  # a step's squared residual counts at most 3 spreads: one outlier is no shape
+
+
+def fit_onset(points: list[tuple[int, float]]) -> tuple[int, str]:
+    """(onset step, "shift" or "ramp") of the change in ``points`` (step, value in
+    baseline spreads above the baseline, unclipped), oldest first: the piecewise model
+    that fits them best, zero before the onset and after it either a level (a step
+    change: a throttled GPU, a slower rank) or a line from zero (a creep: responses that
+    grow every step). Residuals are capped (:data:`FIT_CAP`), the level is the median
+    and the slope the median of the points' own slopes, so one slow step moves neither;
+    at equal fit the level wins (the simpler story)."""
+    ys = [y for _, y in points]
+    best = (math.inf, points[-1][0], "shift")
+    before = 0.0
+    for k, (step, _) in enumerate(points):
+        for kind, loss in _fits(ys[k:]):
+            if before + loss < best[0] - 1e-9:
+                best = (before + loss, step, kind)
+        before += min(FIT_CAP, ys[k] ** 2)
+    return best[1], best[2]
+
+
+def fit_kind(after: list[float]) -> str:
+    """"shift" or "ramp": the shape that fits the values since a known onset better."""
+    (_, shift), (_, ramp) = _fits(after)
+    return "ramp" if ramp < shift - 1e-9 else "shift"
+
+
+def _fits(after: list[float]) -> tuple[tuple[str, float], tuple[str, float]]:
+    """The capped loss of a level and of a line from zero through ``after``."""
+    level = statistics.median(after)
+    slope = statistics.median(y / (j + 1) for j, y in enumerate(after))
+    return (("shift", sum(min(FIT_CAP, (y - level) ** 2) for y in after)),
+            ("ramp", sum(min(FIT_CAP, (y - slope * (j + 1)) ** 2)
+                         for j, y in enumerate(after))))
+
+
 class _Signal:
     """One signal's baseline, recent z-scores and open regression."""
 
@@ -159,21 +197,20 @@ class _Signal:
     def _test(self, step: int, m: float, s: float, rule: Rule, step_scale: float | None
               ) -> Regression | None:
         zs = list(self.z)
-        best = (0.0, 0, "shift")
+        stat = 0.0
         for n in range(rule.min_steps, len(zs) + 1):
             tail = [z for _, z in zs[-n:]]
             shift = sum(tail) / math.sqrt(n)
             ramp = sum((j + 1) * z for j, z in enumerate(tail)) / \
                 math.sqrt(n * (n + 1) * (2 * n + 1) / 6)
-            for stat, kind in ((shift, "shift"), (ramp, "ramp")):
-                if stat > best[0]:
-                    best = (stat, n, kind)
-        stat, n, kind = best
+            stat = max(stat, shift, ramp)
         if stat < rule.threshold:
             return None
-        # the onset: the first of the L steps a spread above the baseline (a ramp fitted
-        # over a longer tail starts on steps that were not yet slower)
-        onset = next((st for st, z in zs[-n:] if z >= 1.0), zs[-n][0])
+        # the test says that something changed; its onset and kind are what fits the
+        # values best (the clipped z-scores above make every large change look flat)
+        values = dict(self.recent)
+        onset, kind = fit_onset([(st, self.direction * (values[st] - m) / s)
+                                 for st, _ in zs if st in values])
         since = [v for st, v in self.recent if st >= onset]
         size = self.direction * (statistics.median(since) - m)
         material = rule.min_change * abs(m) if self.name in HEADLINES else \
@@ -195,6 +232,9 @@ class _Signal:
         reg.size = self.direction * (statistics.median(since) - m)
         reg.peak = max(reg.peak, reg.size)
         reg.last_step = step
+        if step - reg.onset_step < rule.window:  # its shape is clearer with each step
+            reg.kind = fit_kind([self.direction * (v - m) / reg.sigma
+                                 for st, v in self.recent if st >= reg.onset_step])
         last = list(self.z)[-rule.recover_steps:]
         if len(last) == rule.recover_steps and \
                 statistics.median(z for _, z in last) < 1.0 and last[0][0] > reg.onset_step:
@@ -423,16 +463,17 @@ def render(report: Mapping) -> str:
             lines.append(f"   in {p['part']}: +{p['over_s']:.2f} s "
                          f"({100 * p['share']:.0f}% of it)")
         if c.get("scope"):
-            (k, v), = c["scope"].items()
-            lines.append(f"   only on {k} {v}")
+            lines.append(f"   only on {where(c['scope'])}")
+            if c["scope"].get("rank") is not None:
+                lines.append(f"   {why_rank(c['scope'])}")
         if c["candidates"]:
             lines.append("   what moved with it:")
         for j, m in enumerate(c["candidates"], 1):
-            where = " ".join(f"{k}={v}" for k, v in m["labels"].items() if k != "role")
+            at = " ".join(f"{k}={v}" for k, v in m["labels"].items() if k != "role")
             pct = f" ({m['change_pct']:+.0f}%)" if m.get("change_pct") is not None else ""
             share = f", accounts for {100 * m['accounts_for']:.0f}%" \
                 if m.get("accounts_for") else ""
-            lines.append(f"     {j}. {m['name']}{' [' + where + ']' if where else ''}: "
+            lines.append(f"     {j}. {m['name']}{' [' + at + ']' if at else ''}: "
                          f"{_num(m['before'])} -> {_num(m['after'])}{pct}, "
                          f"correlation {m['correlation']:+.2f}{share}"
                          f"{' (a symptom)' if m['role'] != 'cause' else ''}")

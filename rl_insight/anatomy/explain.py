@@ -15,6 +15,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
+from rl_insight.anatomy.ranks import HIDDEN, where, why_rank
+
 BASELINE_STEPS = 10
 PHASES = ("queue", "prefill", "decode")
 
@@ -73,7 +75,29 @@ def explain(rows: Sequence[Mapping], step: int,
     out["framework"] = row.get("framework")
     if row.get("buckets"):
         out["goodput"]["buckets"] = row["buckets"]
+    for key in ("culprit", "ranks", "rank_median", "rank_evidence", "rank_count"):
+        if row.get(key):
+            out[key] = row[key]
     return out
+
+
+HIDDEN_NOTE = ("the ranks met at its collectives and started together: who computed "
+               "longer cannot be told from the phase's boundaries. Set "
+               "TORCH_FR_BUFFER_SIZE=2000 in the workers' environment (torch's Flight "
+               "Recorder) and each rank's arrivals will tell it")
+
+
+def _rank_lines(e: Mapping) -> list[str]:
+    """The rank the step waited for, and why; or why none can be named."""
+    c = e.get("culprit")
+    if c:
+        return [f"the step waited for {where(c)}", f"  {why_rank(c)}"]
+    hidden = [p for p, how in (e.get("rank_evidence") or {}).items() if how == HIDDEN]
+    if hidden:
+        return [f"ranks in {', '.join(hidden)}: {HIDDEN_NOTE}"]
+    if e.get("rank_count", 0) > 1:
+        return [f"ranks: balanced ({e['rank_count']} ranks; none kept the others waiting)"]
+    return []
 
 
 def _generation(row: Mapping, before: Sequence[Mapping], role: str) -> dict:
@@ -160,6 +184,7 @@ def render(e: Mapping) -> str:
             continue
         lines.append(f"  {c['over_s']:+8.2f}s  {c['part']:<34} {c['seconds']:.2f}s "
                      f"(baseline {c['baseline_s']:.2f}s)")
+    lines += _rank_lines(e)
     cp = e.get("critical_path")
     if cp and cp.get("slowest_replica") is None:
         lines.append(f"critical path: {cp['role']} generation, as a whole (no replica lanes: "

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rl_insight import laneid
+from rl_insight.anatomy import ranks as rank_figures
 from rl_insight.anatomy.requests import (
     Request,
     last_to_finish,
@@ -152,6 +153,14 @@ class StepRow:
     buckets: dict[str, float] = field(default_factory=dict)
     source: str = LANES  # LANES, or TIMING_KEYS: no replica breakdown, no straggler
     framework: str | None = None  # the table its timing keys were read with
+    # the trainer ranks (rl_insight.anatomy.ranks): compute and wait per rank (those that
+    # waited least, at most ranks.KEEP) and the median rank's, the rank the step waited
+    # for (its phase, role, kind, lead, node and GPU), how each phase was read
+    ranks: dict[str, dict[str, float]] = field(default_factory=dict)
+    rank_median: dict[str, float] = field(default_factory=dict)
+    rank_count: int = 0
+    culprit: dict | None = None
+    rank_evidence: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("replicas", "roles")}
@@ -193,7 +202,9 @@ def step_row(step: int, start_ns: int, end_ns: int,
     role has its own row. ``requests``: the engines' request spans that ended in the
     window (the server's rule: a request belongs to the step it ended in); GPU-seconds
     count ``gpus_per_replica`` per replica lane and ``gpus_per_rank`` per rank lane;
-    ``buckets``: goodput bucket -> its spans' intervals."""
+    ``buckets``: goodput bucket -> its spans' intervals. A rank lane's interval may carry
+    a fourth item, what its client measured (rl_insight.anatomy.ranks): the ranks'
+    compute, wait and culprit come from it."""
     window = end_ns - start_ns
     sorted_ = _Lanes.of(lanes)
     gen_by_replica, role_of = sorted_.gen_by_replica, sorted_.role_of
@@ -229,7 +240,17 @@ def step_row(step: int, start_ns: int, end_ns: int,
         if seconds > 0:
             row.buckets[bucket] = seconds
     _goodput(row, per_rank, requests, gpus_per_replica, gpus_per_rank)
+    _ranks(row, sorted_.rank_lanes)
     return row
+
+
+def _ranks(row: StepRow, lanes: Mapping[str, list[tuple]]) -> None:
+    """Each rank's compute and wait, and the rank the step waited for."""
+    if not lanes:
+        return
+    got = rank_figures.attribute(rank_figures.from_lanes(lanes, row.start_ns, row.end_ns))
+    row.ranks, row.rank_median, row.rank_count = got.ranks, got.median, got.count
+    row.culprit, row.rank_evidence = got.culprit, got.evidence
 
 
 def timing_row(step: int, end_ns: int, parts: Parts, framework: str,
@@ -325,6 +346,7 @@ class _Lanes:
     rank_all: list[Interval] = field(default_factory=list)
     driver_gen: list[Interval] = field(default_factory=list)
     per_rank: dict[str, tuple[list[Interval], list[Interval]]] = field(default_factory=dict)
+    rank_lanes: dict[str, list[tuple]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, lanes: Mapping[str, Iterable[tuple[str, int, int]]]) -> _Lanes:
@@ -335,14 +357,15 @@ class _Lanes:
                 key = laneid.replica_key(lane)
                 out.role_of[key] = c.role
                 gen = out.gen_by_replica.setdefault(key, [])
-                gen.extend((s, e) for state, s, e in intervals if is_generation(state))
+                gen.extend((iv[1], iv[2]) for iv in intervals if is_generation(iv[0]))
             elif c.kind == laneid.RANK:
                 own = out.per_rank.setdefault(lane, ([], []))
-                for state, s, e in intervals:
+                intervals = out.rank_lanes[lane] = list(intervals)
+                for state, s, e, *_ in intervals:
                     out._phase(state, s, e)
                     own[state == WEIGHT_UPDATE].append((s, e))
             elif c.kind == laneid.DRIVER:
-                for state, s, e in intervals:
+                for state, s, e, *_ in intervals:
                     if is_generation(state):
                         out.driver_gen.append((s, e))
                     elif state != IDLE:  # waiting is no phase: it stays in `other`

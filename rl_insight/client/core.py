@@ -17,6 +17,7 @@ from collections import deque
 from typing import Any
 
 from rl_insight import config as config_mod
+from rl_insight.client import rank_evidence
 from rl_insight.client.buffer import EventBuffer
 from rl_insight.client.configuration import (
     ENABLE_ENV,
@@ -131,6 +132,10 @@ class Client:
             t.upkeep()
 
     def _export(self, items: list, dropped: int) -> None:
+        try:  # a rank's phases carry where it runs and its collectives' arrivals
+            items = rank_evidence.enrich(items)
+        except Exception:  # never the batch's loss
+            log.debug("rl-insight: rank evidence not added", exc_info=True)
         self._recent_refs.extend(self.transport().export(self.identity, items, dropped))
 
     # -- what the API calls ----------------------------------------------------------

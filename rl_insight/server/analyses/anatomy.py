@@ -70,7 +70,7 @@ class RunAnatomy:
         # step learns of its drops when it is made; ten buckets a second pending at most)
         self.dropped_at: dict[int, int] = {}
         self.requests_late = 0
-        self.lanes: dict[str, deque] = {}  # lane -> (state, start, end)
+        self.lanes: dict[str, deque] = {}  # lane -> (state, start, end[, evidence])
         self.last_end: dict[str, int] = {}
         self.rows: deque[StepRow] = deque(maxlen=keep_steps)
         self.durations: deque[float] = deque(maxlen=1000)  # of every mark, final or not
@@ -168,7 +168,8 @@ class RunAnatomy:
                 i -= 1
             self.rows.insert(max(i, 0), row)
 
-    def add_span(self, lane: str, state: str, start: int, end: int, step) -> None:
+    def add_span(self, lane: str, state: str, start: int, end: int, step,
+                 evidence: dict | None = None) -> None:
         if lane == TRAINER_LANE and state == STEP_STATE:
             try:
                 number = int(step)
@@ -193,7 +194,7 @@ class RunAnatomy:
         q = self.lanes.get(lane)
         if q is None:
             q = self.lanes[lane] = deque(maxlen=MAX_SPANS_PER_LANE)
-        q.append((state, start, end))
+        q.append((state, start, end, evidence) if evidence else (state, start, end))
         if end > self.last_end.get(lane, 0):
             self.last_end[lane] = end
 
@@ -325,14 +326,16 @@ class AnatomyStore:
         self.listener: Callable[[tuple[str, str], list[StepRow]], None] | None = None
 
     def add(self, rows: Iterable[tuple]) -> None:
-        """OTLP state rows: (project, experiment, lane, state, start, end, process, step)."""
+        """OTLP state rows: (project, experiment, lane, state, start, end, process, step
+        [, evidence]): a rank's evidence is what its client measured of the phase."""
         if not self.settings.enabled:
             return
         with self._lock:
-            for project, experiment, lane, state, start, end, _process, step in rows:
+            for project, experiment, lane, state, start, end, _process, step, *ev in rows:
                 if lane != TRAINER_LANE and not laneid.is_dedicated(lane):
                     continue
-                self._run((project, experiment)).add_span(lane, state, start, end, step)
+                self._run((project, experiment)).add_span(lane, state, start, end, step,
+                                                          ev[0] if ev else None)
 
     def add_timings(self, rows: Iterable[tuple[str, str, str, int, int, dict]]) -> None:
         """Framework trackers' timing keys: (project, experiment, framework, step, sent
@@ -481,6 +484,15 @@ class _Families:
                           "bucket (productive, overhead, idle, wasted: NeMo-RL's rl.bucket)",
         "from_timing_keys": "1 when this step's anatomy comes from the framework's timing "
                             "keys (no replica breakdown, no straggler), 0 from its lanes",
+        "rank_compute_seconds": "Time this trainer rank computed in the step's phases (its "
+                                "phase time less its wait; rank=median: the median rank)",
+        "rank_wait_seconds": "Time this trainer rank waited for others in the step's phases "
+                             "(at their collectives, from torch's Flight Recorder, or from "
+                             "the phases' boundaries; rank=median: the median rank)",
+        "culprit_rank": "The trainer rank the step waited for (rl_insight/anatomy/ranks.py)",
+        "culprit_lead_seconds": "How much longer the culprit rank took than the median other "
+                                "rank in its phase",
+        "culprit_waited_seconds": "What the median other rank waited for the culprit rank",
     }
 
     def __init__(self) -> None:
@@ -563,6 +575,28 @@ class _Families:
         for bucket, seconds in r.buckets.items():
             self.add("bucket_seconds", self.DOCS["bucket_seconds"], [*run, bucket], seconds,
                      ("bucket",), ts)
+        self.ranks(run, r, ts)
         for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
             self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
                      [*run, phase], seconds, ("phase",), ts)
+
+    def ranks(self, run: list[str], r: StepRow, ts: float) -> None:
+        """Each kept rank's compute and wait, the median rank's, and the culprit (its
+        phase, kind, role, node and GPU as labels: one series per culprit seen)."""
+        figures = {**r.ranks, **({"median": r.rank_median} if r.rank_median else {})}
+        for rank, v in figures.items():
+            for name, key in (("rank_compute_seconds", "compute_s"),
+                              ("rank_wait_seconds", "wait_s")):
+                self.add(name, self.DOCS[name], [*run, rank], v[key], ("rank",), ts)
+        c = r.culprit
+        if not c or not str(c.get("rank", "")).isdigit():
+            return
+        labels = [*run, c["rank"], c.get("phase", ""), c.get("kind", ""),
+                  c.get("role", ""), c.get("node", ""), c.get("gpu", "")]
+        extra = ("rank", "phase", "kind", "role", "node", "gpu")
+        self.add("culprit_rank", self.DOCS["culprit_rank"], labels, float(c["rank"]),
+                 extra, ts)
+        self.add("culprit_lead_seconds", self.DOCS["culprit_lead_seconds"], labels,
+                 c["lead_s"], extra, ts)
+        self.add("culprit_waited_seconds", self.DOCS["culprit_waited_seconds"], labels,
+                 c["waited_s"], extra, ts)

@@ -24,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from rl_insight.anatomy import association
 from rl_insight.anatomy.changes import Change, RunChanges, analyze
+from rl_insight.anatomy.ranks import where
 from rl_insight.anatomy.rows import StepRow
 from rl_insight.config import ChangesSettings
 from rl_insight.server.analyses import candidates
@@ -240,7 +241,7 @@ class ChangeStore:
         size = GaugeMetricFamily(
             PREFIX + "seconds", "An open regression of the run's steps: how many seconds "
             "longer than their baseline (the step time's, else the part's)",
-            labels=[*RUN, "onset_step", "signal", "part", "cause", "scope"])
+            labels=[*RUN, "onset_step", "signal", "part", "cause", "scope", "rank"])
         ratio = GaugeMetricFamily(PREFIX + "ratio", "An open regression's size over its "
                                   "baseline", labels=[*RUN, "onset_step", "signal"])
         baseline = GaugeMetricFamily(PREFIX + "baseline", "The regressed signal's baseline "
@@ -261,7 +262,8 @@ class ChangeStore:
             if seconds is not None:
                 size.add_metric([project, experiment, onset, head.signal,
                                  parts[0]["part"] if parts else head.signal,
-                                 _cause(ranked_list), _where(scope)], seconds)
+                                 _cause(ranked_list), _where(scope),
+                                 str((scope or {}).get("rank", ""))], seconds)
             ratio.add_metric([project, experiment, onset, head.signal],
                              head.size / abs(head.baseline) if head.baseline else 0.0)
             baseline.add_metric([project, experiment, onset, head.signal], head.baseline)
@@ -285,12 +287,7 @@ def _cause(ranked: list[dict]) -> str:
 
 
 def _where(labels: dict | None) -> str:
-    if not labels:
-        return ""
-    for key in ("replica", "node"):
-        if labels.get(key):
-            return f"{key} {labels[key]}"
-    return ""
+    return where(labels) if labels else ""
 
 
 def _rule(s: ChangesSettings) -> dict:

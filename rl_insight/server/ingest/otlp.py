@@ -16,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from rl_insight import otlp_json
+from rl_insight.anatomy.ranks import EVIDENCE_KEYS
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -123,10 +124,11 @@ def iter_lane_fields(req: ExportTraceServiceRequest
 
 
 def iter_state_rows(req: ExportTraceServiceRequest
-                    ) -> Iterator[tuple[str, str, str, str, int, int, str, object]]:
-    """(project, experiment, lane, state, start, end, process_id, step) of every span
-    that belongs to a state lane."""
-    keep = LANE_KEYS + ("process_id", "step")
+                    ) -> Iterator[tuple[str, str, str, str, int, int, str, object, dict | None]]:
+    """(project, experiment, lane, state, start, end, process_id, step, evidence) of every
+    span that belongs to a state lane; evidence: what a rank's client measured of its
+    phase (rl_insight.anatomy.ranks.EVIDENCE_KEYS), else None."""
+    keep = LANE_KEYS + ("process_id", "step") + EVIDENCE_KEYS
     for rs in req.resource_spans:
         for ss in rs.scope_spans:
             for span in ss.spans:
@@ -137,7 +139,8 @@ def iter_state_rows(req: ExportTraceServiceRequest
                 lane = found.get("state_lane_id")
                 if lane is None:
                     continue
+                evidence = {k: found[k] for k in EVIDENCE_KEYS if k in found} or None
                 yield (str(found.get("project", "")), str(found.get("experiment_name", "")),
                        str(lane), str(found.get("state_name") or span.name),
                        span.start_time_unix_nano, span.end_time_unix_nano,
-                       str(found.get("process_id", "")), found.get("step"))
+                       str(found.get("process_id", "")), found.get("step"), evidence)

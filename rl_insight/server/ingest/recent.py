@@ -32,7 +32,7 @@ class RecentSpans:
         """Rows of (project, experiment, lane, state, start, end, process, step)."""
         intern = sys.intern
         with self._lock:
-            for project, experiment, lane, state, start, end, process, step in rows:
+            for project, experiment, lane, state, start, end, process, step, *_ in rows:
                 row = (intern(project), intern(experiment), intern(lane), intern(state),
                        start, end, intern(process), step)
                 (self._dedicated if _kept_long(lane) else self._pooled).append(row)

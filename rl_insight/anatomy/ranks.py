@@ -1,0 +1,301 @@
+"""Which rank a step waited for: each trainer rank's compute and wait per phase, and the
+culprit, from signals that survive collectives.
+
+In FSDP or Megatron training the ranks meet at every collective: the slow rank computes
+longer, the others wait for it inside the all-reduce, and every rank's phase ends at the
+same moment, so per-rank phase durations are equal and say nothing. What differs is
+*when each rank arrived* at the collectives. Two sources tell it (docs/anatomy.md, "The
+culprit rank"):
+
+- the Flight Recorder torch already keeps (``TORCH_FR_BUFFER_SIZE``): each collective's
+  ``time_created_ns`` on each rank, its arrival. The client summarises a phase's
+  collectives on each rank against the phase's end, which the last collective makes
+  common to all ranks (no clock skew between nodes enters): how many, the mean time from
+  an arrival to the end, the first arrival's. A rank that arrives later on average waited
+  less: the culprit waited least. What the others waited, summed over the collectives,
+  is the median rank's count times its mean lead over the culprit;
+- the phase's own boundaries, where no recorder is on: a rank that starts the phase late
+  (its data or its dispatch came late) arrives late at the first collective, and where
+  the ranks never meet (no collective: the phase ends on each rank on its own) the
+  slowest rank is the one that ended last. Ranks that met and started together hide a
+  compute straggler from the boundaries: the row says so instead of naming one.
+
+The kind: *input* when the culprit's lead is in its start or its first collective (its
+data came late), *compute* when it is spread over the phase's collectives (it computed
+longer). Plain data in and out; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+# the span attributes a rank's client sets (rl_insight/client/rank_evidence.py)
+COLLECTIVES = "rank.collectives"  # collectives enqueued in the phase (Flight Recorder)
+MEAN_TO_END = "rank.mean_to_end_s"  # mean time from an arrival to the phase's end
+FIRST_TO_END = "rank.first_to_end_s"  # the first arrival's time to the phase's end
+NODE, GPU = "rank.node", "rank.gpu"
+EVIDENCE_KEYS = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END, NODE, GPU)
+
+RECORDER, BOUNDARIES = "flight_recorder", "phase_boundaries"
+HIDDEN = "hidden"  # the ranks met and started together: no recorder, no culprit
+COMPUTE, INPUT = "compute", "input"
+MIN_SHARE = 0.05  # a culprit leads the median rank by this share of the phase at least
+MIN_LEAD_S = 0.005
+NOISE = 4.0  # ... and by this many robust spreads of the other ranks' leads
+ALIGNED = 0.02  # ends within this share of the phase: the ranks met at its end
+KEEP = 8  # ranks whose figures a row keeps (those that waited least), with the median
+
+# a phase's role (the rank's, for the report): a word of verl's and the frameworks'
+# state names, the first that matches
+ROLES = (("ref", "reference"), ("critic", "critic"), ("reward", "reward"),
+         ("actor", "actor"), ("update_weights", "actor"), ("train", "actor"),
+         ("policy", "actor"))
+
+
+def role_of(phase: str) -> str:
+    words = phase.split("_")
+    for word, role in ROLES:
+        if word in words or (("_" in word) and word in phase):
+            return role
+    return "trainer"
+
+
+@dataclass
+class RankPhase:
+    """One rank's interval of one phase in a step, with what its client measured."""
+
+    start: int
+    end: int
+    evidence: Mapping = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return (self.end - self.start) / 1e9
+
+
+def rank_number(lane: str) -> str:
+    return lane.rpartition("_")[2]
+
+
+def phase_waits(ranks: Mapping[str, RankPhase]) -> tuple[str, dict[str, float], dict]:
+    """(evidence, wait per rank in seconds, the culprit or {}) of one phase. ``ranks``:
+    rank -> its interval of the phase."""
+    if len(ranks) < 2:
+        return BOUNDARIES, {r: 0.0 for r in ranks}, {}
+    recorded = {r: p for r, p in ranks.items()
+                if int(p.evidence.get(COLLECTIVES) or 0) > 0
+                and p.evidence.get(MEAN_TO_END) is not None}
+    if len(recorded) == len(ranks):
+        return RECORDER, *_from_recorder(recorded)
+    return _from_boundaries(ranks)
+
+
+def _from_recorder(ranks: Mapping[str, RankPhase]) -> tuple[dict[str, float], dict]:
+    n = statistics.median(int(p.evidence[COLLECTIVES]) for p in ranks.values())
+    to_end = {r: float(p.evidence[MEAN_TO_END]) for r, p in ranks.items()}
+    latest = min(to_end.values())
+    waits = {r: n * (t - latest) for r, t in to_end.items()}
+    culprit = min(to_end, key=lambda r: (to_end[r], _order(r)))
+    lead = _lead(waits, culprit)
+    if not _material(lead, waits, culprit, ranks):
+        return waits, {}
+    first = {r: float(p.evidence.get(FIRST_TO_END) or 0.0) for r, p in ranks.items()}
+    others = [r for r in ranks if r != culprit]
+    at_first = statistics.median(first[r] - first[culprit] for r in others)
+    late_start = _late_start(ranks, culprit)
+    kind = INPUT if n >= 2 and max(at_first, late_start) >= 0.5 * lead else COMPUTE
+    return waits, _culprit(culprit, kind, lead, ranks, RECORDER, collectives=int(n))
+
+
+def _from_boundaries(ranks: Mapping[str, RankPhase]) -> tuple[str, dict[str, float], dict]:
+    ends = {r: p.end for r, p in ranks.items()}
+    typical = statistics.median(p.duration for p in ranks.values())
+    aligned = (max(ends.values()) - min(ends.values())) / 1e9 <= \
+        max(ALIGNED * typical, MIN_LEAD_S)
+    if aligned:  # they met at the end: who started last kept the others waiting
+        starts = {r: p.start for r, p in ranks.items()}
+        last = max(starts.values())
+        waits = {r: (last - s) / 1e9 for r, s in starts.items()}
+        culprit = max(starts, key=lambda r: (starts[r], -_order(r)))
+        lead = _lead(waits, culprit)
+        if not _material(lead, waits, culprit, ranks):
+            return HIDDEN, waits, {}
+        return BOUNDARIES, waits, _culprit(culprit, INPUT, lead, ranks, BOUNDARIES)
+    last = max(ends.values())  # they did not meet: each waited from its end to the last
+    waits = {r: (last - e) / 1e9 for r, e in ends.items()}
+    culprit = max(ends, key=lambda r: (ends[r], -_order(r)))
+    lead = _lead(waits, culprit)
+    if not _material(lead, waits, culprit, ranks):
+        return BOUNDARIES, waits, {}
+    kind = INPUT if _late_start(ranks, culprit) >= 0.5 * lead else COMPUTE
+    return BOUNDARIES, waits, _culprit(culprit, kind, lead, ranks, BOUNDARIES)
+
+
+def _order(rank: str) -> int:
+    return int(rank) if rank.isdigit() else 1 << 30
+
+
+def _lead(waits: Mapping[str, float], culprit: str) -> float:
+    """How much longer the culprit took than the median other rank: what it waited."""
+    return statistics.median(w for r, w in waits.items() if r != culprit) - waits[culprit]
+
+
+def _late_start(ranks: Mapping[str, RankPhase], culprit: str) -> float:
+    starts = [p.start for r, p in ranks.items() if r != culprit]
+    return (ranks[culprit].start - statistics.median(starts)) / 1e9
+
+
+def _material(lead: float, waits: Mapping[str, float], culprit: str,
+              ranks: Mapping[str, RankPhase]) -> bool:
+    """A culprit worth naming: it leads by a share of the phase and well beyond how much
+    the other ranks differ among themselves (a balanced run names no rank)."""
+    typical = statistics.median(p.duration for p in ranks.values())
+    others = [w for r, w in waits.items() if r != culprit]
+    mid = statistics.median(others)
+    spread = 1.4826 * statistics.median(abs(w - mid) for w in others) if others else 0.0
+    return lead >= max(MIN_SHARE * typical, MIN_LEAD_S, NOISE * spread)
+
+
+def _culprit(rank: str, kind: str, lead: float, ranks: Mapping[str, RankPhase],
+             evidence: str, **extra) -> dict:
+    ev = ranks[rank].evidence
+    out = {"rank": rank, "kind": kind, "lead_s": lead, "ranks": len(ranks),
+           "evidence": evidence, **extra}
+    for key, name in ((NODE, "node"), (GPU, "gpu")):
+        if ev.get(key) not in (None, ""):
+            out[name] = str(ev[key])
+    return out
+
+
+@dataclass
+class RankFigures:
+    """A step's ranks: compute and wait per rank (summed over phases; the ranks that
+    waited least kept, with the median), the culprit of the phase it cost most in, and
+    each phase's evidence."""
+
+    ranks: dict[str, dict[str, float]] = field(default_factory=dict)
+    median: dict[str, float] = field(default_factory=dict)
+    culprit: dict | None = None
+    evidence: dict[str, str] = field(default_factory=dict)
+    count: int = 0
+
+
+def attribute(phases: Mapping[str, Mapping[str, RankPhase]]) -> RankFigures:
+    """A step's rank figures from ``phases``: phase -> rank -> its interval."""
+    compute: dict[str, float] = {}
+    wait: dict[str, float] = {}
+    out = RankFigures()
+    for phase, ranks in sorted(phases.items()):
+        evidence, waits, culprit = phase_waits(ranks)
+        out.evidence[phase] = evidence
+        for r, p in ranks.items():
+            if _nested(phases, phase, r, p):  # verl's train_batch inside actor_update
+                continue
+            w = min(max(0.0, waits.get(r, 0.0)), p.duration)
+            wait[r] = wait.get(r, 0.0) + w
+            compute[r] = compute.get(r, 0.0) + p.duration - w
+        if culprit:
+            culprit.update(phase=phase, role=role_of(phase),
+                           waited_s=_waited(waits, culprit["rank"]))
+            if out.culprit is None or culprit["waited_s"] * (culprit["ranks"] - 1) > \
+                    out.culprit["waited_s"] * (out.culprit["ranks"] - 1):
+                out.culprit = culprit
+    out.count = len(compute)
+    if not compute:
+        return out
+    keep = sorted(compute, key=lambda r: (wait[r], _order(r)))[:KEEP]
+    out.ranks = {r: {"compute_s": compute[r], "wait_s": wait[r]}
+                 for r in sorted(keep, key=_order)}
+    out.median = {"compute_s": statistics.median(compute.values()),
+                  "wait_s": statistics.median(wait.values())}
+    return out
+
+
+def _nested(phases: Mapping[str, Mapping[str, RankPhase]], phase: str, rank: str,
+            p: RankPhase) -> bool:
+    """Whether this interval lies inside another phase's on the same rank (counted
+    there: a rank's compute and wait add up to its busy time once)."""
+    for other, ranks in phases.items():
+        q = ranks.get(rank)
+        if other != phase and q is not None and q.start <= p.start and p.end <= q.end \
+                and (q.start, -q.end, other) < (p.start, -p.end, phase):
+            return True
+    return False
+
+
+def _waited(waits: Mapping[str, float], culprit: str) -> float:
+    """What the median other rank waited for the culprit."""
+    return statistics.median(w for r, w in waits.items() if r != culprit)
+
+
+def from_lanes(lanes: Mapping[str, Iterable[tuple]], lo: int, hi: int
+               ) -> dict[str, dict[str, RankPhase]]:
+    """phase -> rank -> its interval in the window [lo, hi), from rank lanes' intervals
+    ``(state, start, end[, evidence])``: a rank's several intervals of one phase in a
+    step are one, from the first start to the last end, their collectives added."""
+    out: dict[str, dict[str, RankPhase]] = {}
+    for lane, intervals in lanes.items():
+        rank = rank_number(lane)
+        for iv in intervals:
+            state, s, e = iv[0], iv[1], iv[2]
+            if e <= lo or s >= hi:
+                continue
+            ev = iv[3] if len(iv) > 3 and iv[3] else {}
+            s, e = max(s, lo), min(e, hi)
+            have = out.setdefault(state, {}).get(rank)
+            if have is None:
+                out[state][rank] = RankPhase(s, e, dict(ev))
+            else:
+                out[state][rank] = _joined(have, RankPhase(s, e, dict(ev)))
+    return out
+
+
+def _joined(a: RankPhase, b: RankPhase) -> RankPhase:
+    """Two intervals of one phase on one rank: one, its collectives' summary weighted."""
+    start, end = min(a.start, b.start), max(a.end, b.end)
+    ev = {**a.evidence, **b.evidence}
+    na, nb = int(a.evidence.get(COLLECTIVES) or 0), int(b.evidence.get(COLLECTIVES) or 0)
+    if na and nb:
+        # both summaries against the joined end: each shifts by its own end's distance
+        ma = float(a.evidence[MEAN_TO_END]) + (end - a.end) / 1e9
+        mb = float(b.evidence[MEAN_TO_END]) + (end - b.end) / 1e9
+        first = a if a.start <= b.start else b
+        ev[COLLECTIVES] = na + nb
+        ev[MEAN_TO_END] = (na * ma + nb * mb) / (na + nb)
+        ev[FIRST_TO_END] = float(first.evidence.get(FIRST_TO_END) or 0) + \
+            (end - first.end) / 1e9
+    elif not (na or nb):
+        ev.pop(COLLECTIVES, None)
+    else:  # one summary for two intervals: none (a partial count would mislead)
+        for key in (COLLECTIVES, MEAN_TO_END, FIRST_TO_END):
+            ev.pop(key, None)
+    return RankPhase(start, end, ev)
+
+
+def where(scope: Mapping) -> str:
+    """``replica 1``, ``node n-2``, ``rank 3 (actor, node n-0, GPU 1)``."""
+    if scope.get("rank") is not None:
+        bits = [b for b in (scope.get("role"),
+                            f"node {scope['node']}" if scope.get("node") else None,
+                            f"GPU {scope['gpu']}" if scope.get("gpu") else None) if b]
+        return f"rank {scope['rank']}" + (f" ({', '.join(bits)})" if bits else "")
+    for key in ("replica", "node"):
+        if scope.get(key) is not None:
+            return f"{key} {scope[key]}"
+    return ""
+
+
+def why_rank(c: Mapping) -> str:
+    """Why a rank is the culprit, in a line (a step's culprit, or a change's scope)."""
+    others = (c.get("ranks") or 2) - 1
+    phase = c.get("phase") or "its phase"
+    source = "torch's Flight Recorder" if c.get("evidence") == "flight_recorder" else \
+        "the phase's boundaries"
+    if c.get("kind") == "input":
+        what = f"its data came {c['lead_s']:.2f} s late into {phase}"
+    else:
+        what = f"it computed {c['lead_s']:.2f} s longer in {phase}"
+    return (f"why: {what} while the other {others} rank{'s' if others != 1 else ''} "
+            f"waited {c['waited_s']:.2f} s for it (from {source})")

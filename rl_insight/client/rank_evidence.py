@@ -1,0 +1,120 @@
+"""What a trainer rank's process adds to its phase spans, so the server can tell which
+rank a step waited for (rl_insight/anatomy/ranks.py): where it runs (node, GPU) and, when
+torch's Flight Recorder is on (``TORCH_FR_BUFFER_SIZE``), when it arrived at each of the
+phase's collectives, summarised against the phase's end.
+
+It runs on the buffer's thread as a batch is exported, never in the caller's block: the
+recorder's ring still holds the phase's collectives a moment later (its size is the
+user's, thousands of entries). torch is read only where the process already imported
+``torch.distributed`` and initialised a process group; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import time
+
+from rl_insight import laneid
+from rl_insight.anatomy.ranks import COLLECTIVES, FIRST_TO_END, GPU, MEAN_TO_END, NODE
+from rl_insight.events import Span
+
+log = logging.getLogger(__name__)
+
+FR_ENV = "TORCH_FR_BUFFER_SIZE"  # torch's own switch for its Flight Recorder
+GPU_ENVS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
+# a dump older than this is read again (one dump serves every span of a batch)
+DUMP_TTL_S = 0.05
+
+
+def _gpu() -> str:
+    """The first device this process sees, as the node numbers it ("" on a CPU)."""
+    for name in GPU_ENVS:
+        value = os.environ.get(name, "").split(",")[0].strip()
+        if value:
+            return value
+    return ""
+
+
+class Evidence:
+    """The process's node and GPU, and its Flight Recorder's collectives, read at most
+    once per batch."""
+
+    def __init__(self) -> None:
+        self.node = socket.gethostname()
+        self.gpu = _gpu()
+        self._dump: list[int] | None = None
+        self._dumped_at = 0.0
+        self.failed = False  # the recorder could not be read: tried no more
+
+    def recorder_on(self) -> bool:
+        if self.failed:
+            return False
+        try:
+            if int(os.environ.get(FR_ENV, "0") or 0) <= 0:
+                return False
+        except ValueError:
+            return False
+        dist = sys.modules.get("torch.distributed")
+        return dist is not None and dist.is_available() and dist.is_initialized()
+
+    def arrivals(self) -> list[int]:
+        """Every collective's enqueue time (ns, wall clock) the recorder holds."""
+        now = time.monotonic()
+        if self._dump is not None and now - self._dumped_at < DUMP_TTL_S:
+            return self._dump
+        try:
+            c10d = sys.modules["torch"]._C._distributed_c10d
+            dump = json.loads(c10d._dump_fr_trace_json(True, False))
+            self._dump = sorted(int(e["time_created_ns"]) for e in dump.get("entries", ())
+                                if not e.get("is_p2p") and e.get("time_created_ns"))
+        except Exception as e:  # an older torch, a recorder off after all
+            self.failed = True
+            log.warning("rl-insight: torch's Flight Recorder could not be read (%s); "
+                        "ranks' phases are told from their boundaries only", e)
+            self._dump = []
+        self._dumped_at = now
+        return self._dump
+
+    def attributes(self, span: Span) -> tuple[tuple[str, object], ...]:
+        out: list[tuple[str, object]] = [(NODE, self.node)]
+        if self.gpu:
+            out.append((GPU, self.gpu))
+        if self.recorder_on():
+            mine = [t for t in self.arrivals() if span.start_ns <= t <= span.end_ns]
+            if mine:
+                end = span.end_ns
+                out += [(COLLECTIVES, len(mine)),
+                        (MEAN_TO_END, sum(end - t for t in mine) / len(mine) / 1e9),
+                        (FIRST_TO_END, (end - mine[0]) / 1e9)]
+        return tuple(out)
+
+
+_evidence: Evidence | None = None
+
+
+def enrich(items: list) -> list:
+    """The batch with each rank lane's phase span carrying its evidence."""
+    global _evidence
+    out = None
+    for i, item in enumerate(items):
+        if type(item) is not Span or not item.ends_state or item.lane is None or \
+                laneid.classify(item.lane).kind != laneid.RANK:
+            continue
+        if _evidence is None:
+            _evidence = Evidence()
+        if out is None:
+            out = list(items)
+        out[i] = item._replace(attributes=item.attributes + _evidence.attributes(item))
+    return items if out is None else out
+
+
+def _reset() -> None:
+    global _evidence
+    _evidence = None
+
+
+os.register_at_fork(after_in_child=_reset)
