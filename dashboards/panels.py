@@ -788,6 +788,16 @@ ANATOMY = (
                    "computed longer (compute) or its data came late (input), its role, "
                    "node and GPU. No row: the ranks were balanced. `rl-insight report "
                    "--step N` says why in words."),
+    ts("The ranks' code: profiles",
+       Query("max by (rank, profile, frame, reason) "
+             f"(rl_insight_profile_frame_share{{{RUN}}})", "{{frame}}", table=True),
+       kind="table", width=24, height=6, unit="percentunit", needs="rank-straggler",
+       description="Each profile of a rank of this run (`rl-insight profile --rank N`, "
+                   "or taken by the server when a change lives on one rank: reason "
+                   "\"change ...\"): the functions its samples were in, by their own "
+                   "share. The whole profile: GET /api/v1/profiles/<profile>/speedscope on "
+                   "the RL-Insight server (speedscope and Perfetto open it); `rl-insight "
+                   "report --step N` names the culprit's frames too."),
     ts("Rollout and training overlap", Query(per_step("overlap_seconds"), "overlap"),
        unit="s", options={"bars": True},
        description="Separate-asynchronous runs: time rollout and training ran at once."),

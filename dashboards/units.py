@@ -70,6 +70,8 @@ SOURCES = (
     Source(r"rl_insight_step_\w+_seconds", "s", "rl_insight/server/analyses/anatomy.py"),
     Source(r"rl_insight_step_\w+_ratio", "percentunit",
            "rl_insight/server/analyses/anatomy.py, changes.py"),
+    Source(r"rl_insight_profile_frame_share", "percentunit",
+           "rl_insight/server/analyses/profiles.py: a share of samples, 0-1"),
 )
 # what a rate of a counter in a unit is shown in
 PER_SECOND = {"bytes": "Bps"}

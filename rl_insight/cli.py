@@ -345,6 +345,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return _api(rows)
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Profile one trainer rank of a run (its node's lane actor runs py-spy)."""
+    from rl_insight.commands import profile
+
+    return profile.run(_client(args), args.project, args.experiment, args.rank,
+                       args.seconds, args.wait, args.output)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rl_insight import doctor
 
@@ -682,6 +690,19 @@ def _add_run_tools(top, remote: argparse.ArgumentParser) -> None:
                    help="what changed over the run: its sustained regressions (onset, "
                         "size, the parts they live in) and what moved with each, ranked")
     p.set_defaults(func=cmd_report)
+
+    p = top.add_parser("profile", parents=[remote],
+                       help="profile a trainer rank's code (py-spy on its node): its top "
+                            "frames, and a speedscope file")
+    p.add_argument("--project", required=True)
+    p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True)
+    p.add_argument("--rank", required=True, help="the rank's number, as rank_<n>")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="how long to sample (the server's profiles.default_seconds)")
+    p.add_argument("--wait", type=float, default=120.0,
+                   help="how long to wait for the capture")
+    p.add_argument("-o", "--output", help="the speedscope file to write")
+    p.set_defaults(func=cmd_profile)
 
     p = top.add_parser("doctor", parents=[remote],
                        help="check everything between this node and the dashboards")

@@ -192,6 +192,9 @@ class ClientSettings:
     # trace_state: besides one span per busy interval of a lane, a span per block (per
     # request), as a child of the interval; off, as it multiplies trace volume
     per_request_spans: bool = False
+    # a lane actor with trainer rank lanes asks the server this often for profiles to
+    # capture of its ranks (rl-insight profile): a request per node, never per rank
+    profile_poll_s: float = 5.0
 
 
 @dataclass
@@ -264,6 +267,23 @@ class ChangesSettings:
     rank_interval_s: float = 5.0
     max_series: int = 2000
     before_steps: int = 20  # the steps before the onset a candidate is compared with
+
+
+@dataclass
+class ProfileSettings:
+    """Profiles of a trainer rank's code (``rl-insight profile``, POST /api/v1/profiles):
+    captured in the cluster by the rank's node lane actor with py-spy, kept with their
+    run (docs/anatomy.md, "The culprit's code")."""
+
+    enabled: bool = True  # off: every request is refused, and nothing is captured
+    default_seconds: float = 5.0
+    max_seconds: float = 60.0
+    min_interval_s: float = 60.0  # between two captures of one rank
+    max_pending_per_run: int = 4
+    max_per_run: int = 20  # kept per run: the oldest go first
+    max_bytes: int = 4 * 1024 * 1024  # one profile's file
+    pending_expire_s: float = 120.0  # a request no lane actor took: expired
+    auto: bool = True  # a change that lives on one rank has that rank profiled once
 
 
 @dataclass
@@ -340,6 +360,7 @@ class Settings:
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     anatomy: AnatomySettings = field(default_factory=AnatomySettings)
     changes: ChangesSettings = field(default_factory=ChangesSettings)
+    profiles: ProfileSettings = field(default_factory=ProfileSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)

@@ -19,18 +19,20 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.integration
 
 RUN = {"project": "culprit", "experiment_name": "gloo-ranks"}
-RANKS, STEPS = 3, 12
-COMPUTE_STRAGGLER = (2, range(5, 8))  # rank 2 busy-loops in slow_backward in steps 5-7
-INPUT_STRAGGLER = (1, range(8, 11))  # rank 1's data comes late in steps 8-10
+RANKS, STEPS = 3, 13
+COMPUTE_STRAGGLER = (2, range(5, 9))  # rank 2 busy-loops in slow_backward in steps 5-8
+INPUT_STRAGGLER = (1, range(9, 12))  # rank 1's data comes late in steps 9-11
+PROFILE_S = 2.0  # rank 2 profiled from step 5 on, as `rl-insight profile` asks
 MICRO_S, EXTRA_S, LATE_S = 0.1, 0.12, 0.5
 
 SCRIPT = r'''
 import os, sys, time
 import ray
+import requests
 import rl_insight
 
 project, experiment = sys.argv[1], sys.argv[2]
-RANKS, STEPS, MICRO_S, EXTRA_S, LATE_S = %(consts)s
+RANKS, STEPS, MICRO_S, EXTRA_S, LATE_S, PROFILE_S = %(consts)s
 COMPUTE, INPUT = %(plans)s
 ray.init()
 rl_insight.init(project=project, experiment_name=experiment)
@@ -42,7 +44,8 @@ def slow_backward(seconds):  # the compute straggler's own code: a busy loop
         pass
 
 
-@ray.remote(num_cpus=0, runtime_env={"env_vars": {"TORCH_FR_BUFFER_SIZE": "2000"}})
+@ray.remote(num_cpus=0, runtime_env={"env_vars": {
+    "TORCH_FR_BUFFER_SIZE": "2000", "RL_INSIGHT_CLIENT_PROFILE_POLL_S": "1"}})
 class Worker:
     def __init__(self, rank, port):
         import torch
@@ -75,7 +78,30 @@ import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 workers = [Worker.remote(r, port) for r in range(RANKS)]
 ray.get([w.ready.remote() for w in workers], timeout=240)
+def profile_when_slow(step):
+    """Ask for the straggler's profile as an engineer would, and go on once its node's
+    lane actor has taken it (the capture then sees the slow steps)."""
+    if step != COMPUTE[1][0]:
+        return
+    url = os.environ["RL_INSIGHT_SERVER_URL"] + "/api/v1/profiles"
+    end = time.monotonic() + 60
+    while True:  # the rank's lane reaches the server with its node actor's next tick
+        r = requests.post(url, json={"project": project, "experiment_name": experiment,
+                                     "rank": str(COMPUTE[0]), "seconds": PROFILE_S},
+                          timeout=10)
+        if r.status_code != 404 or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    assert r.status_code == 202, r.text
+    p = r.json()
+    while p["status"] == "pending" and time.monotonic() < end:
+        time.sleep(0.2)
+        p = requests.get(f"{url}/{p['id']}", timeout=10).json()
+    print("profile", p["id"], p["status"], flush=True)
+
+
 for step in range(1, STEPS + 1):
+    profile_when_slow(step)
     ray.get([w.update_actor.remote(step) for w in workers], timeout=60)
     time.sleep(0.2)  # the driver's own work: reward, advantages, logging
     rl_insight.metric_gauge("training/global_step".replace("/", "_"), float(step))
@@ -88,7 +114,7 @@ print("done")
 
 @pytest.fixture(scope="module")
 def world(ray_world):
-    script = SCRIPT % {"consts": repr((RANKS, STEPS, MICRO_S, EXTRA_S, LATE_S)),
+    script = SCRIPT % {"consts": repr((RANKS, STEPS, MICRO_S, EXTRA_S, LATE_S, PROFILE_S)),
                        "plans": repr(((COMPUTE_STRAGGLER[0], list(COMPUTE_STRAGGLER[1])),
                                       (INPUT_STRAGGLER[0], list(INPUT_STRAGGLER[1]))))}
     r = ray_world.cluster.run_driver(script, RUN["project"], RUN["experiment_name"],
@@ -163,3 +189,28 @@ def test_the_report_says_which_rank_why_and_the_dashboard_series_hold_it(world):
     got = wait_for(culprits, 30, "the culprit series in Prometheus")
     assert got >= {(str(COMPUTE_STRAGGLER[0]), "compute")} or \
         got >= {(str(INPUT_STRAGGLER[0]), "input")}, got
+
+
+def test_the_culprits_profile_shows_the_function_it_spent_its_time_in(world):
+    """Asked for while rank 2 straggled: its node's lane actor sampled that rank's own
+    process (py-spy), and its top frames name the busy loop; the report of a straggling
+    step shows them under the rank."""
+    ray_world, rows = world
+    url = ray_world.url
+
+    def done():
+        got = requests.get(url + "/api/v1/profiles", params=RUN, timeout=10).json()
+        over = [p for p in got["profiles"] if p["status"] not in ("pending", "capturing")]
+        return over or None
+
+    (p,) = wait_for(done, 60, "the profile's capture")
+    assert p["status"] == "done", p
+    assert (p["rank"], p["method"]) == (str(COMPUTE_STRAGGLER[0]), "py-spy record"), p
+    names = [f["name"] for f in p["top_frames"][:5]]
+    assert "slow_backward" in names, p["top_frames"]
+    data = requests.get(f"{url}/api/v1/profiles/{p['id']}/speedscope", timeout=10).json()
+    assert data["profiles"][0]["samples"] and "shared" in data  # speedscope's own format
+    text = ray_world.cli.run("report", "--server-url", url, "--project", RUN["project"],
+                             "--experiment-name", RUN["experiment_name"], "--step",
+                             str(COMPUTE_STRAGGLER[1][1])).stdout
+    assert f"its code (py-spy record {p['id']}" in text and "slow_backward" in text, text

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from rl_insight.anatomy.explain import parts
-from rl_insight.anatomy.ranks import where, why_rank
+from rl_insight.anatomy.ranks import profile_lines, where, why_rank
 from rl_insight.config import ChangesSettings as Rule
 
 STEP_TIME = "step_time"
@@ -466,6 +466,7 @@ def render(report: Mapping) -> str:
             lines.append(f"   only on {where(c['scope'])}")
             if c["scope"].get("rank") is not None:
                 lines.append(f"   {why_rank(c['scope'])}")
+                lines += ["   " + line for line in profile_lines(c.get("profile"))]
         if c["candidates"]:
             lines.append("   what moved with it:")
         for j, m in enumerate(c["candidates"], 1):

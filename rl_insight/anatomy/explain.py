@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from rl_insight.anatomy.ranks import HIDDEN, where, why_rank
+from rl_insight.anatomy.ranks import HIDDEN, profile_lines, where, why_rank
 
 BASELINE_STEPS = 10
 PHASES = ("queue", "prefill", "decode")
@@ -91,7 +91,11 @@ def _rank_lines(e: Mapping) -> list[str]:
     """The rank the step waited for, and why; or why none can be named."""
     c = e.get("culprit")
     if c:
-        return [f"the step waited for {where(c)}", f"  {why_rank(c)}"]
+        return [f"the step waited for {where(c)}", f"  {why_rank(c)}",
+                *("  " + line for line in profile_lines(e.get("profile")))] + \
+            ([] if e.get("profile") else [
+                f"  (its code: `rl-insight profile --rank {c['rank']}` with the run's "
+                "--project and --experiment-name, while it is slow)"])
     hidden = [p for p, how in (e.get("rank_evidence") or {}).items() if how == HIDDEN]
     if hidden:
         return [f"ranks in {', '.join(hidden)}: {HIDDEN_NOTE}"]

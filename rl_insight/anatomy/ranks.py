@@ -299,3 +299,15 @@ def why_rank(c: Mapping) -> str:
         what = f"it computed {c['lead_s']:.2f} s longer in {phase}"
     return (f"why: {what} while the other {others} rank{'s' if others != 1 else ''} "
             f"waited {c['waited_s']:.2f} s for it (from {source})")
+
+
+def profile_lines(profile: Mapping | None, n: int = 5) -> list[str]:
+    """A rank's profile in a few lines: where its time went, in its code."""
+    if not profile:
+        return []
+    out = [f"its code ({profile.get('method') or 'profile'} {profile['id']}, "
+           f"{profile.get('seconds', 0):g} s; {profile.get('download', '')}):"]
+    for f in profile.get("top_frames", [])[:n]:
+        where = f"{str(f.get('file') or '?').rsplit('/', 1)[-1]}:{f.get('line') or '?'}"
+        out.append(f"  {100 * f.get('self_share', 0):5.1f}% {f.get('name', '?')} ({where})")
+    return out

@@ -36,7 +36,8 @@ def actor_config(settings: ClientSettings, server_url: str, token: str,
             "forget_after_s": settings.forget_after_s,
             "namespace": settings.ray_namespace,
             "metrics_host": settings.metrics_host, "metrics_port": settings.metrics_port,
-            "resend_max_events": settings.resend_max_events}
+            "resend_max_events": settings.resend_max_events,
+            "profile_poll_s": settings.profile_poll_s}
 
 
 def ray_ready() -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from itertools import groupby
 from operator import itemgetter
 
@@ -53,6 +53,7 @@ DURATION_DOC = ("Time spent in each state, per lane: self time, without the time
 POOLED_LANE = "other"
 LANE_IDLE_S = 3600.0  # a run never finished: longer than any step a replica sleeps through
 RANK_LANES = "ranks"  # the duration histogram of every trainer rank lane
+MAX_RANK_PROCESSES = 4096  # rank lanes whose process a node's actor remembers (a node: 8-16)
 
 
 def duration_lane(lane: str) -> str:
@@ -104,6 +105,9 @@ class LaneCore:
         # dedicated lanes only: pooled ones (one per request or trajectory, 100,000s in a
         # run) are summarised per state, never kept one by one
         self.lanes: set[tuple[Identity, str]] = set()
+        # the process that last sent each trainer rank lane (host:pid): the one a profile
+        # of that rank samples (collector/profiling.py), never any other
+        self.rank_process: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         # a run is forgotten this long after its finish (client.forget_after_s), or after
         # LANE_IDLE_S without events and with no lane in a state (no finish was heard)
         self.forget_after_s = forget_after_s
@@ -185,6 +189,8 @@ class LaneCore:
                     self.pending.append((identity, process, item))
                     if item.lane is not None:
                         self._note_lane(identity, item.lane)
+                        if item.ends_state and laneid.is_rank(item.lane):
+                            self._note_rank(identity, item.lane, process)
                         lane = duration_lane(item.lane)
                         took = item.end_ns - item.start_ns if own_ns is None else own_ns
                         metrics.append(_metric(HISTOGRAM, DURATION, took / 1e9,
@@ -193,6 +199,18 @@ class LaneCore:
         if metrics:
             self.runs.apply(identity, metrics)
         return ready
+
+    def _note_rank(self, identity: Identity, lane: str, process: str) -> None:
+        key = (identity.project, identity.experiment_name, lane)
+        self.rank_process[key] = process
+        self.rank_process.move_to_end(key)
+        while len(self.rank_process) > MAX_RANK_PROCESSES:
+            self.rank_process.popitem(last=False)
+
+    def process_of(self, project: str, experiment: str, lane: str) -> str | None:
+        """The process that sent spans of that rank lane of that run here, if any."""
+        with self._lock:
+            return self.rank_process.get((project, experiment, lane))
 
     def _state(self, identity: Identity, ch: StateChange) -> tuple[list, int | None]:
         """A lane holds one state at a time. Nested or overlapping states on one lane

@@ -253,6 +253,30 @@ class Sender:
                                                                self._auth)
         return conn
 
+    def call_json(self, method: str, path: str, what: str, body: object = None,
+                  **params) -> tuple[int, object]:
+        """A JSON request to the server's ``path`` with its credential: (status, parsed
+        answer or None); status 0 when nothing answered."""
+        if not self.server_url:
+            return 0, None
+        url = self.server_url + path
+        if method == "GET":
+            try:
+                r = self._get(url, **params)
+            except connection.HttpError as exc:
+                tracebacks.release(exc)
+                self.last_error = f"{exc.__class__.__name__} talking to {url}"
+                return 0, None
+        else:
+            _, r = self._call(method, url, what, data=json.dumps(body).encode(),
+                              headers={"Content-Type": "application/json"})
+            if r is None:
+                return 0, None
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, None
+
     def push(self, job: str, grouping: dict[str, str], text: str,
              replace: bool = False) -> bool:
         """POST (merge families) or PUT (replace the group) a text exposition."""

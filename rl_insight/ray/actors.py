@@ -24,6 +24,7 @@ from rl_insight.collector.hub import HubCore
 from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.lifetime import JobLifetime
 from rl_insight.collector.loop import Periodic
+from rl_insight.collector.profiling import Captures
 from rl_insight.collector.push import Sender
 from rl_insight.events import Batch, Identity
 from rl_insight.ray import raymetrics
@@ -185,6 +186,8 @@ class LaneActor:
         self._asking: dict[str, Any] = {}  # job -> the hub's answer on its way
         self._hub = None  # looked up once, again after a failed answer
         self.ray_gauges = RayGauges("rl_insight_lanes", raymetrics.LANES, name)
+        self.captures = None if self.platform else Captures(
+            self.core.sender, name, config.get("profile_poll_s", 5.0), self.core.process_of)
         self.loop = Periodic(config["lane_flush_interval_s"], self._tick,
                              f"rl-insight-{name}").start()
 
@@ -227,6 +230,11 @@ class LaneActor:
             self._refresh_at = time.monotonic() + REFRESH_S
             self.core.runs.mark_all_dirty()  # the hub forgets a group an hour unrefreshed
         backlog = self.core.tick()
+        if self.captures is not None:  # profiles of the ranks this node's actor serves
+            try:
+                self.captures.tick(bool(self.core.rank_process))
+            except Exception:  # never the lanes' loss
+                log.warning("rl-insight lane actor %s: profiles", self.name, exc_info=True)
         self.ray_gauges.update(self.core.stats())
         if time.monotonic() >= self._next_check and not backlog:
             self._next_check = time.monotonic() + JOB_CHECK_S

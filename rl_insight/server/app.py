@@ -29,6 +29,7 @@ from rl_insight.server.routes import (
     anatomy,
     core,
     experiments,
+    profiles,
     push,
     schema,
     targets,
@@ -75,7 +76,7 @@ def create_app(state: ServerState) -> FastAPI:
                  for e in exc.errors()]
         return error(400, "invalid request: " + "; ".join(parts))
 
-    for module in (core, targets, experiments, push, traces, anatomy, alerts):
+    for module in (core, targets, experiments, push, traces, anatomy, alerts, profiles):
         app.include_router(module.router(state))
 
     def openapi() -> dict:

@@ -14,6 +14,7 @@ from rl_insight import netaddr
 from rl_insight.config import Settings, duration_seconds
 from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.analyses.changes import ChangeStore, Prom
+from rl_insight.server.analyses.profiles import ProfileError, ProfileStore
 from rl_insight.server.endpoints import prometheus_auth, prometheus_url, relay_url
 from rl_insight.server.ingest.engine_requests import RequestMetrics
 from rl_insight.server.ingest.experiments import ExperimentStore
@@ -82,6 +83,8 @@ class ServerState:
             settings.anatomy.max_runs, finished=self.run_ended)
         self.anatomy.listener = self.changes.observe
         self.requests = RequestMetrics()  # rl_insight_request_*
+        self.profiles = ProfileStore(settings.profiles, state / "profiles",
+                                     known_lane=self.lanes.has)
         from rl_insight.server.analyses.selfmetrics import ServerMetrics
 
         self.metrics = ServerMetrics(self)
@@ -111,6 +114,7 @@ class ServerState:
         n_exp = self.experiments.load()
         n_targets = self.targets.load()
         n_groups = self.pushes.load()
+        self.profiles.load()
         log.info("recovered %d experiments, %d targets, %d pushed groups, %d spooled spans",
                  n_exp, n_targets, n_groups, self.spool.spans)
         self.relay.start()
@@ -146,6 +150,7 @@ class ServerState:
             self.lanes.forget(runs)
             self.recent.forget(runs)
             self.requests.forget(runs)
+            self.profiles.forget(runs)
         # a finished run's changes are asked again from Prometheus (report --changes)
         self.changes.forget(lambda key: key not in runs and self.anatomy.has(key))
         # as a set: a run restored in the round another finished changes no count
@@ -157,6 +162,24 @@ class ServerState:
         while not self._stop.wait(self.settings.changes.rank_interval_s):
             self.anatomy.update()
             self.changes.rank_due()
+            self.auto_profiles()
+
+    def auto_profiles(self) -> None:
+        """A change that lives on one rank has that rank's code profiled, once per change
+        (profiles.auto; the store's rate limits hold as for any request)."""
+        if not (self.settings.profiles.auto and self.settings.profiles.enabled):
+            return
+        asked = {p["reason"] for p in self.profiles.list()}
+        for (project, experiment), change, ranked in self.changes.open_changes():
+            scope = ranked[2] if ranked else None
+            reason = f"change {change.id}"
+            if not scope or scope.get("rank") is None or reason in asked:
+                continue
+            try:
+                self.profiles.request(project, experiment, str(scope["rank"]), reason=reason)
+            except ProfileError as exc:
+                log.info("no profile of rank %s of %s/%s for %s: %s", scope["rank"],
+                         project, experiment, reason, exc)
 
     def _maintain(self) -> None:
         """Every persist_interval_s from one round's start to the next: a round that took

@@ -24,6 +24,7 @@ from rl_insight.server.threads import RESTARTS
 if TYPE_CHECKING:
     from rl_insight.server.analyses.anatomy import AnatomyStore
     from rl_insight.server.analyses.changes import ChangeStore
+    from rl_insight.server.analyses.profiles import ProfileStore
     from rl_insight.server.ingest.engine_requests import RequestMetrics
     from rl_insight.server.ingest.experiments import ExperimentStore
     from rl_insight.server.ingest.lane_stats import LaneStats
@@ -49,6 +50,7 @@ class Measured(Protocol):
     anatomy: AnatomyStore
     changes: ChangeStore
     requests: RequestMetrics
+    profiles: ProfileStore
 
 
 class _StateCollector(Collector):
@@ -160,6 +162,7 @@ class ServerMetrics:
         self.registry.register(state.anatomy)  # rl_insight_step_*
         self.registry.register(state.changes)  # rl_insight_step_regression_*
         self.registry.register(state.requests)  # rl_insight_request_*
+        self.registry.register(state.profiles)  # rl_insight_profile_*
         self.types = {m.name: m.type for m in self.registry.collect()}
 
 

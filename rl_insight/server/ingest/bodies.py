@@ -228,6 +228,30 @@ class RunIdentity(_Body):
     experiment_name: RunName
 
 
+class ProfileRequest(_Body):
+    """A profile of one trainer rank of a run (rl_insight/server/analyses/profiles.py)."""
+
+    project: RunName
+    experiment_name: RunName
+    rank: Annotated[StrictStr, StringConstraints(pattern=r"^[0-9]{1,7}$")] = Field(
+        description="the rank's number, as its lane rank_<n> names it")
+    seconds: Annotated[float, Field(gt=0, le=3600)] | None = Field(
+        None, description="how long to sample (profiles.default_seconds when absent)")
+
+
+class ProfileTake(_Body):
+    by: Annotated[StrictStr, StringConstraints(min_length=1, max_length=256)] = Field(
+        description="the lane actor that captures it")
+
+
+class ProfileResult(_Body):
+    method: Annotated[StrictStr, StringConstraints(max_length=64)] = ""
+    process: Annotated[StrictStr, StringConstraints(max_length=256)] = ""
+    error: Annotated[StrictStr, StringConstraints(max_length=4000)] = ""
+    top_frames: list[dict[str, Any]] = Field(default_factory=list, max_length=50)
+    data: dict[str, Any] | None = Field(None, description="the profile, speedscope JSON")
+
+
 # a batch group's grouping label: any name Prometheus takes but job (given as `job`)
 GroupLabelName = Annotated[StrictStr, AfterValidator(_label_name(
     ("job",), "it is set by 'job' and cannot repeat in 'grouping'")), WithJsonSchema(

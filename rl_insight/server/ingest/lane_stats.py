@@ -75,5 +75,10 @@ class LaneStats:
                              "states": dict(entry["states"])})
             return sorted(rows, key=lambda r: (r["project"], r["experiment_name"], r["lane"]))
 
+    def has(self, project: str, experiment_name: str, lane: str) -> bool:
+        """Whether a process of that run has sent spans of that lane (and it is held)."""
+        with self._lock:
+            return (project, experiment_name, lane) in self._lanes
+
     def __len__(self) -> int:
         return len(self._lanes)

@@ -44,7 +44,21 @@ def router(state: ServerState) -> APIRouter:
             raise HttpError(404, f"step {step} of {project}/{experiment_name} is not final "
                                  f"here (final steps: {_ranges(have) or 'none yet'}); a step "
                                  "is final a few seconds after the trainer logs it")
-        return explain.explain(got, step, baseline)
+        out = explain.explain(got, step, baseline)
+        culprit = out.get("culprit")
+        if culprit:  # the culprit rank's newest profile: where its time went, in code
+            out["profile"] = _newest_profile(project, experiment_name, culprit["rank"])
+        return out
+
+    def _newest_profile(project: str, experiment_name: str, rank: str) -> dict | None:
+        done = [p for p in state.profiles.list(project, experiment_name, rank)
+                if p["status"] == "done"]
+        if not done:
+            return None
+        p = done[-1]
+        return {"id": p["id"], "method": p["method"], "seconds": p["seconds"],
+                "top_frames": p["top_frames"][:5], "reason": p["reason"],
+                "download": f"/api/v1/profiles/{p['id']}/speedscope"}
 
     @r.get("/api/v1/anatomy/changes", summary="What changed over a run: its sustained "
            "regressions (onset, size, the parts they live in) and what moved with each, "
@@ -58,6 +72,10 @@ def router(state: ServerState) -> APIRouter:
         state.anatomy.update()
         out = state.changes.report(project, experiment_name,
                                    from_prometheus=source == "prometheus")
+        for change in (out or {}).get("changes", []):
+            rank = (change.get("scope") or {}).get("rank")
+            if rank is not None:
+                change["profile"] = _newest_profile(project, experiment_name, str(rank))
         if out is None:
             known = [f"{r['project']}/{r['experiment_name']}" for r in state.anatomy.runs()]
             raise HttpError(404, f"no final step of {project}/{experiment_name} on this "

@@ -18,13 +18,13 @@ WHY = {
     400: "malformed: a field, parameter or body the server cannot read",
     401: "a write, or a read of run data, without the server's token "
          "(`WWW-Authenticate`)",
-    403: "a target outside server.allowed_networks",
+    403: "a target outside server.allowed_networks; profiles turned off",
     404: "no such run, experiment or service here",
     409: "conflicts with what is stored: an archived run, a metric of another type",
     413: "the body is over its limit (the setting is named)",
     415: "a Content-Type or Content-Encoding the route does not read",
     422: "well-formed but not kept as sent; the answer says what to send instead",
-    429: "the server holds its limit of series",
+    429: "the server holds its limit of series; a rank or run profiled too often",
     502: "Prometheus answered with an error of its own",
     503: "busy (with Retry-After: nothing stored, send again) or a service it needs is "
          "down",

@@ -1,0 +1,187 @@
+"""Profiles of trainer ranks, captured by their node's lane actor: it asks the server for
+pending requests (rl_insight/server/analyses/profiles.py) once every
+``client.profile_poll_s``, takes those of the rank lanes it serves, samples the process
+that sent that lane with py-spy (``record --nonblocking``: the rank is never paused) and
+answers with the profile as speedscope JSON and its top frames.
+
+Only a process that sent spans of the requested rank lane of that run, on this node, is
+ever sampled: the request names a run and a rank, never a pid. Where the host refuses
+ptrace (a container without SYS_PTRACE, a non-root user under Yama's ptrace_scope), or
+py-spy is missing, the answer says so and what to change.
+
+The HTTP calls run on the lane actor's tick; the capture (a subprocess with its own
+deadline) on a short-lived thread of its own, one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PROFILES = "/api/v1/profiles"
+RATE_HZ = 100  # py-spy's samples a second
+TOP = 10
+# frames of the interpreter and of Ray's worker loop: where an idle rank waits, not its code
+RUNTIME_FILES = ("threading.py", "/ray/_private/", "/ray/_raylet", "selectors.py",
+                 "asyncio/", "concurrent/futures/")
+
+
+class CaptureError(Exception):
+    """Why a capture could not be made, and what to change."""
+
+
+def py_spy() -> str | None:
+    """py-spy beside this interpreter (Ray's ``ray[default]`` installs it), or on PATH."""
+    here = Path(sys.executable).with_name("py-spy")
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+def record(pid: int, seconds: float, rate: int = RATE_HZ) -> dict:
+    """The process's stacks sampled for ``seconds``, as speedscope JSON."""
+    exe = py_spy()
+    if exe is None:
+        raise CaptureError(f"py-spy is not installed on {socket.gethostname()}: `pip "
+                           "install py-spy` in the Ray workers' environment (ray[default] "
+                           "brings it)")
+    with tempfile.TemporaryDirectory(prefix="rl-insight-profile-") as tmp:
+        out = Path(tmp) / "profile.json"
+        argv = [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
+                "--rate", str(rate), "--format", "speedscope", "--output", str(out),
+                "--nonblocking"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=seconds + 30)
+        except subprocess.TimeoutExpired:
+            raise CaptureError(f"py-spy did not finish within {seconds + 30:.0f} s") from None
+        if done.returncode != 0 or not out.exists():
+            raise CaptureError(_why(done.stderr or done.stdout, pid))
+        return json.loads(out.read_text())
+
+
+def _why(text: str, pid: int) -> str:
+    low = text.lower()
+    if "permission" in low or "operation not permitted" in low or "ptrace" in low:
+        return (f"the host refused to let py-spy read process {pid} (ptrace): run the "
+                "container with --cap-add SYS_PTRACE (Kubernetes: securityContext."
+                "capabilities.add [SYS_PTRACE]), or as a non-root user set "
+                f"kernel.yama.ptrace_scope=0. py-spy said: {text.strip()[-300:]}")
+    if "no such process" in low or "failed to find process" in low:
+        return f"process {pid} is gone (the rank ended or restarted)"
+    return f"py-spy failed: {text.strip()[-500:]}"
+
+
+def top_frames(profile: dict, n: int = TOP) -> list[dict]:
+    """The functions the samples were in, most first: self share (the sample's own
+    frame) and total share (anywhere on its stack), runtime frames left out of self."""
+    frames = profile.get("shared", {}).get("frames", [])
+    own: Counter = Counter()
+    total: Counter = Counter()
+    samples = 0
+    for prof in profile.get("profiles", []):
+        weights = prof.get("weights") or [1] * len(prof.get("samples", []))
+        for stack, w in zip(prof.get("samples", []), weights, strict=False):
+            samples += w
+            leaf = next((i for i in reversed(stack) if not _runtime(frames[i])), None)
+            if leaf is not None:
+                own[leaf] += w
+            for i in set(stack):
+                total[i] += w
+    if not samples:
+        return []
+    out = []
+    for i, count in own.most_common(n):
+        f = frames[i]
+        out.append({"name": f.get("name", "?"), "file": f.get("file", ""),
+                    "line": f.get("line"), "self_share": round(count / samples, 4),
+                    "total_share": round(total[i] / samples, 4)})
+    return out
+
+
+def _runtime(frame: dict) -> bool:
+    file = frame.get("file", "") or ""
+    return any(part in file for part in RUNTIME_FILES)
+
+
+class Captures:
+    """A lane actor's side of profiles: poll, take, capture, answer."""
+
+    def __init__(self, sender, name: str, poll_s: float,
+                 process_of: Callable[[str, str, str], str | None]) -> None:
+        self.sender = sender
+        self.name = name
+        self.poll_s = poll_s
+        self.process_of = process_of  # (project, experiment, lane) -> "host:pid" or None
+        self.host = socket.gethostname()
+        self._next = 0.0
+        self._running: tuple[dict, threading.Thread, dict] | None = None
+        self.captured = self.failed = 0
+
+    def tick(self, serves_ranks: bool) -> None:
+        """Answer a finished capture; ask for requests when due and idle."""
+        if self._running is not None:
+            req, thread, outcome = self._running
+            if thread.is_alive():
+                return
+            self._running = None
+            self._answer(req, outcome)
+        now = time.monotonic()
+        if not serves_ranks or now < self._next:
+            return
+        self._next = now + self.poll_s
+        status, body = self.sender.call_json("GET", PROFILES, "profile requests",
+                                             status="pending")
+        if status != 200 or not isinstance(body, dict):
+            return
+        for req in body.get("profiles", []):
+            process = self.process_of(req["project"], req["experiment_name"], req["lane"])
+            if process is None:
+                continue
+            host, _, pid = process.rpartition(":")
+            if host != self.host or not pid.isdigit():
+                continue
+            status, _ = self.sender.call_json("POST", f"{PROFILES}/{req['id']}/take",
+                                              "profile take", {"by": self.name})
+            if status != 200:
+                continue  # another actor took it, or it expired
+            self._start(req, int(pid), process)
+            return  # one capture at a time
+
+    def _start(self, req: dict, pid: int, process: str) -> None:
+        outcome: dict = {"process": process, "method": "py-spy record"}
+
+        def run() -> None:
+            try:
+                data = record(pid, float(req["seconds"]))
+                outcome.update(data=data, top_frames=top_frames(data))
+            except CaptureError as exc:
+                outcome["error"] = str(exc)
+            except Exception as exc:  # never the lane actor's loss
+                outcome["error"] = f"{type(exc).__name__}: {exc}"
+
+        thread = threading.Thread(target=run, name=f"rl-insight-profile-{req['id']}",
+                                  daemon=True)
+        thread.start()
+        self._running = (req, thread, outcome)
+
+    def _answer(self, req: dict, outcome: dict) -> None:
+        if outcome.get("error"):
+            self.failed += 1
+            log.warning("rl-insight: profile %s of rank %s of %s/%s: %s", req["id"],
+                        req["rank"], req["project"], req["experiment_name"],
+                        outcome["error"])
+        else:
+            self.captured += 1
+        self.sender.call_json("POST", f"{PROFILES}/{req['id']}/result", "profile result",
+                              outcome)

@@ -1,0 +1,286 @@
+"""Profiles of trainer ranks' code: requested (``rl-insight profile``, POST
+/api/v1/profiles, or by the server when a change lives on one rank), captured in the
+cluster by the rank's node lane actor (rl_insight/collector/profiling.py), kept here
+with their run and forgotten with it.
+
+Capturing a process's stacks is a privileged act, so a request names a run and a rank
+lane that run's processes have sent spans of (never a pid: the lane actor captures only
+the processes that sent that lane), needs the server's token (every write does), is
+rate-limited per rank and per run, and ``profiles.enabled=false`` refuses all. The lane
+actors ask for pending requests once every ``client.profile_poll_s`` per node.
+
+Each profile's file is speedscope JSON (Perfetto and speedscope open it), bounded in size;
+the index is a state file written atomically, so both survive SIGKILL and power loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily
+
+from rl_insight.config import ProfileSettings
+from rl_insight.files import read_state_json, write_atomic
+
+PENDING, CAPTURING, DONE, FAILED, EXPIRED = "pending", "capturing", "done", "failed", "expired"
+OPEN = (PENDING, CAPTURING)
+FRAMES_EXPOSED = 3  # a profile's top frames on /metrics
+CAPTURE_GRACE_S = 60.0  # a capture taken but not answered this long after its seconds
+
+
+class ProfileError(Exception):
+    """A request refused: ``status`` the HTTP status, the message what to do."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Profile:
+    id: str
+    project: str
+    experiment_name: str
+    rank: str
+    seconds: float
+    reason: str  # "on demand", or why the server asked (a change on this rank)
+    requested_at: float
+    status: str = PENDING
+    taken_at: float | None = None
+    taken_by: str = ""  # the lane actor that captures it
+    finished_at: float | None = None
+    method: str = ""  # "py-spy record", "py-spy dump", ...
+    process: str = ""  # host:pid of the rank's process
+    error: str = ""
+    top_frames: list[dict] = field(default_factory=list)
+    bytes: int = 0
+
+    @property
+    def lane(self) -> str:
+        return f"rank_{self.rank}"
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["lane"] = self.lane
+        return out
+
+
+FIELDS = frozenset(Profile.__dataclass_fields__)
+
+
+class ProfileStore:
+    def __init__(self, settings: ProfileSettings, folder: Path,
+                 known_lane=lambda project, experiment, lane: True) -> None:
+        self.settings = settings
+        self.folder = folder
+        self.known_lane = known_lane
+        self._lock = threading.Lock()
+        self._profiles: dict[str, Profile] = {}
+        self._index = folder / "index.json"
+
+    # -- persistence ------------------------------------------------------------------
+    def load(self) -> int:
+        rows = read_state_json(self._index, [])
+        with self._lock:
+            for row in rows if isinstance(rows, list) else []:
+                try:
+                    p = Profile(**{k: v for k, v in row.items() if k in FIELDS})
+                except TypeError:  # a row of another version, or edited by hand
+                    continue
+                if p.status in OPEN:  # the server stopped meanwhile: nobody answers it
+                    p.status, p.error = FAILED, "the server restarted before it was captured"
+                self._profiles[p.id] = p
+        return len(self._profiles)
+
+    def _persist(self) -> None:
+        """The index, written atomically (the caller holds the lock)."""
+        write_atomic(self._index, json.dumps([p.as_dict() for p in self._profiles.values()],
+                                             default=str))
+
+    def _file(self, pid: str) -> Path:
+        return self.folder / f"{pid}.speedscope.json"
+
+    # -- requests -----------------------------------------------------------------------
+    def request(self, project: str, experiment_name: str, rank: str,
+                seconds: float | None = None, reason: str = "on demand",
+                now: float | None = None) -> Profile:
+        """A new request (ProfileError when refused, saying why and what to do)."""
+        s = self.settings
+        now = time.time() if now is None else now
+        if not s.enabled:
+            raise ProfileError(403, "profiles are off on this server (profiles.enabled="
+                                    "false); set profiles.enabled=true and restart it")
+        rank = str(rank)
+        if not re.fullmatch(r"[0-9]{1,7}", rank):
+            raise ProfileError(400, f"rank {rank!r}: a trainer rank's number (0, 1, ...)")
+        seconds = s.default_seconds if seconds is None else float(seconds)
+        if not 0 < seconds <= s.max_seconds:
+            raise ProfileError(400, f"seconds {seconds:g}: between 0 and "
+                                    f"{s.max_seconds:g} (profiles.max_seconds)")
+        if not self.known_lane(project, experiment_name, f"rank_{rank}"):
+            raise ProfileError(404, f"no process of {project}/{experiment_name} has sent "
+                                    f"spans of lane rank_{rank}: only a run's own ranks are "
+                                    "profiled (check the names with `rl-insight server "
+                                    "experiments list` and the rank with `rl-insight "
+                                    "report --step N`)")
+        with self._lock:
+            self._expire(now)
+            mine = [p for p in self._profiles.values()
+                    if (p.project, p.experiment_name) == (project, experiment_name)]
+            same = [p for p in mine if p.rank == rank]
+            busy = [p for p in same if p.status in OPEN]
+            if busy:
+                raise ProfileError(429, f"rank {rank} is being profiled already "
+                                        f"({busy[0].id}); wait for it: GET "
+                                        f"/api/v1/profiles/{busy[0].id}")
+            last = max((p.requested_at for p in same), default=None)
+            if last is not None and now - last < s.min_interval_s:
+                raise ProfileError(429, f"rank {rank} was profiled {now - last:.0f} s ago; "
+                                        f"a rank is profiled at most once every "
+                                        f"{s.min_interval_s:g} s (profiles.min_interval_s)")
+            if sum(p.status in OPEN for p in mine) >= s.max_pending_per_run:
+                raise ProfileError(429, f"{s.max_pending_per_run} profiles of this run are "
+                                        "waiting to be captured "
+                                        "(profiles.max_pending_per_run); try again when "
+                                        "they are done")
+            p = Profile(secrets.token_hex(8), project, experiment_name, rank, seconds,
+                        reason, now)
+            self._profiles[p.id] = p
+            self._bound(project, experiment_name)
+            self._persist()
+            return p
+
+    def _bound(self, project: str, experiment_name: str) -> None:
+        mine = sorted((p for p in self._profiles.values()
+                       if (p.project, p.experiment_name) == (project, experiment_name)),
+                      key=lambda p: p.requested_at)
+        for p in mine[:max(0, len(mine) - self.settings.max_per_run)]:
+            self._drop(p.id)
+
+    def _drop(self, pid: str) -> None:
+        self._profiles.pop(pid, None)
+        try:
+            os.unlink(self._file(pid))
+        except OSError:
+            pass
+
+    def _expire(self, now: float) -> None:
+        for p in self._profiles.values():
+            if p.status == PENDING and now - p.requested_at > self.settings.pending_expire_s:
+                p.status, p.finished_at = EXPIRED, now
+                p.error = ("no lane actor took it: is the run still going, and its ranks' "
+                           "node lane actors up (`ray list actors`)?")
+            elif p.status == CAPTURING and p.taken_at is not None and \
+                    now - p.taken_at > p.seconds + CAPTURE_GRACE_S:
+                p.status, p.finished_at = FAILED, now
+                p.error = f"{p.taken_by} took it and never answered"
+
+    # -- the lane actors' side ----------------------------------------------------------
+    def pending(self, now: float | None = None) -> list[dict]:
+        """The requests waiting for a lane actor (few: bounded per run)."""
+        with self._lock:
+            self._expire(time.time() if now is None else now)
+            return [p.as_dict() for p in self._profiles.values() if p.status == PENDING]
+
+    def take(self, pid: str, by: str, now: float | None = None) -> Profile:
+        """A lane actor that serves the rank's lane takes the request (once)."""
+        with self._lock:
+            p = self._profiles.get(pid)
+            if p is None:
+                raise ProfileError(404, f"no profile {pid} (forgotten with its run?)")
+            if p.status != PENDING:
+                raise ProfileError(409, f"profile {pid} is {p.status} ({p.taken_by})")
+            p.status, p.taken_by = CAPTURING, by
+            p.taken_at = time.time() if now is None else now
+            self._persist()
+            return p
+
+    def result(self, pid: str, outcome: dict, data: dict | None) -> Profile:
+        """What the lane actor captured (``data``: speedscope JSON), or why it could not."""
+        with self._lock:
+            p = self._profiles.get(pid)
+            if p is None:
+                raise ProfileError(404, f"no profile {pid} (forgotten with its run?)")
+            if p.status != CAPTURING:
+                raise ProfileError(409, f"profile {pid} is {p.status}, not being captured")
+            text = json.dumps(data) if data is not None else ""
+            if len(text) > self.settings.max_bytes:
+                p.status = FAILED
+                p.error = (f"the capture was {len(text):,} bytes, over profiles.max_bytes "
+                           f"({self.settings.max_bytes:,}): ask for fewer seconds")
+            elif outcome.get("error"):
+                p.status, p.error = FAILED, str(outcome["error"])[:2000]
+            else:
+                p.status = DONE
+                if text:
+                    write_atomic(self._file(pid), text)
+                    p.bytes = len(text)
+            p.method = str(outcome.get("method", ""))[:64]
+            p.process = str(outcome.get("process", ""))[:256]
+            p.top_frames = list(outcome.get("top_frames") or [])[:20]
+            p.finished_at = time.time()
+            self._persist()
+            return p
+
+    # -- reads --------------------------------------------------------------------------
+    def list(self, project: str | None = None, experiment_name: str | None = None,
+             rank: str | None = None) -> list[dict]:
+        with self._lock:
+            self._expire(time.time())
+            return [p.as_dict() for p in sorted(self._profiles.values(),
+                                                key=lambda p: p.requested_at)
+                    if (project is None or p.project == project)
+                    and (experiment_name is None or p.experiment_name == experiment_name)
+                    and (rank is None or p.rank == str(rank))]
+
+    def get(self, pid: str) -> dict | None:
+        with self._lock:
+            p = self._profiles.get(pid)
+            return None if p is None else p.as_dict()
+
+    def data(self, pid: str) -> str | None:
+        """The speedscope file's text."""
+        with self._lock:
+            p = self._profiles.get(pid)
+            if p is None or p.status != DONE or not p.bytes:
+                return None
+        try:
+            return self._file(pid).read_text()
+        except OSError:
+            return None
+
+    def forget(self, runs: set[tuple[str, str]]) -> int:
+        """Profiles of runs forgotten by the server go with them."""
+        with self._lock:
+            gone = [pid for pid, p in self._profiles.items()
+                    if (p.project, p.experiment_name) in runs]
+            for pid in gone:
+                self._drop(pid)
+            if gone:
+                self._persist()
+            return len(gone)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """``rl_insight_profile_frame_share``: each kept profile's top frames (a few a
+        profile, a few profiles a run), for the dashboard's table of the ranks' code."""
+        fam = GaugeMetricFamily(
+            "rl_insight_profile_frame_share", "Share of a rank profile's samples in this "
+            "function's own code (rl-insight profile; GET /api/v1/profiles/<profile>)",
+            labels=["project", "experiment_name", "rank", "profile", "frame", "reason"])
+        with self._lock:
+            done = [p for p in self._profiles.values() if p.status == DONE]
+        for p in done:
+            for f in p.top_frames[:FRAMES_EXPOSED]:
+                where = f"{f.get('name', '?')} ({Path(str(f.get('file') or '?')).name}:" \
+                        f"{f.get('line') or '?'})"
+                fam.add_metric([p.project, p.experiment_name, p.rank, p.id, where, p.reason],
+                               float(f.get("self_share") or 0.0))
+        yield fam

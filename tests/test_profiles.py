@@ -1,0 +1,168 @@
+"""Profiles of ranks' code at the server, without a cluster: who may ask for one and how
+often, the lane actor's side (take, answer), what is kept and for how long, a restart,
+and the routes in-process. Capturing a real rank with py-spy: tests/test_culprit_ranks.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rl_insight import config
+from rl_insight.collector.profiling import top_frames
+from rl_insight.config import ProfileSettings
+from rl_insight.server.analyses.profiles import DONE, EXPIRED, FAILED, ProfileError, ProfileStore
+
+KNOWN = {("p", "e", "rank_0"), ("p", "e", "rank_1"), ("p", "e", "rank_2")}
+
+
+def store(tmp_path, **settings) -> ProfileStore:
+    return ProfileStore(ProfileSettings(**settings), tmp_path / "profiles",
+                        known_lane=lambda p, e, lane: (p, e, lane) in KNOWN)
+
+
+def refused(fn, *args, **kw) -> ProfileError:
+    try:
+        fn(*args, **kw)
+    except ProfileError as exc:
+        return exc
+    raise AssertionError("not refused")
+
+
+SPEEDSCOPE = {  # as py-spy record --format speedscope writes it (py-spy 0.4.3)
+    "shared": {"frames": [
+        {"name": "<module>", "file": "/x/default_worker.py", "line": 1},
+        {"name": "update_actor", "file": "/job/train.py", "line": 40},
+        {"name": "slow_backward", "file": "/job/train.py", "line": 12},
+        {"name": "wait", "file": "/usr/lib/python3.11/threading.py", "line": 320}]},
+    "profiles": [{"type": "sampled", "samples": [[0, 1, 2]] * 6 + [[0, 1]] * 2 + [[0, 3]] * 2,
+                  "weights": [1] * 10}]}
+
+
+def test_a_run_asks_for_its_own_ranks_only_within_its_limits(tmp_path):
+    s = store(tmp_path, min_interval_s=60, max_pending_per_run=2)
+    assert refused(s.request, "p", "e", "7").status == 404  # no such rank lane in the run
+    assert "only a run's own ranks" in str(refused(s.request, "p", "other", "0"))
+    assert refused(s.request, "p", "e", "0; rm -rf").status == 400
+    assert refused(s.request, "p", "e", "0", seconds=600).status == 400
+    first = s.request("p", "e", "0", now=1000.0)
+    again = refused(s.request, "p", "e", "0", now=1001.0)
+    assert again.status == 429 and first.id in str(again)
+    s.request("p", "e", "1", now=1001.0)
+    assert refused(s.request, "p", "e", "2", now=1002.0).status == 429  # 2 pending
+    off = store(tmp_path / "off", enabled=False)
+    assert refused(off.request, "p", "e", "0").status == 403
+    assert "profiles.enabled" in str(refused(off.request, "p", "e", "0"))
+
+
+def test_a_lane_actor_takes_a_request_once_and_answers_it(tmp_path):
+    s = store(tmp_path, min_interval_s=60, max_bytes=10_000)
+    p = s.request("p", "e", "1", seconds=2, now=1000.0)
+    assert [x["id"] for x in s.pending(now=1001.0)] == [p.id]
+    s.take(p.id, "rl_insight_lanes_node_a", now=1001.0)
+    assert refused(s.take, p.id, "rl_insight_lanes_node_b").status == 409
+    assert s.pending(now=1001.0) == []
+    frames = top_frames(SPEEDSCOPE)
+    got = s.result(p.id, {"method": "py-spy record", "process": "h:42",
+                          "top_frames": frames}, SPEEDSCOPE)
+    assert got.status == DONE and json.loads(s.data(p.id)) == SPEEDSCOPE
+    assert [f["name"] for f in s.get(p.id)["top_frames"]][:2] == ["slow_backward",
+                                                                  "update_actor"]
+    # within the interval, the same rank is not profiled again
+    assert refused(s.request, "p", "e", "1", now=1030.0).status == 429
+    assert s.request("p", "e", "1", now=1061.0).id != p.id
+    # too large a capture is refused with what to do
+    q = s.request("p", "e", "2", now=1100.0)
+    s.take(q.id, "a")
+    big = s.result(q.id, {}, {"profiles": ["x" * 20_000]})
+    assert big.status == FAILED and "ask for fewer seconds" in big.error
+    assert s.data(q.id) is None
+
+
+def test_top_frames_are_the_code_the_samples_were_in():
+    frames = top_frames(SPEEDSCOPE)
+    by = {f["name"]: f for f in frames}
+    assert frames[0]["name"] == "slow_backward" and by["slow_backward"]["self_share"] == 0.6
+    assert by["update_actor"]["self_share"] == 0.2 and by["update_actor"]["total_share"] == 0.8
+    # a runtime frame (threading's wait) is no one's code: its samples go to its caller
+    assert "wait" not in by and by["<module>"]["self_share"] == 0.2
+
+
+def test_requests_nobody_takes_expire_and_a_restart_keeps_what_was_captured(tmp_path):
+    s = store(tmp_path, pending_expire_s=30, min_interval_s=0)
+    stale = s.request("p", "e", "0", now=1000.0)
+    assert s.pending(now=1031.0) == [] and s.get(stale.id)["status"] == EXPIRED
+    assert "lane actors up" in s.get(stale.id)["error"]
+    done = s.request("p", "e", "1", now=2000.0)
+    s.take(done.id, "a")
+    s.result(done.id, {"method": "py-spy record"}, SPEEDSCOPE)
+    open_ = s.request("p", "e", "2", now=2000.0)
+    s.take(open_.id, "a")
+    again = store(tmp_path, min_interval_s=0)  # the server restarted (even SIGKILLed)
+    assert again.load() == 3
+    assert again.get(done.id)["status"] == DONE and again.data(done.id)
+    assert again.get(open_.id)["status"] == FAILED  # nobody will answer it now
+
+
+def test_a_run_keeps_its_newest_profiles_and_forgets_them_with_the_run(tmp_path):
+    s = store(tmp_path, max_per_run=2, min_interval_s=0, max_pending_per_run=10)
+    ids = []
+    for i, rank in enumerate(("0", "1", "2")):
+        p = s.request("p", "e", rank, now=1000.0 + i)
+        s.take(p.id, "a")
+        s.result(p.id, {}, SPEEDSCOPE)
+        ids.append(p.id)
+    assert [p["id"] for p in s.list("p", "e")] == ids[1:]
+    files = sorted(x.name for x in (tmp_path / "profiles").glob("*.speedscope.json"))
+    assert files == sorted(f"{i}.speedscope.json" for i in ids[1:])
+    assert s.forget({("p", "e")}) == 2 and s.list() == []
+    assert not list((tmp_path / "profiles").glob("*.speedscope.json"))
+
+
+def test_the_routes_ask_list_take_answer_and_download(tmp_path):
+    from rl_insight.server.app import create_app
+    from rl_insight.server.services.supervisor import Supervisor
+    from rl_insight.server.state import ServerState
+
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    try:
+        with TestClient(create_app(state)) as c:
+            body = {"project": "p", "experiment_name": "e", "rank": "3", "seconds": 2}
+            r = c.post("/api/v1/profiles", json=body)
+            assert r.status_code == 404 and "rank_3" in r.json()["error"]
+            state.lanes.observe([("p", "e", "rank_3", "actor_update", 1)])
+            r = c.post("/api/v1/profiles", json=body)
+            assert r.status_code == 202, r.text
+            pid = r.json()["id"]
+            assert c.post("/api/v1/profiles", json=body).status_code == 429
+            assert c.post("/api/v1/profiles", json={**body, "rank": "x"}).status_code == 400
+            pending = c.get("/api/v1/profiles", params={"status": "pending"}).json()
+            assert [p["id"] for p in pending["profiles"]] == [pid]
+            assert c.post(f"/api/v1/profiles/{pid}/take", json={"by": "lanes"}
+                          ).status_code == 200
+            assert c.get(f"/api/v1/profiles/{pid}/speedscope").status_code == 404
+            r = c.post(f"/api/v1/profiles/{pid}/result",
+                       json={"method": "py-spy record", "process": "h:1",
+                             "top_frames": top_frames(SPEEDSCOPE), "data": SPEEDSCOPE})
+            assert r.status_code == 200 and r.json()["status"] == DONE
+            got = c.get(f"/api/v1/profiles/{pid}/speedscope")
+            assert got.status_code == 200 and got.json() == SPEEDSCOPE
+            assert "attachment" in got.headers["content-disposition"]
+            metrics = c.get("/metrics").text
+            assert 'rl_insight_profile_frame_share{' in metrics and "slow_backward" in metrics
+    finally:
+        state.close()
+
+
+@pytest.mark.parametrize("stderr, says", [
+    ("Error: Permission denied (os error 13)", "SYS_PTRACE"),
+    ("Error: Failed to find process 123", "is gone"),
+    ("something else", "py-spy failed"),
+])
+def test_a_refused_capture_says_why_and_what_to_change(stderr, says):
+    from rl_insight.collector.profiling import _why
+
+    assert says in _why(stderr, 123)
