@@ -166,3 +166,31 @@ def test_a_refused_capture_says_why_and_what_to_change(stderr, says):
     from rl_insight.collector.profiling import _why
 
     assert says in _why(stderr, 123)
+
+
+def test_a_change_on_one_rank_has_that_rank_profiled_once(tmp_path):
+    """The server asks by itself when a change's scope is one rank (profiles.auto), once
+    per change, as any request: rate limits and all."""
+    from types import SimpleNamespace
+
+    from rl_insight.server.services.supervisor import Supervisor
+    from rl_insight.server.state import ServerState
+
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    try:
+        state.lanes.observe([("p", "e", "rank_2", "actor_update", 1)])
+        change = SimpleNamespace(id="step_time@30")
+        on_rank = [(("p", "e"), change, (0, [], {"rank": "2", "role": "actor"}))]
+        state.changes.open_changes = lambda: on_rank
+        state.auto_profiles()
+        state.auto_profiles()  # the same change: asked once
+        got = state.profiles.list("p", "e")
+        assert [(p["rank"], p["reason"]) for p in got] == [("2", "change step_time@30")]
+        state.changes.open_changes = lambda: [(("p", "e"), change, (0, [], {"node": "n"}))]
+        state.settings.profiles.min_interval_s = 0
+        state.auto_profiles()  # a change on a node: no rank to profile
+        assert len(state.profiles.list("p", "e")) == 1
+    finally:
+        state.close()

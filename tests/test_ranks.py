@@ -176,3 +176,60 @@ def test_the_client_adds_node_gpu_to_rank_phases_only(monkeypatch):
     assert dict(out[0].attributes)[ranks.GPU] == "5" and ranks.NODE in dict(out[0].attributes)
     assert out[1] is replica
     rank_evidence._reset()
+
+
+def test_a_frameworks_ranks_name_their_culprit_from_their_own_spans(tmp_path):
+    """ROLL's worker spans (from the real OpenTelemetry SDK, as ROLL's tracer makes them:
+    scope `worker`, the rank in service.instance.id) mapped by its table to rank lanes:
+    rank 2's train_step ends half a second after the others' (they do not meet there),
+    and the step names it from its own time."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter,
+    )
+
+    from rl_insight import config
+    from rl_insight.server.ingest import intake
+    from rl_insight.server.services.supervisor import Supervisor
+    from rl_insight.server.state import ServerState
+
+    def tracer(service: str, scope: str, **attrs):
+        p = TracerProvider(resource=Resource.create({"service.name": service,
+                                                     "project": "p",
+                                                     "experiment_name": "roll", **attrs}))
+        p.add_span_processor(SimpleSpanProcessor(out))
+        return p.get_tracer(scope)
+
+    out = InMemorySpanExporter()
+    driver = tracer("driver", "driver")
+    workers = [tracer("actor_train", "worker", **{"service.instance.id": f"actor_train-{r}-G1"})
+               for r in range(4)]
+    t0 = 1_700_000_000 * S
+    for step in (1, 2):
+        base = t0 + (step - 1) * 10 * S
+        mark = driver.start_span("pipeline_step", start_time=base,
+                                 attributes={"global_step": step})
+        for r, tr in enumerate(workers):
+            took = (2.5 if (r == 2 and step == 2) else 2.0) + 0.001 * r
+            tr.start_span("worker.train_step", start_time=base + S).end(
+                end_time=base + S + int(took * S))
+        mark.end(end_time=base + 9 * S)
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    try:
+        state.relay.stop()
+        intake.accept_spans(state, encode_spans(out.get_finished_spans()).SerializeToString(),
+                            "application/x-protobuf", "")
+        state.anatomy.update(now=t0 / S + 1000)
+        rows = {r.step: r for r in state.anatomy.rows("p", "roll")}
+    finally:
+        state.close()
+    assert rows[1].culprit is None and rows[1].rank_count == 4
+    c = rows[2].culprit
+    assert (c["rank"], c["kind"], c["evidence"], c["phase"]) == \
+        ("2", "compute", ranks.BOUNDARIES, "actor_update"), c
+    assert abs(c["lead_s"] - 0.5) < 0.01

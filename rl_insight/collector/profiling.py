@@ -84,10 +84,14 @@ def _why(text: str, pid: int) -> str:
 
 def top_frames(profile: dict, n: int = TOP) -> list[dict]:
     """The functions the samples were in, most first: self share (the sample's own
-    frame) and total share (anywhere on its stack), runtime frames left out of self."""
+    frame) and total share (anywhere on its stack), runtime frames left out of self. A
+    function is one entry whatever line its samples were on (py-spy names frames by line):
+    its line is the one most samples were on."""
     frames = profile.get("shared", {}).get("frames", [])
+    key = [(f.get("name", "?"), f.get("file", "")) for f in frames]
     own: Counter = Counter()
     total: Counter = Counter()
+    lines: Counter = Counter()
     samples = 0
     for prof in profile.get("profiles", []):
         weights = prof.get("weights") or [1] * len(prof.get("samples", []))
@@ -95,17 +99,18 @@ def top_frames(profile: dict, n: int = TOP) -> list[dict]:
             samples += w
             leaf = next((i for i in reversed(stack) if not _runtime(frames[i])), None)
             if leaf is not None:
-                own[leaf] += w
-            for i in set(stack):
-                total[i] += w
+                own[key[leaf]] += w
+                lines[(key[leaf], frames[leaf].get("line"))] += w
+            for k in {key[i] for i in stack}:
+                total[k] += w
     if not samples:
         return []
     out = []
-    for i, count in own.most_common(n):
-        f = frames[i]
-        out.append({"name": f.get("name", "?"), "file": f.get("file", ""),
-                    "line": f.get("line"), "self_share": round(count / samples, 4),
-                    "total_share": round(total[i] / samples, 4)})
+    for k, count in own.most_common(n):
+        line = max((ln for (kk, ln) in lines if kk == k), key=lambda ln: lines[(k, ln)])
+        out.append({"name": k[0], "file": k[1], "line": line,
+                    "self_share": round(count / samples, 4),
+                    "total_share": round(total[k] / samples, 4)})
     return out
 
 
