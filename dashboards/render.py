@@ -248,6 +248,60 @@ def what_changed(server: str, project: str, experiment: str, out: Path) -> Path:
     return path
 
 
+def culprit_step(server: str, project: str, experiment: str, step: int, out: Path) -> Path:
+    """A slow step traced to its rank and its code: each rank's compute and wait per step
+    (the culprit's steps marked), the culprit's profile's top frames, and `rl-insight
+    report --step N` as it prints."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rl_insight.anatomy import explain
+
+    params = {"project": project, "experiment_name": experiment}
+    rows = requests.get(server + "/api/v1/anatomy", params=params, timeout=10).json()["steps"]
+    e = requests.get(server + "/api/v1/anatomy/explain", params={**params, "step": step},
+                     timeout=10).json()
+    text = explain.render(e)
+    fig, grid = _over_text(plt, text, 4.2)
+    ax = fig.add_subplot(grid[0, 0])
+    ranks = sorted({r for row in rows for r in row.get("ranks", {})}, key=int)
+    width = 0.8 / max(1, len(ranks))
+    for i, rank in enumerate(ranks):
+        xs = [row["step"] + (i - (len(ranks) - 1) / 2) * width for row in rows]
+        got = [row.get("ranks", {}).get(rank, {}) for row in rows]
+        compute = [g.get("compute_s", 0) for g in got]
+        wait = [g.get("wait_s", 0) for g in got]
+        ax.bar(xs, compute, width, color=f"C{i}", label=f"rank {rank} computing")
+        ax.bar(xs, wait, width, bottom=compute, color=f"C{i}", alpha=0.3, hatch="//",
+               label=f"rank {rank} waiting")
+    for row in rows:
+        c = row.get("culprit")
+        if c:
+            top = max(sum(v.values()) for v in row["ranks"].values())
+            ax.annotate(f"r{c['rank']}\n{c['kind']}", (row["step"], top), ha="center",
+                        va="bottom", fontsize=6, color="tab:red")
+    ax.set_title("Each rank's actor update per step (s): computing, then waiting (hatched); "
+                 "the culprit above", fontsize=9, loc="left")
+    ax.set_xlabel("step", fontsize=8)
+    ax.legend(fontsize=6, ncol=3)
+    ax = fig.add_subplot(grid[0, 1])
+    frames = (e.get("profile") or {}).get("top_frames", [])[:6]
+    ax.barh([f"{f['name']} ({Path(str(f['file'])).name}:{f['line']})" for f in frames][::-1],
+            [100 * f["self_share"] for f in frames][::-1], color="tab:red")
+    c = e.get("culprit") or {}
+    ax.set_title(f"Rank {c.get('rank', '?')}'s code: share of its samples (%), py-spy",
+                 fontsize=10, loc="left")
+    ax.tick_params(labelsize=7)
+    _command(fig, grid, f"rl-insight report --project {project} --experiment-name "
+                        f"{experiment} --step {step}", text)
+    path = out / "culprit-rank.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prometheus", required=True)
@@ -260,9 +314,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--why-step", type=int, help="also draw this step explained")
     ap.add_argument("--what-changed", action="store_true",
                     help="only the What changed picture of this (drifting) run")
+    ap.add_argument("--culprit-step", type=int,
+                    help="only this step traced to its rank and code (a straggler run)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.culprit_step:
+        print(f"wrote {culprit_step(a.server, a.project, a.experiment, a.culprit_step, out)}")
+        return 0
     if a.what_changed:
         print(f"wrote {what_changed(a.server, a.project, a.experiment, out)}")
         return 0

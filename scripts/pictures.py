@@ -56,6 +56,16 @@ def main() -> int:
                         "drift", "--start", "0", "--end", "0", "--server",
                         "http://127.0.0.1:18080", "--what-changed"],
                        env=env, cwd=REPO, check=True)
+        # a slow rank traced to its code: gloo ranks on Ray with torch's Flight Recorder,
+        # rank 2 busy-looping from step 5, rank 1's data late from step 9
+        subprocess.run([sys.executable, "examples/straggler_ranks.py", "--project", "demo",
+                        "--experiment-name", "stragglers", "--profile-at", "5"],
+                       env=env, cwd=REPO, capture_output=True, text=True, check=True)
+        subprocess.run([sys.executable, "-m", "dashboards.render", "--prometheus",
+                        "http://127.0.0.1:9090", "--project", "demo", "--experiment",
+                        "stragglers", "--start", "0", "--end", "0", "--server",
+                        "http://127.0.0.1:18080", "--culprit-step", "6"],
+                       env=env, cwd=REPO, check=True)
     finally:
         subprocess.run(cli + ["server", "stop"], env=env, cwd=REPO)
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.conftest import wait_for
+from tests.conftest import REPO, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -25,101 +25,20 @@ INPUT_STRAGGLER = (1, range(9, 12))  # rank 1's data comes late in steps 9-11
 PROFILE_S = 2.0  # rank 2 profiled from step 5 on, as `rl-insight profile` asks
 MICRO_S, EXTRA_S, LATE_S = 0.1, 0.12, 0.5
 
-SCRIPT = r'''
-import os, sys, time
-import ray
-import requests
-import rl_insight
-
-project, experiment = sys.argv[1], sys.argv[2]
-RANKS, STEPS, MICRO_S, EXTRA_S, LATE_S, PROFILE_S = %(consts)s
-COMPUTE, INPUT = %(plans)s
-ray.init()
-rl_insight.init(project=project, experiment_name=experiment)
-
-
-def slow_backward(seconds):  # the compute straggler's own code: a busy loop
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-@ray.remote(num_cpus=0, runtime_env={"env_vars": {
-    "TORCH_FR_BUFFER_SIZE": "2000", "RL_INSIGHT_CLIENT_PROFILE_POLL_S": "1"}})
-class Worker:
-    def __init__(self, rank, port):
-        import torch
-        import torch.distributed as dist
-        rl_insight.init()  # verl's workers: no arguments, identity from the run
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=RANKS)
-        self.rank, self.grad = rank, torch.ones(1024)
-
-    def ready(self):
-        return True
-
-    def prepare_batch(self, step):
-        if self.rank == INPUT[0] and step in INPUT[1]:
-            time.sleep(LATE_S)  # its data loading stalls
-
-    def update_actor(self, step):
-        import torch.distributed as dist
-        with rl_insight.trace_state("actor_update", state_lane_id=f"rank_{self.rank}"):
-            self.prepare_batch(step)
-            for _ in range(4):
-                time.sleep(MICRO_S)  # forward and backward of a micro-batch
-                if self.rank == COMPUTE[0] and step in COMPUTE[1]:
-                    slow_backward(EXTRA_S)
-                dist.all_reduce(self.grad)
-        return self.rank
-
-
-import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-workers = [Worker.remote(r, port) for r in range(RANKS)]
-ray.get([w.ready.remote() for w in workers], timeout=240)
-def profile_when_slow(step):
-    """Ask for the straggler's profile as an engineer would, and go on once its node's
-    lane actor has taken it (the capture then sees the slow steps)."""
-    if step != COMPUTE[1][0]:
-        return
-    url = os.environ["RL_INSIGHT_SERVER_URL"] + "/api/v1/profiles"
-    end = time.monotonic() + 60
-    while True:  # the rank's lane reaches the server with its node actor's next tick
-        r = requests.post(url, json={"project": project, "experiment_name": experiment,
-                                     "rank": str(COMPUTE[0]), "seconds": PROFILE_S},
-                          timeout=10)
-        if r.status_code != 404 or time.monotonic() > end:
-            break
-        time.sleep(0.2)
-    assert r.status_code == 202, r.text
-    p = r.json()
-    while p["status"] == "pending" and time.monotonic() < end:
-        time.sleep(0.2)
-        p = requests.get(f"{url}/{p['id']}", timeout=10).json()
-    print("profile", p["id"], p["status"], flush=True)
-
-
-for step in range(1, STEPS + 1):
-    profile_when_slow(step)
-    ray.get([w.update_actor.remote(step) for w in workers], timeout=60)
-    time.sleep(0.2)  # the driver's own work: reward, advantages, logging
-    rl_insight.metric_gauge("training/global_step".replace("/", "_"), float(step))
-rl_insight.finish()
-for w in workers:
-    ray.kill(w)
-print("done")
-'''
+EXAMPLE = REPO / "examples" / "straggler_ranks.py"  # the same job a user can run
 
 
 @pytest.fixture(scope="module")
 def world(ray_world):
-    script = SCRIPT % {"consts": repr((RANKS, STEPS, MICRO_S, EXTRA_S, LATE_S, PROFILE_S)),
-                       "plans": repr(((COMPUTE_STRAGGLER[0], list(COMPUTE_STRAGGLER[1])),
-                                      (INPUT_STRAGGLER[0], list(INPUT_STRAGGLER[1]))))}
-    r = ray_world.cluster.run_driver(script, RUN["project"], RUN["experiment_name"],
-                                     timeout=420)
-    assert r.returncode == 0 and "done" in r.stdout, r.stderr[-4000:]
+    (rank, steps), (late, late_steps) = COMPUTE_STRAGGLER, INPUT_STRAGGLER
+    r = ray_world.cluster.run_driver(
+        EXAMPLE.read_text(), "--project", RUN["project"], "--experiment-name",
+        RUN["experiment_name"], "--ranks", str(RANKS), "--steps", str(STEPS),
+        "--compute", f"{rank}:{steps[0]}:{steps[-1] + 1}",
+        "--input", f"{late}:{late_steps[0]}:{late_steps[-1] + 1}",
+        "--micro-s", str(MICRO_S), "--extra-s", str(EXTRA_S), "--late-s", str(LATE_S),
+        "--profile-at", str(steps[0]), "--profile-s", str(PROFILE_S), timeout=420)
+    assert r.returncode == 0 and "STRAGGLERS" in r.stdout, r.stderr[-4000:]
     url = ray_world.url
 
     def rows():
@@ -166,6 +85,7 @@ def test_the_report_says_which_rank_why_and_the_dashboard_series_hold_it(world):
     step = COMPUTE_STRAGGLER[1][1]
     text = cli.run("report", "--server-url", url, "--project", RUN["project"],
                    "--experiment-name", RUN["experiment_name"], "--step", str(step)).stdout
+    print(text)  # `pytest -s -k report`: the README's lines
     assert f"the step waited for rank {COMPUTE_STRAGGLER[0]} (actor, node " in text, text
     assert "it computed" in text and "longer in actor_update while the other 2 ranks " \
         "waited" in text and "torch's Flight Recorder" in text, text
