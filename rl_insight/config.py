@@ -195,6 +195,9 @@ class ClientSettings:
     # a lane actor with trainer rank lanes asks the server this often for profiles to
     # capture of its ranks (rl-insight profile): a request per node, never per rank
     profile_poll_s: float = 5.0
+    # how a rank is profiled: "py-spy" (from its node's lane actor; a host that refuses
+    # ptrace falls back to "self"), or "self" (the process samples its own stacks)
+    profile_method: str = "py-spy"
 
 
 @dataclass
@@ -456,7 +459,8 @@ MINIMUMS: dict[str, float] = {
 
 
 # settings that take one of a few words
-CHOICES: dict[str, tuple[str, ...]] = {"traces.text_policy": ("off", "redacted", "full")}
+CHOICES: dict[str, tuple[str, ...]] = {"traces.text_policy": ("off", "redacted", "full"),
+                                     "client.profile_method": ("py-spy", "self")}
 
 
 def _check_range(key: str, value: float) -> float:

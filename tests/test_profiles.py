@@ -194,3 +194,65 @@ def test_a_change_on_one_rank_has_that_rank_profiled_once(tmp_path):
         assert len(state.profiles.list("p", "e")) == 1
     finally:
         state.close()
+
+
+class _Edge:
+    """The lane actor's HTTP edge (collector.push.Sender.call_json) over the real app
+    in-process: the same routes and store, no socket."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    def call_json(self, method: str, path: str, what: str, body=None, **params):
+        r = self.client.request(method, path, json=body, params=params or None)
+        return r.status_code, r.json()
+
+
+def hot_loop(seconds: float) -> None:
+    import time
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(tmp_path):
+    """client.profile_method=self (or ptrace refused): the node's actor asks the rank's
+    process with its next delivery check, the process samples its own stacks and the
+    answer reaches the server as any capture; the busy function is its top frame."""
+    import os
+    import socket
+
+    from rl_insight.client import self_profile
+    from rl_insight.collector.profiling import SELF, Captures
+    from rl_insight.server.app import create_app
+    from rl_insight.server.services.supervisor import Supervisor
+    from rl_insight.server.state import ServerState
+
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        with TestClient(create_app(state)) as c:
+            state.lanes.observe([("p", "e", "rank_0", "actor_update", 1)])
+            pid = c.post("/api/v1/profiles", json={"project": "p", "experiment_name": "e",
+                                                   "rank": "0", "seconds": 1}).json()["id"]
+            cap = Captures(_Edge(c), "lanes_node", 0.0,
+                           lambda p, e, lane: me if lane == "rank_0" else None, SELF)
+            cap.tick(True)  # takes it, and asks the process
+            assert state.profiles.get(pid)["status"] == "capturing"
+            (ask,) = cap.asks_for(me)  # what LaneActor.confirmed hands the process
+            assert cap.asks_for(me) == []  # once
+            thread = self_profile.answer(ask, cap.answered)
+            hot_loop(1.2)  # the rank's work while it samples itself
+            thread.join(10)
+            cap.tick(True)  # the answer goes to the server
+            got = state.profiles.get(pid)
+            assert got["status"] == "done", got
+            assert got["method"].startswith("self-sampled") and got["process"] == me
+            assert got["top_frames"][0]["name"] == "hot_loop", got["top_frames"][:3]
+            assert c.get(f"/api/v1/profiles/{pid}/speedscope").json()["profiles"][0][
+                "samples"]
+    finally:
+        state.close()

@@ -37,7 +37,8 @@ def actor_config(settings: ClientSettings, server_url: str, token: str,
             "namespace": settings.ray_namespace,
             "metrics_host": settings.metrics_host, "metrics_port": settings.metrics_port,
             "resend_max_events": settings.resend_max_events,
-            "profile_poll_s": settings.profile_poll_s}
+            "profile_poll_s": settings.profile_poll_s,
+            "profile_method": settings.profile_method}
 
 
 def ray_ready() -> bool:

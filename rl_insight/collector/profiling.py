@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 PROFILES = "/api/v1/profiles"
 RATE_HZ = 100  # py-spy's samples a second
+PY_SPY, SELF = "py-spy", "self"  # client.profile_method
+# beyond its seconds, for a process sampling itself to answer: it is asked with its next
+# delivery check, which comes with its next state change (a phase's start or end)
+SELF_WAIT_S = 300.0
 TOP = 10
 # frames of the interpreter and of Ray's worker loop: where an idle rank waits, not its code
 RUNTIME_FILES = ("threading.py", "/ray/_private/", "/ray/_raylet", "selectors.py",
@@ -39,7 +43,12 @@ RUNTIME_FILES = ("threading.py", "/ray/_private/", "/ray/_raylet", "selectors.py
 
 
 class CaptureError(Exception):
-    """Why a capture could not be made, and what to change."""
+    """Why a capture could not be made, and what to change; ``self_help``: the process
+    can still sample itself (ptrace refused, or py-spy missing)."""
+
+    def __init__(self, message: str, self_help: bool = False) -> None:
+        super().__init__(message)
+        self.self_help = self_help
 
 
 def py_spy() -> str | None:
@@ -54,7 +63,7 @@ def record(pid: int, seconds: float, rate: int = RATE_HZ) -> dict:
     if exe is None:
         raise CaptureError(f"py-spy is not installed on {socket.gethostname()}: `pip "
                            "install py-spy` in the Ray workers' environment (ray[default] "
-                           "brings it)")
+                           "brings it)", self_help=True)
     with tempfile.TemporaryDirectory(prefix="rl-insight-profile-") as tmp:
         out = Path(tmp) / "profile.json"
         argv = [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
@@ -66,7 +75,8 @@ def record(pid: int, seconds: float, rate: int = RATE_HZ) -> dict:
         except subprocess.TimeoutExpired:
             raise CaptureError(f"py-spy did not finish within {seconds + 30:.0f} s") from None
         if done.returncode != 0 or not out.exists():
-            raise CaptureError(_why(done.stderr or done.stdout, pid))
+            why = _why(done.stderr or done.stdout, pid)
+            raise CaptureError(why, self_help="ptrace" in why)
         return json.loads(out.read_text())
 
 
@@ -123,15 +133,23 @@ class Captures:
     """A lane actor's side of profiles: poll, take, capture, answer."""
 
     def __init__(self, sender, name: str, poll_s: float,
-                 process_of: Callable[[str, str, str], str | None]) -> None:
+                 process_of: Callable[[str, str, str], str | None],
+                 method: str = PY_SPY) -> None:
         self.sender = sender
         self.name = name
         self.poll_s = poll_s
+        self.method = method  # PY_SPY, or SELF: the process samples itself
         self.process_of = process_of  # (project, experiment, lane) -> "host:pid" or None
         self.host = socket.gethostname()
         self._next = 0.0
         self._running: tuple[dict, threading.Thread, dict] | None = None
         self.captured = self.failed = 0
+        # the process's own sampling, where py-spy could not read it: process -> request,
+        # handed to it with its next delivery check (LaneActor.confirmed), and its answer
+        self.asks: dict[str, dict] = {}
+        self._self: dict | None = None  # {req, outcome, deadline, reason}
+        self._answers: dict[str, dict] = {}
+        self._lock = threading.Lock()
 
     def tick(self, serves_ranks: bool) -> None:
         """Answer a finished capture; ask for requests when due and idle."""
@@ -140,7 +158,12 @@ class Captures:
             if thread.is_alive():
                 return
             self._running = None
-            self._answer(req, outcome)
+            if outcome.pop("self_help", False):
+                self._ask_process(req, outcome)
+            else:
+                self._answer(req, outcome)
+        if self._self is not None and not self._self_done():
+            return
         now = time.monotonic()
         if not serves_ranks or now < self._next:
             return
@@ -165,6 +188,9 @@ class Captures:
 
     def _start(self, req: dict, pid: int, process: str) -> None:
         outcome: dict = {"process": process, "method": "py-spy record"}
+        if self.method == SELF:
+            self._ask_process(req, {**outcome, "error": "client.profile_method=self"})
+            return
 
         def run() -> None:
             try:
@@ -172,6 +198,7 @@ class Captures:
                 outcome.update(data=data, top_frames=top_frames(data))
             except CaptureError as exc:
                 outcome["error"] = str(exc)
+                outcome["self_help"] = exc.self_help
             except Exception as exc:  # never the lane actor's loss
                 outcome["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -179,6 +206,44 @@ class Captures:
                                   daemon=True)
         thread.start()
         self._running = (req, thread, outcome)
+
+    def _ask_process(self, req: dict, outcome: dict) -> None:
+        """py-spy could not read the process: it samples itself (client/self_profile.py),
+        asked with its next delivery check."""
+        process = outcome["process"]
+        with self._lock:
+            self.asks[process] = {"id": req["id"], "seconds": req["seconds"]}
+        self._self = {"req": req, "process": process, "why": outcome["error"],
+                      "deadline": time.monotonic() + float(req["seconds"]) + SELF_WAIT_S}
+
+    def asks_for(self, process: str) -> list[dict]:
+        """What ``process`` is asked to sample of itself (taken once)."""
+        with self._lock:
+            ask = self.asks.pop(process, None)
+        return [ask] if ask else []
+
+    def answered(self, pid: str, outcome: dict) -> None:
+        """A process's own samples (LaneActor.profile_answer, on Ray's thread)."""
+        with self._lock:
+            self._answers[pid] = outcome
+
+    def _self_done(self) -> bool:
+        """Whether the process's own answer came (answered) or its time ran out."""
+        pending = self._self
+        req = pending["req"]
+        with self._lock:
+            got = self._answers.pop(req["id"], None)
+        if got is None and time.monotonic() < pending["deadline"]:
+            return False
+        self._self = None
+        with self._lock:
+            self.asks.pop(pending["process"], None)
+        if got is None:
+            got = {"error": f"{pending['why']}; and the process did not sample itself "
+                            f"within {SELF_WAIT_S:.0f} s (is its client this version?)"}
+        got.setdefault("process", pending["process"])
+        self._answer(req, got)
+        return True
 
     def _answer(self, req: dict, outcome: dict) -> None:
         if outcome.get("error"):

@@ -187,7 +187,8 @@ class LaneActor:
         self._hub = None  # looked up once, again after a failed answer
         self.ray_gauges = RayGauges("rl_insight_lanes", raymetrics.LANES, name)
         self.captures = None if self.platform else Captures(
-            self.core.sender, name, config.get("profile_poll_s", 5.0), self.core.process_of)
+            self.core.sender, name, config.get("profile_poll_s", 5.0), self.core.process_of,
+            config.get("profile_method", "py-spy"))
         self.loop = Periodic(config["lane_flush_interval_s"], self._tick,
                              f"rl-insight-{name}").start()
 
@@ -252,8 +253,19 @@ class LaneActor:
         except Exception as exc:  # an old Ray: stay, harmless
             log.warning("rl-insight lane actor %s could not exit: %s", self.name, exc)
 
-    def confirmed(self, process: str) -> tuple[str, int]:
-        return self.core.marks.confirmed(process)
+    def confirmed(self, process: str) -> tuple:
+        """(incarnation, the highest batch of ``process`` that has left[, what it is asked
+        to profile of itself: only while there is something, so a client of an earlier
+        version reads the pair it knows])."""
+        got = self.core.marks.confirmed(process)
+        asks = self.captures.asks_for(process) if self.captures is not None else []
+        return (*got, asks) if asks else got
+
+    def profile_answer(self, pid: str, outcome: dict) -> None:
+        """A process's own samples, asked for where py-spy could not read it."""
+        if self.captures is not None:
+            self.captures.answered(pid, outcome)
+            self.loop.wake()
 
     def flush(self, timeout: float = 10.0, finished: list[str] | None = None) -> dict:
         """Push everything now; ``finished`` ([project, experiment]) ended, to be forgotten

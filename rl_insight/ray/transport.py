@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 
+from rl_insight.client import self_profile
 from rl_insight.client.transports import HUB, split
 from rl_insight.collector.ack import Unconfirmed
 from rl_insight.collector.parking import PARK_S
@@ -128,7 +129,10 @@ class RayTransport:
         refs = [h.confirmed.remote(self.process) for h in handles]
         for name, handle, ref in zip(names, handles, refs, strict=True):
             try:
-                incarnation, confirmed = ray.get(ref, timeout=2)
+                got = ray.get(ref, timeout=2)
+                incarnation, confirmed = got[0], got[1]
+                for ask in got[2] if len(got) > 2 else ():  # profile yourself (py-spy
+                    self_profile.answer(ask, handle.profile_answer.remote)  # could not)
             except ray.exceptions.ActorDiedError:  # a lane actor whose jobs had ended:
                 self.lanes.pop(name, None)  # its successor gets what it had not sent
                 continue

@@ -33,7 +33,9 @@ from rl_insight.files import read_state_json, write_atomic
 PENDING, CAPTURING, DONE, FAILED, EXPIRED = "pending", "capturing", "done", "failed", "expired"
 OPEN = (PENDING, CAPTURING)
 FRAMES_EXPOSED = 3  # a profile's top frames on /metrics
-CAPTURE_GRACE_S = 60.0  # a capture taken but not answered this long after its seconds
+# a capture taken but not answered this long after its seconds (beyond the lane actor's
+# own wait for a process sampling itself: collector/profiling.py SELF_WAIT_S)
+CAPTURE_GRACE_S = 360.0
 
 
 class ProfileError(Exception):

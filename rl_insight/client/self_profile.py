@@ -1,0 +1,86 @@
+"""What a rank's process gives of itself when its host refuses ptrace (a container without
+SYS_PTRACE) and py-spy cannot read it from outside: its own Python stacks, sampled from a
+thread of its own with ``sys._current_frames()``, as speedscope JSON.
+
+The node's lane actor asks (in its answer to the process's delivery check, so no call is
+added) and the process answers through the same actor (rl_insight/collector/profiling.py).
+Only frames of Python code are seen, and a thread holding the GIL in C code for long
+delays the samples; said in the profile's method, ``self-sampled``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from rl_insight.collector.profiling import top_frames
+
+RATE_HZ = 50  # the sampler shares the GIL with the rank: half py-spy's rate
+MAX_SECONDS = 60.0
+METHOD = "self-sampled (sys._current_frames; the host refused ptrace)"
+
+
+def sample(seconds: float, rate: int = RATE_HZ) -> dict:
+    """This process's threads' stacks, ``rate`` times a second for ``seconds``: the
+    sampler's own thread left out."""
+    me = threading.get_ident()
+    frames: list[dict] = []
+    index: dict[tuple[str, str, int], int] = {}
+    samples: list[list[int]] = []
+    end = time.monotonic() + min(seconds, MAX_SECONDS)
+    period = 1.0 / rate
+    started = time.time()
+    while time.monotonic() < end:
+        for tid, frame in sys._current_frames().items():
+            if tid == me or _waiting(frame):
+                continue
+            stack = []
+            f = frame
+            while f is not None:
+                code = f.f_code
+                key = (code.co_name, code.co_filename, f.f_lineno)
+                i = index.get(key)
+                if i is None:
+                    i = index[key] = len(frames)
+                    frames.append({"name": key[0], "file": key[1], "line": key[2]})
+                stack.append(i)
+                f = f.f_back
+            samples.append(stack[::-1])  # root first, as speedscope's sampled profiles
+        time.sleep(period)
+    return {"$schema": "https://www.speedscope.app/file-format-schema.json",
+            "shared": {"frames": frames},
+            "profiles": [{"type": "sampled", "name": "self-sampled", "unit": "seconds",
+                          "startValue": 0, "endValue": time.time() - started,
+                          "samples": samples, "weights": [period] * len(samples)}],
+            "exporter": "rl-insight self_profile", "name": "rank profile"}
+
+
+WAITS = ("threading.py", "queue.py", "selectors.py", "/asyncio/", "/concurrent/futures/")
+
+
+def _waiting(frame) -> bool:
+    """A thread parked in a lock, queue or selector: no one's work (py-spy leaves idle
+    samples out likewise)."""
+    return any(w in frame.f_code.co_filename for w in WAITS)
+
+
+def answer(req: dict, reply) -> threading.Thread:
+    """Sample on a short-lived thread and hand the outcome to ``reply(id, outcome)``;
+    nothing raises into the process."""
+    def run() -> None:
+        outcome: dict = {"method": METHOD}
+        try:
+            data = sample(float(req.get("seconds", 5.0)))
+            outcome.update(data=data, top_frames=top_frames(data))
+        except Exception as exc:
+            outcome["error"] = f"self-sampling failed: {type(exc).__name__}: {exc}"
+        try:
+            reply(req["id"], outcome)
+        except Exception:
+            pass
+
+    t = threading.Thread(target=run, name=f"rl-insight-self-profile-{req.get('id')}",
+                         daemon=True)
+    t.start()
+    return t
