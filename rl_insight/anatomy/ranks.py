@@ -28,6 +28,7 @@ longer). Plain data in and out; no clock, no I/O.
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -37,6 +38,23 @@ MEAN_TO_END = "rank.mean_to_end_s"  # mean time from an arrival to the phase's e
 FIRST_TO_END = "rank.first_to_end_s"  # the first arrival's time to the phase's end
 NODE, GPU = "rank.node", "rank.gpu"
 EVIDENCE_KEYS = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END, NODE, GPU)
+
+
+
+def pack(evidence: Mapping) -> tuple:
+    """A phase span's evidence as the server holds it (a run's rank lanes keep 64 spans
+    each: at 1,000 ranks a dict apiece was tens of MB); node and GPU names interned."""
+    return tuple(sys.intern(str(evidence[k])) if k in (NODE, GPU) and k in evidence
+                 else evidence.get(k) for k in EVIDENCE_KEYS)
+
+
+def unpack(evidence: Mapping | tuple | None) -> dict:
+    if not evidence:
+        return {}
+    if isinstance(evidence, tuple):
+        return {k: v for k, v in zip(EVIDENCE_KEYS, evidence, strict=False) if v is not None}
+    return dict(evidence)
+
 
 RECORDER, BOUNDARIES = "flight_recorder", "phase_boundaries"
 HIDDEN = "hidden"  # the ranks met and started together: no recorder, no culprit
@@ -242,13 +260,13 @@ def from_lanes(lanes: Mapping[str, Iterable[tuple]], lo: int, hi: int
             state, s, e = iv[0], iv[1], iv[2]
             if e <= lo or s >= hi:
                 continue
-            ev = iv[3] if len(iv) > 3 and iv[3] else {}
+            ev = unpack(iv[3] if len(iv) > 3 else None)
             s, e = max(s, lo), min(e, hi)
             have = out.setdefault(state, {}).get(rank)
             if have is None:
-                out[state][rank] = RankPhase(s, e, dict(ev))
+                out[state][rank] = RankPhase(s, e, ev)
             else:
-                out[state][rank] = _joined(have, RankPhase(s, e, dict(ev)))
+                out[state][rank] = _joined(have, RankPhase(s, e, ev))
     return out
 
 

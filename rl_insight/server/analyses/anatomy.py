@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 
 from rl_insight import integrations, laneid
+from rl_insight.anatomy import ranks
 from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
@@ -194,7 +195,7 @@ class RunAnatomy:
         q = self.lanes.get(lane)
         if q is None:
             q = self.lanes[lane] = deque(maxlen=MAX_SPANS_PER_LANE)
-        q.append((state, start, end, evidence) if evidence else (state, start, end))
+        q.append((state, start, end, ranks.pack(evidence)) if evidence else (state, start, end))
         if end > self.last_end.get(lane, 0):
             self.last_end[lane] = end
 
