@@ -35,8 +35,9 @@ def test_every_write_route_in_the_schema_needs_the_token(cli):
     cli.env["RL_INSIGHT_TOKEN"] = "s3cret-t0ken"
     url = cli.start("prometheus.enabled=false")
     routes = write_routes(url)
-    # targets x2, bind, experiments x3, push x3 and the batch, traces
-    assert len(routes) == 11, routes
+    # targets x2, bind, experiments x3, push x3 and the batch, traces, profiles: ask,
+    # and the lane actors' take and result
+    assert len(routes) == 14, routes
     for method, path in routes:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic x"}):
             r = requests.request(method, url + path, headers=headers, data=b"{}", timeout=5)
@@ -47,7 +48,8 @@ def test_every_write_route_in_the_schema_needs_the_token(cli):
     # reads: liveness and the service ports open, run data behind the token
     for path in ("/healthz", "/api/v1/services"):
         assert requests.get(url + path, timeout=5).status_code == 200
-    for path in ("/metrics", "/api/v1/experiments", "/", "/api/v1/prometheus/targets"):
+    for path in ("/metrics", "/api/v1/experiments", "/", "/api/v1/prometheus/targets",
+                 "/api/v1/profiles"):
         assert requests.get(url + path, timeout=5).status_code == 401, path
         assert requests.get(url + path, timeout=5, headers={
             "Authorization": "Bearer s3cret-t0ken"}).status_code == 200, path

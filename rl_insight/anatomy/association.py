@@ -93,6 +93,9 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
 
 
+MIN_STEPS = 3  # a candidate is compared over at least this many steps on each side
+
+
 def rank(regression: Mapping, target: Mapping[int, float], candidates: Iterable[Candidate],
          before_steps: int = BEFORE_STEPS, top: int = TOP) -> list[dict]:
     """The candidates that moved with ``regression`` (a Regression.as_dict()), ranked;
@@ -108,7 +111,7 @@ def rank(regression: Mapping, target: Mapping[int, float], candidates: Iterable[
     for c in candidates:
         before = [c.values[s] for s in steps if s < onset and s in c.values]
         after = [c.values[s] for s in steps if s >= onset and s in c.values]
-        if len(before) < 3 or len(after) < 3:
+        if len(before) < MIN_STEPS or len(after) < MIN_STEPS:
             continue
         b, a = statistics.median(before), statistics.median(after)
         shift = (a - b) / _spread(before)

@@ -23,11 +23,13 @@ METHOD = "self-sampled (sys._current_frames; the host refused ptrace)"
 
 def sample(seconds: float, rate: int = RATE_HZ) -> dict:
     """This process's threads' stacks, ``rate`` times a second for ``seconds``: the
-    sampler's own thread left out."""
+    sampler's own thread left out, and threads that waited the whole time (parked in a
+    lock or a queue, or blocked in one call of C code: their innermost frame never moved)."""
     me = threading.get_ident()
     frames: list[dict] = []
     index: dict[tuple[str, str, int], int] = {}
-    samples: list[list[int]] = []
+    per_thread: dict[int, list[list[int]]] = {}
+    moved: dict[int, set] = {}
     end = time.monotonic() + min(seconds, MAX_SECONDS)
     period = 1.0 / rate
     started = time.time()
@@ -35,6 +37,7 @@ def sample(seconds: float, rate: int = RATE_HZ) -> dict:
         for tid, frame in sys._current_frames().items():
             if tid == me or _waiting(frame):
                 continue
+            moved.setdefault(tid, set()).add((id(frame), frame.f_lasti))
             stack = []
             f = frame
             while f is not None:
@@ -46,8 +49,9 @@ def sample(seconds: float, rate: int = RATE_HZ) -> dict:
                     frames.append({"name": key[0], "file": key[1], "line": key[2]})
                 stack.append(i)
                 f = f.f_back
-            samples.append(stack[::-1])  # root first, as speedscope's sampled profiles
+            per_thread.setdefault(tid, []).append(stack[::-1])  # root first
         time.sleep(period)
+    samples = [s for tid, got in per_thread.items() if len(moved[tid]) > 1 for s in got]
     return {"$schema": "https://www.speedscope.app/file-format-schema.json",
             "shared": {"frames": frames},
             "profiles": [{"type": "sampled", "name": "self-sampled", "unit": "seconds",

@@ -140,6 +140,9 @@ class ChangeStore:
                         continue
                     at = run.ranked.get(change.id)
                     last = max(r.last_step for r in change.regressions)
+                    if last - change.onset_step + 1 < association.MIN_STEPS:
+                        continue  # nothing can be compared since the onset yet: unranked,
+                        # so its alert waits a step for its first cause
                     if at is None or last - at[0] >= self.settings.rank_every_steps:
                         due.append((change, last))
             if not due:

@@ -27,7 +27,7 @@ def router(state: ServerState) -> APIRouter:
             summary="Profile a trainer rank of a run: its node's lane actor captures it "
                     "with py-spy (rate-limited; the server's token)",
             openapi_extra=schema.json_body(ProfileRequest),
-            responses=schema.answers(*schema.WRITE, 403, 404, 429))
+            responses=schema.answers(*schema.WRITE, 403, 404, 422, 429))
     async def ask(request: Request) -> dict:
         body = read(ProfileRequest, await json_body(request, 64 * 1024, "64 KiB"))
         try:
