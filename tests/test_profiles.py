@@ -46,6 +46,7 @@ def test_a_run_asks_for_its_own_ranks_only_within_its_limits(tmp_path):
     assert "only a run's own ranks" in str(refused(s.request, "p", "other", "0"))
     assert refused(s.request, "p", "e", "0; rm -rf").status == 400
     assert refused(s.request, "p", "e", "0", seconds=600).status == 422
+    assert refused(s.request, "p", "x", "0", seconds=600).status == 404  # who, then how long
     first = s.request("p", "e", "0", now=1000.0)
     again = refused(s.request, "p", "e", "0", now=1001.0)
     assert again.status == 429 and first.id in str(again)

@@ -123,17 +123,17 @@ class ProfileStore:
         rank = str(rank)
         if not re.fullmatch(r"[0-9]{1,7}", rank):
             raise ProfileError(400, f"rank {rank!r}: a trainer rank's number (0, 1, ...)")
-        seconds = s.default_seconds if seconds is None else float(seconds)
-        if not 0 < seconds <= s.max_seconds:  # well-formed, over this server's limit
-            raise ProfileError(422, f"seconds {seconds:g}: this server samples a rank "
-                                    f"for at most {s.max_seconds:g} s "
-                                    "(profiles.max_seconds); ask for fewer")
         if not self.known_lane(project, experiment_name, f"rank_{rank}"):
             raise ProfileError(404, f"no process of {project}/{experiment_name} has sent "
                                     f"spans of lane rank_{rank}: only a run's own ranks are "
                                     "profiled (check the names with `rl-insight server "
                                     "experiments list` and the rank with `rl-insight "
                                     "report --step N`)")
+        seconds = s.default_seconds if seconds is None else float(seconds)
+        if not 0 < seconds <= s.max_seconds:  # well-formed, over this server's limit
+            raise ProfileError(422, f"seconds {seconds:g}: this server samples a rank "
+                                    f"for at most {s.max_seconds:g} s "
+                                    "(profiles.max_seconds); ask for fewer")
         with self._lock:
             self._expire(now)
             mine = [p for p in self._profiles.values()
