@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -104,18 +105,28 @@ RANK_SCRIPT = textwrap.dedent('''
         enr.append(time.perf_counter() - t0)
     out["enrich_s"] = sorted(enr)[len(enr) // 2]
     out["attributes"] = dict(got[0].attributes)
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
+    dist.destroy_process_group()
 ''')
 
 
-def recorder_cost(steps: int = 200) -> dict:
+def recorder_cost(steps: int = 200, rounds: int = 3) -> dict:
     """A rank's step with the recorder on (2,000 entries) and off, in processes of their
-    own (torch reads TORCH_FR_BUFFER_SIZE when the group starts)."""
+    own (torch reads TORCH_FR_BUFFER_SIZE when the group starts), alternated ``rounds``
+    times; the medians."""
+    runs = [_recorder_once(steps) for _ in range(rounds)]
+    return {k: statistics.median(r[k] for r in runs) if isinstance(runs[0][k], float)
+            else runs[0][k] for k in runs[0]} | {"rounds": rounds}
+
+
+def _recorder_once(steps: int) -> dict:
     out = {}
     for name, size in (("off", "0"), ("on", "2000")):
         env = {**os.environ, "TORCH_FR_BUFFER_SIZE": size}
         env.pop("RL_INSIGHT_SERVER_URL", None)
-        port = str(29000 + random.randrange(900))
+        with socket.socket() as sock:  # a free port for the group's store
+            sock.bind(("127.0.0.1", 0))
+            port = str(sock.getsockname()[1])
         got = subprocess.run([sys.executable, "-c", RANK_SCRIPT, port, str(steps)], env=env,
                              capture_output=True, text=True, timeout=600)
         if got.returncode != 0:

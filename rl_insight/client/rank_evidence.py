@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import socket
 import sys
 import time
@@ -37,6 +38,16 @@ def _gpu() -> str:
         if value:
             return value
     return ""
+
+
+def _dump(c10d) -> dict:
+    """The recorder's entries without their stack traces: torch's pickled dump (21 ms for
+    2,000 entries here, against 35 ms for its JSON and a second with the stacks), its
+    JSON where a torch has no such call."""
+    try:
+        return pickle.loads(c10d._dump_fr_trace(True, False, False))  # torch's own bytes
+    except (AttributeError, TypeError):
+        return json.loads(c10d._dump_fr_trace_json(True, False))
 
 
 class Evidence:
@@ -67,8 +78,7 @@ class Evidence:
         if self._dump is not None and now - self._dumped_at < DUMP_TTL_S:
             return self._dump
         try:
-            c10d = sys.modules["torch"]._C._distributed_c10d
-            dump = json.loads(c10d._dump_fr_trace_json(True, False))
+            dump = _dump(sys.modules["torch"]._C._distributed_c10d)
             self._dump = sorted(int(e["time_created_ns"]) for e in dump.get("entries", ())
                                 if not e.get("is_p2p") and e.get("time_created_ns"))
         except Exception as e:  # an older torch, a recorder off after all
