@@ -276,16 +276,19 @@ def culprit_step(server: str, project: str, experiment: str, step: int, out: Pat
         ax.bar(xs, compute, width, color=f"C{i}", label=f"rank {rank} computing")
         ax.bar(xs, wait, width, bottom=compute, color=f"C{i}", alpha=0.3, hatch="//",
                label=f"rank {rank} waiting")
+    peak = 0.0
     for row in rows:
+        top = max((sum(v.values()) for v in row.get("ranks", {}).values()), default=0.0)
+        peak = max(peak, top)
         c = row.get("culprit")
         if c:
-            top = max(sum(v.values()) for v in row["ranks"].values())
             ax.annotate(f"r{c['rank']}\n{c['kind']}", (row["step"], top), ha="center",
                         va="bottom", fontsize=6, color="tab:red")
+    ax.set_ylim(0, peak * 1.3 or 1)
     ax.set_title("Each rank's actor update per step (s): computing, then waiting (hatched); "
                  "the culprit above", fontsize=9, loc="left")
     ax.set_xlabel("step", fontsize=8)
-    ax.legend(fontsize=6, ncol=3)
+    ax.legend(fontsize=6, ncol=len(ranks), loc="upper left")
     ax = fig.add_subplot(grid[0, 1])
     frames = (e.get("profile") or {}).get("top_frames", [])[:6]
     ax.barh([f"{f['name']} ({Path(str(f['file'])).name}:{f['line']})" for f in frames][::-1],
