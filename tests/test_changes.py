@@ -203,3 +203,36 @@ def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
     assert sample.labels["onset_step"] == str(first) and sample.value > 0
     store.forget(lambda key: False)
     assert store.report("p", "e") is None
+
+
+def test_a_change_on_one_rank_names_it_in_its_scope_the_alerts_series_and_the_report():
+    """Issue 49: a rank half again as slow from step 30 (its phase ends with the others'
+    at each all-reduce) is the change's scope, the regression series' `rank` label (the
+    StepTimeRegressed alert keeps it) and a line of `report --changes` that says why."""
+    from rl_insight.anatomy.rows import RoleRow, StepRow
+    from rl_insight.server.analyses.changes import ChangeStore
+
+    run = drifts.virtual_run(45, [drifts.parse("rank-slow:1:30")], seed=5)
+    rows = []
+    for d in run.rows:
+        rows.append(StepRow(
+            step=d["step"], start_ns=int(d["step"] * 60e9), end_ns=int((d["step"] + 1) * 60e9),
+            duration_s=d["duration_s"], generate_s=d["generate_s"], other_s=d["other_s"],
+            phases=d["phases"], roles={"rollout": RoleRow(d["generate_s"], 4)},
+            ranks=d["ranks"], rank_median=d["rank_median"], rank_count=d["rank_count"],
+            culprit=d["culprit"], rank_evidence=d["rank_evidence"]))
+    store = ChangeStore(ChangesSettings(), lambda p, e: rows, prom=None)
+    for r in rows:
+        store.observe(("p", "e"), [r])
+    assert store.rank_due() == 1
+    (sample,) = {f.name: f for f in store.collect()}[
+        "rl_insight_step_regression_seconds"].samples
+    assert sample.labels["rank"] == "1", sample.labels
+    assert sample.labels["scope"] == "rank 1 (actor, node node-0, GPU 1)", sample.labels
+    report = store.report("p", "e")
+    (change,) = report["changes"]
+    assert (change["onset_step"], change["kind"]) == (30, "shift"), change
+    text = changes.render(report)
+    assert "only on rank 1 (actor, node node-0, GPU 1)" in text
+    assert "why: it computed" in text and "longer in actor_update while the other 3 ranks" \
+        in text, text
