@@ -257,3 +257,66 @@ def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(tmp_path):
                 "samples"]
     finally:
         state.close()
+
+
+def test_rl_insight_profile_asks_waits_prints_the_top_frames_and_writes_the_file(
+        tmp_path, capsys):
+    """The CLI's command against the real routes in-process (its HTTP calls through the
+    app), a lane actor's side taking the request and the process sampling itself."""
+    import os
+    import socket
+    import threading
+
+    from rl_insight.api_client import ServerClient
+    from rl_insight.client import self_profile
+    from rl_insight.collector.profiling import SELF, Captures
+    from rl_insight.commands import profile
+    from rl_insight.server.app import create_app
+    from rl_insight.server.services.supervisor import Supervisor
+    from rl_insight.server.state import ServerState
+
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        with TestClient(create_app(state)) as c:
+            state.lanes.observe([("p", "e", "rank_4", "actor_update", 1)])
+
+            class Through(ServerClient):  # the CLI's client, its requests into the app
+                def request(self, method, path, **kw):
+                    r = c.request(method, path, params=kw.get("params"), json=kw.get("json"))
+                    assert r.status_code < 400, r.text
+                    ctype = r.headers.get("content-type", "")
+                    return r.json() if "json" in ctype else r.text
+
+            cap = Captures(_Edge(c), "lanes_node", 0.0,
+                           lambda p, e, lane: me if lane == "rank_4" else None, SELF)
+            stop = threading.Event()
+
+            def lane_actor():  # its ticks, and the process answering when asked
+                while not stop.is_set():
+                    cap.tick(True)
+                    for ask in cap.asks_for(me):
+                        self_profile.answer(ask, cap.answered)
+                    stop.wait(0.05)
+
+            actor = threading.Thread(target=lane_actor, daemon=True)
+            actor.start()
+            worker = threading.Thread(target=hot_loop, args=(3.0,), daemon=True)
+            worker.start()  # the rank's work
+            out = tmp_path / "rank4.json"
+            try:
+                code = profile.run(Through("http://in-process"), "p", "e", "4", 1.0, 30.0,
+                                   str(out))
+            finally:
+                stop.set()
+                actor.join(5)
+                worker.join(5)
+            printed = capsys.readouterr()
+            assert code == 0, printed.err
+            assert "hot_loop (test_profiles.py:" in printed.out, printed.out
+            assert json.loads(out.read_text())["profiles"][0]["samples"]
+            assert f"written to {out}" in printed.out
+    finally:
+        state.close()
