@@ -327,3 +327,47 @@ def test_slime_with_a_backend_registry_calls_the_backend_through_it(sent, monkey
     assert ("step", 5.0) in sent["gauges"] and ("train/loss", 0.1) in sent["gauges"]
     (record,) = [dict(s.attributes) for s in sent["spans"] if s.name == STEP_TIMING]
     assert record["step"] == 5 and record["timing.perf/actor_train_time"] == 3.0
+
+
+def test_roll_replaying_its_history_on_resume_sends_and_marks_no_finished_step(sent):
+    """ROLL resumes (alibaba/ROLL 8eb27cc2 roll/pipeline/base_pipeline.py l.74-83 and
+    l.136, rlvr_pipeline.py l.815-822): the pipeline makes the tracker, its executor thread
+    replays state.log_history through tracker.log, and the first new step is logged by the
+    pipeline's own thread once that replay is done (do_checkpoint waits for it). The old
+    steps keep the times they were logged at: none is sent or marked again."""
+    from concurrent import futures
+
+    from rl_insight.integrations import roll
+
+    tracker = roll.RLInsightTracker({"exp_name": "x", "resume_from_checkpoint": True},
+                                    project="p", experiment_name="e")
+    history = [{"system/step": s, "time/step_train": 2.0, "actor/pg_loss@sum": 0.1 * s}
+               for s in range(4)]
+    executor = futures.ThreadPoolExecutor(max_workers=5)
+
+    def resume_metrics():
+        for metrics in history:
+            tracker.log(values=metrics, step=metrics["system/step"])
+
+    resume_futures = [executor.submit(resume_metrics)]
+    futures.wait(resume_futures)  # do_checkpoint, before the step's own log
+    tracker.log(values={"system/step": 4, "time/step_train": 2.5,
+                        "actor/pg_loss@sum": 0.5}, step=4)
+    assert [v for k, v in sent["gauges"] if k == "step"] == [4.0]
+    assert [v for k, v in sent["gauges"] if k == "actor/pg_loss"] == [0.5]
+    assert [dict(s.attributes)["step"] for s in sent["spans"]] == [4]
+    assert tracker.replayed == 4
+    # a run that does not resume logs every dict, from any thread
+    fresh = roll.RLInsightTracker({"exp_name": "y"}, project="p", experiment_name="f")
+    executor.submit(fresh.log, {"system/step": 0, "time/step_train": 1.0}, 0).result()
+    assert [v for k, v in sent["gauges"] if k == "step"] == [4.0, 0.0]
+
+
+def test_rolls_newer_timers_and_spans_have_their_parts():
+    roll_ = tables.ROLL
+    assert roll_.timing("math_rule/time/get_sample_level_mask").part == tables.DATA
+    assert roll_.timing("time/get_sample_level_mask").part == tables.DATA
+    for name, part in (("stop_server", tables.OFFLOAD), ("val_generate", tables.VALIDATION),
+                       ("get_sample_level_mask", tables.DATA)):
+        rule = roll_.rule(name, "driver")
+        assert (rule.lane, rule.state) == (table.DRIVER, part), name

@@ -17,12 +17,16 @@ step anatomy and Tempo (rl_insight/integrations/tables.py ``ROLL``).
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from rl_insight.integrations import tables
 from rl_insight.integrations.tracker import FrameworkTracker
+
+log = logging.getLogger(__name__)
 
 NAME = "rl_insight"
 FRAMEWORK = tables.ROLL
@@ -42,6 +46,12 @@ class RLInsightTracker:
 
     def __init__(self, config: Mapping[str, Any] | None = None, **tracker_kwargs: Any) -> None:
         config = dict(config or {})
+        # ROLL replays its whole log history through the tracker when it resumes, from its
+        # pipeline's executor thread (base_pipeline.py resume_metrics, 8eb27cc2 l.79-83),
+        # while the pipeline logs its own steps from the thread that made the tracker
+        self.thread = threading.get_ident()
+        self.resuming = bool(config.get("resume_from_checkpoint"))
+        self.replayed = 0
         self.project = str(tracker_kwargs.get("project") or
                            os.environ.get("RL_INSIGHT_PROJECT") or "roll")
         self.experiment_name = str(tracker_kwargs.get("experiment_name") or
@@ -54,6 +64,15 @@ class RLInsightTracker:
         atexit.register(self.finish)  # ROLL never calls finish: its end is the driver's
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        if self.resuming and threading.get_ident() != self.thread:
+            # a finished step of the run this one resumes: it keeps the time it was
+            # logged at (its scalars, its step's mark and parts were sent then); sent
+            # again now, every old step would be marked at the resume's time
+            if not self.replayed:
+                log.info("rl-insight: ROLL replays its log history on resume; its steps "
+                         "keep the times they were first logged at and are not sent again")
+            self.replayed += 1
+            return
         if self.following is None:
             self.following = self._follow_traces()
             # its pipeline_step spans mark each step exactly: no marks of the tracker's

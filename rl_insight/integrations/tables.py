@@ -84,7 +84,7 @@ SLIME = Framework(
 ROLL = Framework(
     name="roll", title="ROLL",
     source="alibaba/ROLL 8eb27cc2 roll/pipeline/rlvr/rlvr_pipeline.py, "
-           "roll/pipeline/agentic/agentic_pipeline.py (time/* timers), "
+           "roll/pipeline/agentic/agentic_pipeline.py, rlvr_vlm_pipeline.py (time/* timers), "
            "roll/utils/telemetry.py, roll/distributed/scheduler/decorator.py (spans)",
     step_key="system/step",  # its time/step_total is the step before's in RLVR: not used
     timings={"time/step_generate": _t(GENERATE), "time/step_rollout": _t(GENERATE),
@@ -100,7 +100,11 @@ ROLL = Framework(
              "*/time/get_token_reward": _t(REWARD),
              "time/step_cal_token_reward": _t(REWARD),
              "time/step_cal_norm_rewards": _t(REWARD),
-             "time/step_stop_server": _t(OFFLOAD)},
+             "time/step_stop_server": _t(OFFLOAD),
+             # the sample-level mask of each domain's batch (rlvr_pipeline.py l.685-689:
+             # per domain; rlvr_vlm_pipeline.py l.492-496: the batch's)
+             "*/time/get_sample_level_mask": _t(DATA),
+             "time/get_sample_level_mask": _t(DATA)},
     spans={"pipeline_step": SpanRule(STEP, "train_step", "global_step"),
            "generate": SpanRule(DRIVER, GENERATE), "rollout": SpanRule(DRIVER, GENERATE),
            "model_update": SpanRule(DRIVER, WEIGHTS),
@@ -114,6 +118,9 @@ ROLL = Framework(
            "cal_token_reward": SpanRule(DRIVER, REWARD),
            "train": SpanRule(DRIVER, ACTOR_UPDATE),
            "validation": SpanRule(DRIVER, VALIDATION), "val": SpanRule(DRIVER, VALIDATION),
+           "val_generate": SpanRule(DRIVER, VALIDATION),
+           "stop_server": SpanRule(DRIVER, OFFLOAD),  # the rollout's servers stopped
+           "get_sample_level_mask": SpanRule(DRIVER, DATA),
            # each rank's own work, its cluster in the resource's service.name
            "actor_train:worker.train_step": SpanRule(RANK, ACTOR_UPDATE),
            "actor_train:worker.compute_log_probs": SpanRule(RANK, ACTOR_LOGP),
