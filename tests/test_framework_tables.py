@@ -371,3 +371,32 @@ def test_rolls_newer_timers_and_spans_have_their_parts():
                        ("get_sample_level_mask", tables.DATA)):
         rule = roll_.rule(name, "driver")
         assert (rule.lane, rule.state) == (table.DRIVER, part), name
+
+
+def test_skyrls_fully_async_checkpoint_is_no_part_of_its_step_and_the_syncs_is():
+    """SkyRL's fully-async trainer (skyrl 0.3.0 fully_async_trainer.py l.505-600) saves
+    after its `step` timer ends and logs the save's time in the same payload; the
+    synchronous trainer (trainer.py l.340-491) saves inside its step."""
+    sky = tables.SKYRL
+    fully_async = [("timing/step", 10.0), ("timing/run_training", 6.0),
+                   ("timing/sync_weights", 1.0), ("timing/save_checkpoints", 30.0),
+                   ("timing/wait_for_generation_buffer", 2.0)]
+    got = table.timing_values(sky, fully_async)
+    assert "timing/save_checkpoints" not in got and got["timing/sync_weights"] == 1.0
+    parts = table.parts(sky, got)
+    assert parts.step_s == 10.0 and "save_checkpoint" not in parts.phases
+    sync = [("timing/step", 40.0), ("timing/train_critic_and_policy", 6.0),
+            ("timing/policy_train", 6.0), ("timing/save_checkpoints", 30.0)]
+    assert table.parts(sky, table.timing_values(sky, sync)).phases["save_checkpoint"] == 30.0
+
+
+def test_nemo_rls_dynamic_sampling_timer_is_inside_its_reward_calculation():
+    """NeMo-RL (NVIDIA-NeMo/RL 7ea279ab nemo_rl/algorithms/grpo.py l.1752, l.3036-3089):
+    with use_dynamic_sampling its `dynamic_sampling` timer runs within
+    `reward_calculation`'s; counted once, as the reward's."""
+    nemo = tables.NEMO_RL
+    got = table.timing_values(nemo, [("timing/train/reward_calculation", 3.0),
+                                     ("timing/train/dynamic_sampling", 2.0),
+                                     ("timing/train/total_step_time", 20.0)])
+    assert table.parts(nemo, got).phases == {"reward": 3.0}
+    assert nemo.timing("timing/train/dynamic_sampling") is None

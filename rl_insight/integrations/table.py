@@ -65,6 +65,10 @@ class Framework:
     # timing keys that add up others (perf/train_time = log-probs + actor train + ...):
     # kept as scalars, never counted as a part (it would count their time twice)
     containers: frozenset[str] = frozenset()
+    # timing keys that lie outside the step's own timer where a dict holds the marker key
+    # (SkyRL's fully-async trainer, told by its own timer, saves after its step timer
+    # ends; its synchronous trainer inside it): marker -> those keys, kept as scalars
+    outside_step: Mapping[str, frozenset[str]] = field(default_factory=dict)
     spans: Mapping[str, SpanRule] = field(default_factory=dict)
     scopes: frozenset[str] = frozenset()  # OTLP instrumentation scopes that name it
     # (resource attribute, pattern with one group) giving a span's trainer rank
@@ -126,9 +130,17 @@ def timing_values(fw: Framework, items: Iterable[tuple[str, float]]
                   ) -> dict[str, float]:
     """The framework's timing keys among a logged dict's (key, number) pairs, finite and
     not negative (a NaN or a clock jump is no part of a step)."""
+    items = list(items)
+    outside: set[str] = set()
+    if fw.outside_step:
+        present = {k for k, _ in items}
+        for marker, keys in fw.outside_step.items():
+            if marker in present:
+                outside |= keys
     out = {}
     for key, value in items:
-        wanted = key == fw.step_time_key or fw.timing(key) is not None
+        wanted = key == fw.step_time_key or (fw.timing(key) is not None and
+                                             key not in outside)
         if wanted and value == value and 0 <= value < 1e7:
             out[key] = float(value)
     return out

@@ -153,7 +153,10 @@ NEMO_RL = Framework(
              "timing/train/checkpointing": _t(CHECKPOINT),
              "timing/train/offload_before_refit": _t(OFFLOAD),
              "timing/train/idle/*": _t(IDLE)},
-    containers=frozenset({"timing/train/prepare_for_generation/transfer_and_update_weights",
+    # dynamic_sampling (DAPO's filter, grpo.py l.1752) runs inside reward_calculation's
+    # timer (l.3036-3089): a scalar, not a part of its own
+    containers=frozenset({"timing/train/dynamic_sampling",
+                          "timing/train/prepare_for_generation/transfer_and_update_weights",
                           "timing/train/get_logprobs/*", "timing/train/policy_training/*",
                           "timing/train/valid_tokens_per_sec_per_gpu",
                           "timing/train/init/total"}),
@@ -202,6 +205,11 @@ SKYRL = Framework(
              "timing/save_hf_model": _t(CHECKPOINT),
              "timing/update_ref_with_policy": _t("update_ref"),
              "timing/wait_for_generation_buffer": _t(IDLE)},
+    # the fully-async trainer (fully_async_trainer.py l.505-600, skyrl 0.3.0) saves its
+    # checkpoints after its step timer ends, the synchronous one (trainer.py l.340-491)
+    # inside it: told by the fully-async trainer's own timer, run_training
+    outside_step={"timing/run_training": frozenset({"timing/save_checkpoints",
+                                                    "timing/save_hf_model"})},
     # eval runs outside the step's timer (before training, then after the step)
     containers=frozenset({"timing/train_critic_and_policy", "timing/run_training",
                           "timing/cleanup_old_checkpoints", "timing/eval",
