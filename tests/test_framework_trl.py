@@ -305,3 +305,21 @@ def test_run_names(monkeypatch):
     monkeypatch.setenv("RL_INSIGHT_PROJECT", "team")
     monkeypatch.setenv("RL_INSIGHT_EXPERIMENT_NAME", "exp-1")
     assert adapter.run_names(args) == ("team", "exp-1")
+
+
+def test_trls_default_vllm_host_is_registered_at_the_machine_that_serves():
+    """TRL's `vllm_server_host` defaults to 0.0.0.0 (trl 1.16.0 grpo_config.py l.632):
+    its client reaches its own machine there, Prometheus would not. Registered at this
+    machine's routable address; a host or base URL that names another machine as is."""
+    from rl_insight import netaddr
+
+    here = netaddr.routable_address("0.0.0.0")
+    args = SimpleNamespace(vllm_server_base_url=None, vllm_server_host="0.0.0.0",
+                           vllm_server_port=8000)
+    assert adapter.vllm_server_address(args) == f"{here}:8000"
+    args.vllm_server_host = "10.1.2.3"
+    assert adapter.vllm_server_address(args) == "10.1.2.3:8000"
+    args.vllm_server_base_url = "http://localhost:8123/"
+    assert adapter.vllm_server_address(args) == f"{here}:8123"
+    args.vllm_server_base_url = "http://[fd00::5]:8124"
+    assert adapter.vllm_server_address(args) == "[fd00::5]:8124"

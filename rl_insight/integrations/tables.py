@@ -223,7 +223,7 @@ TRL = Framework(
     source="trl 1.16.0 trl/extras/profiling.py (ProfilingContext names, "
            "<the trainer's class>.<name>), trl/trainer/grpo_trainer.py (logs: step_time)",
     # profiling/<name> keys are what RLInsightCallback adds to the step's logs from
-    # TRL's own profiling contexts (TRL sends those to wandb and mlflow only); the
+    # TRL's own profiling contexts (TRL sends those to wandb, mlflow and trackio only); the
     # trainer's class is GRPOTrainer, or a subclass of it with its own name
     timings={"profiling/*.transformers.generate": _t(GENERATE),
              "profiling/*.vLLM.generate": _t(GENERATE),

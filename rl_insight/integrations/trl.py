@@ -4,13 +4,14 @@ A transformers ``TrainerCallback`` in all but its base class (the trainer calls 
 event by name; importing transformers is left to TRL). On the main process, each
 ``on_log`` becomes gauges, a training step's with ``state.global_step`` as the step (an
 evaluation's and the run's summary with none). TRL times its own work
-in profiling contexts and sends those times to wandb and mlflow only
-(``trl/extras/profiling.py``); the callback takes them too (TRL's ``ProfilingContext``
+in profiling contexts and sends those times to wandb, mlflow and trackio only
+(``trl/extras/profiling.py`` l.121-131); the callback takes them too (TRL's ``ProfilingContext``
 reports each one through ``_log_metrics``, which it wraps once), and each step's are
 logged with it as ``profiling/<name>`` keys, the step's parts: generation, rewards, the
 reference log-probs, the loss, the weight sync to vLLM; the optimizer step it times
 itself. With ``use_vllm`` in server mode, the vLLM server's ``/metrics`` is registered.
-``report_to=["rl_insight"]`` works too once :func:`register` ran.
+``report_to=["rl_insight"]`` works too once :func:`register` ran. A vLLM server
+TRL reaches at 0.0.0.0 (its default host) is registered at this machine's address.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 import rl_insight
+from rl_insight import netaddr
 from rl_insight.integrations import tables
 from rl_insight.integrations.tracker import FrameworkTracker
 
@@ -94,6 +96,20 @@ def run_names(args: Any) -> tuple[str, str]:
     return str(project), str(name)
 
 
+def vllm_server_address(args: Any) -> str:
+    """host:port of the vLLM server TRL generates with, as another machine reaches it.
+    TRL's default host is 0.0.0.0 (trl 1.16.0 grpo_config.py l.632), which to TRL's client
+    means this machine: the server runs here, and Prometheus scrapes it at this machine's
+    routable address, never at 0.0.0.0 or loopback."""
+    url = getattr(args, "vllm_server_base_url", None) or \
+        f"{args.vllm_server_host}:{args.vllm_server_port}"
+    address = url.split("://", 1)[-1].split("/", 1)[0]
+    host, port = netaddr.split_host_port(address)
+    if netaddr.is_local_host(host):
+        host = netaddr.routable_address("0.0.0.0")
+    return netaddr.join_host_port(host, int(port))
+
+
 class RLInsightCallback:
     """Report a TRL (transformers) trainer's steps to RL-Insight; every event a
     ``TrainerCallback`` has, each returning None (the trainer's control unchanged)."""
@@ -114,10 +130,8 @@ class RLInsightCallback:
         _PROFILES.append(self.profile)
         _wrap_profiling()
         if getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", "") == "server":
-            url = getattr(args, "vllm_server_base_url", None) or \
-                f"{args.vllm_server_host}:{args.vllm_server_port}"
-            address = url.split("://", 1)[-1].rstrip("/")
-            rl_insight.update_prometheus_config([address], "vllm", [{"replica": 0}])
+            rl_insight.update_prometheus_config([vllm_server_address(args)], "vllm",
+                                                [{"replica": 0}])
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any,
                               **kwargs: Any) -> None:
