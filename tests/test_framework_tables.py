@@ -400,3 +400,86 @@ def test_nemo_rls_dynamic_sampling_timer_is_inside_its_reward_calculation():
                                      ("timing/train/total_step_time", 20.0)])
     assert table.parts(nemo, got).phases == {"reward": 3.0}
     assert nemo.timing("timing/train/dynamic_sampling") is None
+
+
+def _slime_with_a_registry(monkeypatch):
+    """FAKE stand-ins of slime with a backend registry, as THUDM/slime pull request 1591
+    (3906ba15) has it: slime/utils/tracking/manager.py's BACKEND_REGISTRY {name: (cls,
+    args flag)}, read once when a process's init_tracking runs (TrackingManager.init);
+    its logging module's log(args, metrics, step_key) fanning out to the backends the
+    manager holds, here at main's path (slime/observability/logging_utils.py)."""
+    import sys
+    import types
+
+    manager = types.ModuleType("slime.utils.tracking.manager")
+    manager.BACKEND_REGISTRY = {}
+    logging_utils = types.ModuleType("slime.observability.logging_utils")
+    logging_utils.backends = []
+
+    def init_tracking(args, primary=True, **kwargs):
+        for kind, flag in list(manager.BACKEND_REGISTRY.values()):
+            if getattr(args, flag, False):
+                backend = kind()
+                backend.init(args, primary=primary, **kwargs)
+                logging_utils.backends.append(backend)
+
+    def log(args, metrics, step_key):
+        for backend in logging_utils.backends:
+            backend.log(metrics, step=metrics.get(step_key))
+
+    logging_utils.init_tracking, logging_utils.log = init_tracking, log
+    timer = types.ModuleType("slime.observability.timer")  # slime's Timer: start, end
+
+    class Timer:
+        def start(self, name):
+            pass
+
+        def end(self, name):
+            pass
+
+    timer.Timer = Timer
+    monkeypatch.setitem(sys.modules, "slime.observability.timer", timer)
+    for name in ("slime", "slime.utils", "slime.utils.tracking", "slime.observability"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "slime.utils.tracking.manager", manager)
+    monkeypatch.setitem(sys.modules, "slime.observability.logging_utils", logging_utils)
+    return manager, logging_utils
+
+
+@pytest.mark.parametrize("order", ["tracking set up first", "hook first"])
+def test_slimes_rollout_manager_delivers_each_dict_once_whichever_comes_first(
+        sent, monkeypatch, order):
+    """Issue 50: slime's rollout manager sets up its tracking in its __init__
+    (slime/ray/rollout.py l.402 at 624b824a), before our rollout-log hook first runs; a
+    process whose hook ran first (the training rank's init hook) has the backend in its
+    manager. Either way each rollout dict reaches RL-Insight exactly once."""
+    from argparse import Namespace
+
+    from rl_insight.integrations import slime as adapter
+
+    _, logging_utils = _slime_with_a_registry(monkeypatch)
+    monkeypatch.setattr(adapter, "_tracker", None)
+    monkeypatch.setattr(adapter, "_in_manager", False)
+    monkeypatch.setattr(adapter, "register_engines", lambda args: True)
+    args = Namespace(hf_checkpoint="/m/Qwen3-4B", wandb_project=None, wandb_group=None,
+                     use_rl_insight=True, custom_rollout_log_function_path=None,
+                     custom_megatron_init_path=None)
+    if order == "tracking set up first":
+        logging_utils.init_tracking(args, primary=False)  # nothing registered yet
+        adapter.rollout_log(7, args, [], {}, 5.0)  # the hook: registers, patches
+    else:
+        # a training rank: slime's init (actor.py l.80) runs our Megatron init hook,
+        # then its main rank sets up its tracking (l.82-83)
+        adapter.megatron_init(args)
+        logging_utils.init_tracking(args, primary=False)  # the manager takes ours
+    logging_utils.log(args, {"perf/rollout_time": 5.0, "rollout/response_len/mean": 300.0,
+                             "rollout/step": 7}, "rollout/step")
+    logging_utils.log(args, {"eval/gsm8k": 0.5, "eval/step": 7}, "eval/step")
+    assert [v for k, v in sent["gauges"] if k == "perf/rollout_time"] == [5.0]
+    assert [v for k, v in sent["gauges"] if k == "eval/gsm8k"] == [0.5]
+    timings = [dict(s.attributes) for s in sent["spans"] if s.name == STEP_TIMING]
+    assert [t["step"] for t in timings] == [7]
+
+
+def test_slimes_reference_model_update_is_a_part_of_its_step():
+    assert tables.SLIME.timing("perf/ref_model_update_time").part == "update_ref"

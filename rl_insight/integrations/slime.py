@@ -18,9 +18,13 @@ manager puts each rollout's generation on the driver's
 lane (``sglang_generate``, from the samples' own traces) and registers every SGLang
 engine behind its router (job ``sglang``, labels ``replica`` and ``model``).
 
-slime versions with ``BACKEND_REGISTRY`` (``slime/utils/tracking/manager.py``) take
-:class:`RLInsightBackend` there as ``rl_insight`` (``--use-rl-insight``, from
-:func:`add_arguments`); ``attach`` registers it in each process it reaches.
+slime versions with ``BACKEND_REGISTRY`` (``slime/utils/tracking/manager.py``: main has
+none at 624b824a, pull request 1591 adds it) take :class:`RLInsightBackend` there as
+``rl_insight`` (``--use-rl-insight``, from :func:`add_arguments`); ``attach`` and the
+hooks register it in each process they reach. A process that set up its tracking before
+a hook of ours ran (the rollout manager, in its ``__init__``) keeps the patched ``log``
+until its manager has the backend, so ``rollout/*``, ``eval/*`` and ``perf/rollout_time``
+arrive whatever the order.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ TIMER_STATES = {"actor_train": "actor_update",
 GENERATE_STATE = "sglang_generate"
 
 _tracker: FrameworkTracker | None = None
+_in_manager = False  # slime's tracking manager has our backend in this process
 
 
 def run_names(args: Any) -> tuple[str, str]:
@@ -124,8 +129,10 @@ class RLInsightBackend:
     ``log(metrics, step)``, ``finish()``)."""
 
     def init(self, args: Any, *, primary: bool = True, **kwargs: Any) -> None:
+        global _in_manager
         self.args = args
         tracker(args)
+        _in_manager = True  # this process's tracking manager delivers from now on
 
     def log(self, metrics: dict, step: int | None = None) -> None:
         tracker(self.args).log(metrics, step)
@@ -152,12 +159,14 @@ def register_backend() -> bool:
 
 
 def _patch_logging(args: Any) -> None:
-    """Every dict this process logs, here too (slime calls the module's ``log``)."""
-    if register_backend():  # the registry fans out to the backend: nothing to patch
-        return
-    try:
-        from slime.observability import logging_utils
-    except ImportError:
+    """Every dict this process logs, here too (slime calls its logging module's ``log``).
+    Where slime has a backend registry the backend is registered as well, but a process
+    may have set up its tracking before this ran (the rollout manager does in its
+    ``__init__``, before any hook of ours): its dicts then come through the patch until
+    the registry's manager has the backend (its ``init`` ran here), never both ways."""
+    register_backend()
+    logging_utils = _logging_module()
+    if logging_utils is None:
         return
     original = logging_utils.log
     if getattr(original, "_rl_insight", False):
@@ -165,11 +174,25 @@ def _patch_logging(args: Any) -> None:
 
     def log_too(args_: Any, metrics: dict, step_key: str) -> Any:
         out = original(args_, metrics, step_key)
-        tracker(args_).log(metrics, metrics.get(step_key))
+        if not _in_manager:
+            tracker(args_).log(metrics, metrics.get(step_key))
         return out
 
     log_too._rl_insight = True
     logging_utils.log = log_too
+
+
+def _logging_module() -> Any:
+    """slime's logging module: slime/observability/ on main (624b824a), slime/utils/
+    before it moved there (and in the registry's pull request, 1591 at 3906ba15)."""
+    import importlib
+
+    for name in ("slime.observability.logging_utils", "slime.utils.logging_utils"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
 
 
 def _chained(args: Any, attr: str):

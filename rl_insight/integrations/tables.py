@@ -74,7 +74,11 @@ SLIME = Framework(
              # timed after the step before logged its perf dict: parts of this step, whose
              # perf/step_time (train_wait + train) holds them, as its window does
              "perf/update_weights_time": _t(WEIGHTS),
-             "perf/save_model_time": _t(CHECKPOINT), "perf/sleep_time": _t(OFFLOAD)},
+             "perf/save_model_time": _t(CHECKPOINT), "perf/sleep_time": _t(OFFLOAD),
+             # the reference model's weights backed up from the actor's every
+             # ref_update_interval rollouts, after the train timer and before the perf
+             # dict (slime/backends/megatron_utils/actor.py l.554-562)
+             "perf/ref_model_update_time": _t("update_ref")},
     # train_time holds the log-probs and the actor train; train_wait_time is the gap
     # between two train blocks (the rollout, the weight sync, the save)
     containers=frozenset({"perf/train_time", "perf/train_wait_time"}),
