@@ -487,3 +487,104 @@ def test_follower_without_an_anchor_takes_the_files_mtime(tmp_path):
     for step in (0, 1):
         assert got[step][0] == pytest.approx(window(step, anchor)[0], abs=2_000)
         assert got[step][1] == pytest.approx(window(step, anchor)[1], abs=2_000)
+
+
+def worker_events(rank: int, t0: int) -> list[dict]:
+    """An actor worker's file in single-controller mode (areal-project/AReaL v2.0.0
+    fee938ea: its own tracer, role ``actor``, its index as rank; no global_step crosses
+    the RPC): its PPO update and weight sync."""
+    out = []
+    for name, ts, dur in (("ppo_actor.ppo_update", t0 + 420_200, 199_600),
+                          ("fsdp_engine.update_weights_from_distributed", t0 + 620_200,
+                           99_700)):
+        e = ev(name, ts, dur)
+        e["args"].update(rank=rank, role="actor")
+        out.append(e)
+    return out
+
+
+def test_single_controller_mode_follows_the_driver_and_every_actor_workers_file(tmp_path):
+    """AReaL 2's default mode: the driver's tracer writes perf_tracer/master/traces-r0.jsonl
+    and each actor worker perf_tracer/actor/traces-r{i}.jsonl from its own process
+    (areal/utils/perf_tracer.py _default_trace_path l.199-243, rl_trainer.py
+    _config_perf_tracer l.896-914); all are followed live from the driver, each worker's
+    spans on its own rank lane. In SPMD ("legacy") each rank follows its own file."""
+    from rl_insight.integrations import areal as adapter
+
+    own = traces_file(tmp_path)
+    patterns = adapter.trace_patterns(str(own), single=True)
+    assert patterns == [str(own), str(own.parent.parent / "actor" / "traces-r*.jsonl")]
+    assert adapter.trace_patterns(str(own), single=False) == [str(own)]
+    own.write_text(lines(META + step_events(0, 600)))
+    (own.parent.parent / "actor").mkdir()
+    for rank in (0, 1):
+        (own.parent.parent / "actor" / f"traces-r{rank}.jsonl").write_text(
+            lines(worker_events(rank, 600)))
+    sink = Sink()
+    followers = [tracefiles.Follower(p, RUN, sink, ANCHOR) for p in patterns]
+    assert sum(f.poll() for f in followers) == 12 + 2 * 2
+    ranks = {}
+    for payload in sink.payloads:
+        res, spans = decode(payload)
+        for name, *_ in spans:
+            if name.startswith(("ppo_actor.", "fsdp_engine.")):
+                ranks.setdefault(res.get("rank"), set()).add(name)
+    assert set(ranks) == {0, 1}  # each worker's own rank (the driver's file is rank 0 too)
+    assert ranks[1] == {"ppo_actor.ppo_update",
+                        "fsdp_engine.update_weights_from_distributed"}
+
+
+@pytest.mark.parametrize("value, ranks", [(None, None), ("all", None), ("", None),
+                                          ("0", {0}), ("0,2-4", {0, 2, 3, 4}),
+                                          ("0,x,3", {0, 3})])
+def test_a_rank_areal_does_not_trace_is_said_not_silently_missing(value, ranks, caplog):
+    """AREAL_PERF_TRACER_RANKS (AReaL after 2.0.0, areal/utils/environ.py
+    rank_in_env_filter): unset, empty or `all` traces every rank; otherwise the ranks it
+    names, bad parts ignored. Which ranks, said once in the log."""
+    from rl_insight.integrations import areal as adapter
+
+    assert adapter.say_rank_filter(value) == ranks
+    said = [r.getMessage() for r in caplog.records if "AREAL_PERF_TRACER_RANKS" in
+            r.getMessage()]
+    assert bool(said) == (ranks is not None)
+    if ranks:
+        assert f"traces ranks {', '.join(map(str, sorted(ranks)))} only" in said[0]
+
+
+class _FakeStatsLogger:
+    """FAKE: AReaL's StatsLogger's step rule as areal/utils/stats_logger.py l.135-159
+    (1.0.4 and 2.0.0 alike) has it: a commit of n dicts is logged at steps
+    max(global_step, last + 1) .. +n-1, and the last kept (and restored on resume)."""
+
+    def __init__(self) -> None:
+        self._last_commit_step = -1
+        self.logged: list[int] = []
+
+    def commit(self, epoch, step, global_step, data):
+        data = [data] if isinstance(data, dict) else data
+        first = max(global_step, self._last_commit_step + 1)
+        self.logged += [first + i for i in range(len(data))]
+        self._last_commit_step = first + len(data) - 1
+
+    def close(self):
+        pass
+
+
+def test_each_dict_keeps_the_step_areals_stats_logger_logged_it_at(monkeypatch):
+    """A commit of two dicts at global_step 1 takes steps 1 and 2; the next commit, at
+    global_step 2, is logged at 3 by AReaL: RL-Insight's steps are AReaL's own."""
+    from rl_insight.integrations import areal as adapter
+
+    monkeypatch.setattr(adapter, "_rank", lambda: 0)
+    logged: list[int] = []
+    tracker = type("T", (), {"log": lambda self, data, step: logged.append(step),
+                             "finish": lambda self: None})()
+    fake = _FakeStatsLogger()
+    adapter.wrap(fake, tracker)
+    fake.commit(0, 0, 0, {"a": 1.0})
+    fake.commit(0, 1, 1, [{"a": 1.0}, {"a": 2.0}])
+    fake.commit(0, 2, 2, {"a": 3.0})
+    assert logged == fake.logged == [0, 1, 2, 3]
+    fake._last_commit_step = 9  # restored from a checkpoint's state
+    fake.commit(0, 3, 3, {"a": 4.0})
+    assert logged[-1] == fake.logged[-1] == 10

@@ -246,7 +246,8 @@ TRL = Framework(
 
 AREAL = Framework(
     name="areal", title="AReaL",
-    source="inclusionAI/AReaL 4aef98d8 (= areal 1.0.4 on PyPI for these files) "
+    source="areal-project/AReaL v2.0.0 fee938ea (moved from inclusionAI/AReaL; its "
+           "names the same as at 4aef98d8 = areal 1.0.4 on PyPI, which has no 2.x) "
            "areal/trainer/rl_trainer.py (stats_tracker.record_timing keys, logged as "
            "timeperf/<key>; perf_tracer.trace_scope names), areal/utils/perf_tracer.py",
     timings={"timeperf/rollout": _t(GENERATE), "timeperf/ref_logp": _t(REF_LOGP),
