@@ -314,8 +314,8 @@ def dashboards() -> list[Dashboard]:
             + ("TransferQueue, " if tq else "") + "the timeline.",
             [ALERTS, *trainer, ANATOMY, OMNI_ROLLOUT, *([TQ] if tq else []), TIMELINE,
              *ALL_KEYS], ENGINE_VARS + ("lane_role",), BACKENDS["vllm-omni"][2]))
-    for fw in F.frameworks():  # other RL frameworks (rl_insight/integrations)
-        engines = fw.name in F.ENGINES
+    for fw in F.frameworks():  # other RL frameworks (rl_insight/frameworks/)
+        engines = fw.engines in F.ENGINES
         out.append(Dashboard(
             f"rl-insight-framework-{fw.name.replace('_', '-')}",
             f"RL-Insight · {fw.title}",
@@ -323,7 +323,7 @@ def dashboards() -> list[Dashboard]:
             f"{fw.title} records" + (", its rollout engines" if engines else "")
             + ", every key it logs.", F.sections(fw, Section, P.key_panel),
             (ENGINE_VARS + ("lane_role",)) if engines else RUN_VARS,
-            BACKENDS["sglang"][2] if engines else ""))
+            BACKENDS[fw.engines][2] if engines else ""))
     for key in LLM_BACKENDS:
         name, rollout, replica_metric = BACKENDS[key]
         for mode, mode_title, extra in (("sync", "synchronous", []),

@@ -1,4 +1,4 @@
-"""The panels of the other RL frameworks' dashboards (rl_insight/integrations/tables.py):
+"""The panels of the other RL frameworks' dashboards (rl_insight/frameworks/):
 each framework's headline keys, its steps' anatomy as the server makes it (from its
 lanes, its own spans or its timing keys), its spans in Tempo where it traces, every key
 it logs under its own groups.
@@ -23,66 +23,11 @@ from dashboards.panels import (
     per_step,
     ts,
 )
-from rl_insight.integrations import FRAMEWORKS, Framework
+from rl_insight.frameworks import FRAMEWORKS, Framework
 
 # framework -> (title, unit, keys...) of its headline panels
-CURATED: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    "slime": (  # slime/backends/megatron_utils/loss.py, model.py; observability/*.py
-        ("Reward", "short", ("rollout/rewards", "rollout/raw_reward")),
-        ("Policy loss", "short", ("train/loss", "train/pg_loss")),
-        ("KL and clip fraction", "short", ("train/ppo_kl", "train/pg_clipfrac")),
-        ("Entropy", "short", ("train/entropy_loss",)),
-        ("Gradient norm and learning rate", "short", ("train/grad_norm", "train/lr-pg_0")),
-        ("Response length", "short", ("rollout/response_len/mean",)),
-        ("Truncated responses", "percentunit", ("rollout/truncated_ratio",)),
-        ("Rollout throughput", "short", ("perf/tokens_per_gpu_per_sec",)),
-    ),
-    "roll": (  # roll/utils/metrics/metrics_manager.py, pipeline/rlvr/actor_worker.py
-        ("Score and reward", "short", ("critic/score/mean", "critic/rewards/mean")),
-        ("Policy loss", "short", ("actor/pg_loss", "actor/kl_loss")),
-        ("Clip fraction", "short", ("actor/clipfrac",)),
-        ("Gradient norm and learning rate", "short", ("actor_train/grad_norm", "actor/lr")),
-        ("Response length", "short", ("token/response_length/mean",)),
-    ),
-    "areal": (  # areal/trainer/ppo/actor.py (scope ppo_actor), engine's train_batch
-        ("Task reward", "short", ("ppo_actor/task_reward/avg",)),
-        ("Actor loss", "short", ("ppo_actor/update/actor_loss/avg",)),
-        ("Clip ratio", "short", ("ppo_actor/update/clip_ratio/avg",)),
-        ("Gradient norm and learning rate", "short", ("ppo_actor/update/grad_norm",
-                                                      "ppo_actor/update/lr")),
-        ("Sequence length", "short", ("ppo_actor/seq_len/avg",)),
-    ),
-    "nemo_rl": (  # nemo_rl/algorithms/grpo.py (prefixes train, performance)
-        ("Reward", "short", ("train/reward",)),
-        ("Loss", "short", ("train/loss",)),
-        ("KL penalty and entropy", "short", ("train/kl_penalty", "train/approx_entropy")),
-        ("Gradient norm and learning rate", "short", ("train/grad_norm", "train/lr")),
-        ("Generated tokens per sample", "short", ("train/mean_gen_tokens_per_sample",)),
-        ("Throughput", "short", ("performance/tokens_per_sec",)),
-    ),
-    "skyrl": (  # skyrl/train/trainer.py, workers/worker.py
-        ("Reward", "short", ("reward/avg_raw_reward",)),
-        ("Policy loss", "short", ("policy/policy_loss", "policy/final_loss")),
-        ("Entropy", "short", ("policy/policy_entropy",)),
-        ("Gradient norm and learning rate", "short", ("policy/grad_norm",
-                                                      "policy/policy_lr")),
-        ("Generated tokens", "short", ("generate/avg_num_tokens",)),
-        ("Throughput", "short", ("trainer/tokens_per_second_per_gpu",)),
-    ),
-    "trl": (  # trl/trainer/grpo_trainer.py GRPOTrainer.log; transformers' Trainer
-        ("Reward", "short", ("reward", "reward_std")),
-        ("Loss", "short", ("loss",)),
-        ("Entropy", "short", ("entropy",)),
-        ("Gradient norm and learning rate", "short", ("grad_norm", "learning_rate")),
-        ("Completion length", "short", ("completions/mean_length",)),
-        ("Clipped region", "percentunit", ("clip_ratio/region_mean",)),
-    ),
-}
-# frameworks whose own spans reach the server (Tempo holds them, mapped to lanes)
-TRACED = ("roll", "nemo_rl", "areal")
-# frameworks whose ranks' states are live on their lanes (slime's Timer, patched)
-LIVE_LANES = ("slime",)
-ENGINES = {"slime": ("SGLang", SGLANG)}  # engines the adapter registers, by backend
+# the panels of the engines an adapter registers (a table's `engines`)
+ENGINES = {"sglang": ("SGLang", SGLANG)}
 
 
 def _key(key: str) -> Query:
@@ -98,16 +43,16 @@ def _name_pattern(key: str) -> str:
 def training(fw: Framework) -> tuple[Panel, ...]:
     """The framework's headline keys, then the step's time as its timing keys tell it
     (each key of its table a line: the framework's own breakdown)."""
-    out = [ts(title, *(_key(k) for k in keys), unit=unit,
-              description=f"{fw.title}: {', '.join(keys)}.")
-           for title, unit, keys in CURATED[fw.name]]
+    out = [ts(h.title, *(_key(k) for k in h.keys), unit=h.unit,
+              description=f"{fw.title}: {', '.join(h.keys)}.")
+           for h in fw.headlines]
     names = "|".join(sorted({_name_pattern(k) for k in fw.timings}))
     if names:
         out.append(ts("Step time by the framework's timers",
                       Query(f'label_replace({{__name__=~"{names}",{RUN}}}, "key", "$1", '
                             f'"__name__", "{M}(.+)")', "{{key}}"), unit="s",
                       description=f"{fw.title}'s own timing keys, each a part of the step "
-                                  "in its table (rl_insight/integrations/tables.py)."))
+                                  f"in its table (rl_insight/frameworks/{fw.name}.py)."))
     return tuple(out)
 
 
@@ -182,13 +127,13 @@ def sections(fw: Framework, section, key_panel) -> list:
     """The framework dashboard's sections (``section``: build.Section)."""
     out = [section(f"Training ({fw.title})", training(fw)),
            section("Step anatomy", anatomy(fw))]
-    if fw.name in ENGINES:
-        name, panels = ENGINES[fw.name]
+    if fw.engines in ENGINES:
+        name, panels = ENGINES[fw.engines]
         out.append(section(f"Rollout ({name})", panels, repeat="role"))
-    if fw.name in LIVE_LANES:  # no per-request lanes: no pooled ones
+    if fw.timers:  # its ranks' states live on their lanes (slime's Timer): no pooled ones
         out.append(section("State timeline", tuple(
             p for p in TIMELINE_PROM if p.title != "Pooled lanes in each state")))
-    if fw.name in TRACED:
+    if fw.spans:  # its own spans reach the server (Tempo holds them, mapped to lanes)
         out.append(section("Spans (Tempo)", tempo(fw)))
     out += [section(f"All {g.title}", (key_panel(g),), collapsed=True)
             for g in Groups(fw).groups()]
@@ -196,4 +141,5 @@ def sections(fw: Framework, section, key_panel) -> list:
 
 
 def frameworks() -> list[Framework]:
-    return [FRAMEWORKS[n] for n in CURATED]
+    """The frameworks with a dashboard of their own: those whose table has headlines."""
+    return [fw for fw in FRAMEWORKS.values() if fw.headlines]

@@ -486,13 +486,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     import glob
     import time
 
-    from rl_insight import integrations
+    from rl_insight import frameworks
     from rl_insight.api_client import ApiError
     from rl_insight.integrations import tracefiles
 
-    fw = integrations.get(args.framework)
+    fw = frameworks.get(args.framework)
     if fw is None or not fw.spans:
-        known = ", ".join(n for n, f in integrations.FRAMEWORKS.items() if f.spans)
+        known = ", ".join(n for n, f in frameworks.FRAMEWORKS.items() if f.spans)
         print(f"rl-insight: no span table for framework {args.framework!r}; known: {known}",
               file=sys.stderr)
         return 2
@@ -728,12 +728,16 @@ def _add_setup_tools(top, remote: argparse.ArgumentParser) -> None:
                         "(give --project and --experiment-name)")
     p.set_defaults(func=cmd_ray_env)
 
+    from rl_insight import frameworks  # data only: the tables name who traces
+
+    traced = [fw for fw in frameworks.FRAMEWORKS.values() if fw.spans]
     p = top.add_parser("import", parents=[remote],
-                       help="a framework's trace files into the server (AReaL, NeMo-RL "
-                            "Chrome traces; ROLL's OTLP/JSON lines)")
+                       help="a framework's trace files into the server (Chrome traces, "
+                            "OTLP/JSON lines) of " + ", ".join(fw.title for fw in traced))
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="files or shell patterns (quoted with --follow: new files count)")
-    p.add_argument("--framework", required=True, help="areal, nemo-rl or roll")
+    p.add_argument("--framework", required=True, metavar="NAME",
+                   help=", ".join(fw.name.replace("_", "-") for fw in traced))
     p.add_argument("--project", required=True)
     p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True)
     p.add_argument("--anchor", type=float, default=None, metavar="UNIX_SECONDS",

@@ -18,7 +18,7 @@ Names, by caller:
 - ``trainer``: this package's own step marks (``rl_insight.client.steps``);
 - ``driver``: a framework's step loop, the phases it runs one after another, where the
   framework says no more (ROLL's and NeMo-RL's driver spans, AReaL's trainer scopes,
-  TRL's profiled calls: rl_insight/integrations/tables.py); one lane per run.
+  TRL's profiled calls: rl_insight/frameworks/); one lane per run.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import requests
 
 from dashboards import build
 from dashboards import frameworks as F
-from rl_insight.integrations import FRAMEWORKS
+from rl_insight.frameworks import FRAMEWORKS
 from tests.traceql import span_filter
 
 OWN = re.compile(r"rl_insight_monitor_(lane_state|lanes_in_state|state_duration_seconds|"

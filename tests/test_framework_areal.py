@@ -27,7 +27,8 @@ import pytest
 import requests
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from rl_insight.integrations import tables, tracefiles
+from rl_insight import frameworks
+from rl_insight.integrations import tracefiles
 from rl_insight.server.ingest import framework_spans
 from rl_insight.server.ingest.otlp import value_of
 from tests import framework_checks as checks
@@ -40,7 +41,7 @@ PROJECT = "areal-replay"  # AReaL's experiment_name: the run's project
 TRACED, KEYS, IMPORTED = "ppo_traced", "ppo_keys", "ppo_imported"  # trial names
 STEPS, SLOW, SLOW_EXTRA_S = 6, 4, 1.2
 CLOSE_S = 0.05  # how near a row's figures come to what the driver measured
-AREAL = tables.AREAL
+AREAL = frameworks.named("areal")
 
 
 # ---------------------------------------------------------------- integration tier
@@ -379,7 +380,7 @@ def test_step_marks_span_each_global_steps_mapped_events():
     assert tracefiles.step_marks(
         [e for e in events if e["name"] == "train.log_stats"], RUN, ANCHOR) is None
     # a framework with a step span of its own gets none
-    assert tracefiles.step_marks(events, tracefiles.Run(tables.VERL, "p", "e"),
+    assert tracefiles.step_marks(events, tracefiles.Run(frameworks.named("verl"), "p", "e"),
                                  ANCHOR) is None
     # a step at a time, in the order they end: the events that ended in the step (in
     # exports of at most `size`), then its mark; the server makes its row as it comes

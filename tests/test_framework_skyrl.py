@@ -35,12 +35,11 @@ import pytest
 import requests
 
 import rl_insight
-from rl_insight import naming
+from rl_insight import frameworks, naming
 from rl_insight.anatomy.rows import timing_row
 from rl_insight.events import Span
+from rl_insight.frameworks.table import parts, timing_values
 from rl_insight.integrations import skyrl as adapter
-from rl_insight.integrations import tables
-from rl_insight.integrations.table import parts, timing_values
 from tests import framework_checks as checks
 from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for
@@ -288,7 +287,7 @@ def test_the_skyrl_table_reads_a_sync_step():
     """Step 1's payload: the step's time, the generation and each phase from their
     Timer keys; train_critic_and_policy (which holds policy_train) no part; every other
     key a scalar only."""
-    fw = tables.SKYRL
+    fw = frameworks.named("skyrl")
     values = timing_values(fw, _items(STEP_1))
     # timing/eval is timed outside the step (trainer.py): no part of it
     assert set(values) == {k for k in STEP_1 if k.startswith(
@@ -309,7 +308,7 @@ def test_the_skyrl_table_reads_a_sync_step():
 def test_a_sync_steps_parts_fit_in_its_step():
     """The sync trainer runs its parts one after another: none at once, whatever the
     eval before training left in step 1's timings."""
-    fw = tables.SKYRL
+    fw = frameworks.named("skyrl")
     row = timing_row(1, 10**18, parts(fw, timing_values(fw, _items(STEP_1))), fw.name)
     assert row.overlap_s == 0, (row.overlap_s, row.phases)
 

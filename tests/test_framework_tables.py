@@ -17,12 +17,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import rl_insight
-from rl_insight import config, integrations
+from rl_insight import config, frameworks
 from rl_insight.anatomy.rows import step_row
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.events import Identity, Span
-from rl_insight.integrations import table, tables
-from rl_insight.integrations.tracker import STEP_TIMING, FrameworkTracker
+from rl_insight.frameworks import phases, table
+from rl_insight.frameworks.wire import STEP_TIMING
+from rl_insight.integrations.tracker import FrameworkTracker
 from rl_insight.server.analyses.anatomy import RunAnatomy
 from rl_insight.server.ingest import intake
 from rl_insight.server.services.supervisor import Supervisor
@@ -60,7 +61,7 @@ def sent(monkeypatch):
 
 def test_every_table_names_its_source_and_parts_a_step_has():
     known = {table.GENERATE, table.WEIGHTS, table.IDLE}
-    for fw in integrations.FRAMEWORKS.values():
+    for fw in frameworks.FRAMEWORKS.values():
         assert re.search(r"\b[0-9a-f]{8}\b|\d+\.\d+\.\d+", fw.source), fw.name
         for key, t in fw.timings.items():
             assert t.part in known or re.fullmatch(r"[a-z_]+", t.part), (fw.name, key)
@@ -70,19 +71,19 @@ def test_every_table_names_its_source_and_parts_a_step_has():
             assert rule.lane != table.STEP or rule.step_attr, fw.name
         if any(r.lane == table.RANK for r in fw.spans.values()):
             assert fw.rank_from and re.compile(fw.rank_from[1]).groups == 1, fw.name
-    assert integrations.get("NeMo-RL") is tables.NEMO_RL
-    assert integrations.by_scope("nemo.lens") is tables.NEMO_RL
+    assert frameworks.get("NeMo-RL") is frameworks.named("nemo_rl")
+    assert frameworks.by_scope("nemo.lens") is frameworks.named("nemo_rl")
 
 
 def test_a_timing_key_is_a_part_a_container_none_and_a_pattern_matches_each_domain():
-    roll = tables.ROLL
+    roll = frameworks.named("roll")
     assert roll.timing("time/step_generate").part == table.GENERATE
     assert roll.timing("math_rule/time/compute_advantage").part == "compute_advantage"
     assert roll.timing("actor/pg_loss") is None
-    nemo = tables.NEMO_RL
+    nemo = frameworks.named("nemo_rl")
     assert nemo.timing("timing/train/get_logprobs/shard_data") is None  # in a container
     assert nemo.timing("timing/train/idle/buffer_starvation").part == table.IDLE
-    got = table.parts(tables.SLIME, table.timing_values(tables.SLIME, [
+    got = table.parts(frameworks.named("slime"), table.timing_values(frameworks.named("slime"), [
         ("perf/rollout_time", 60.0), ("perf/actor_train_time", 30.0),
         ("perf/train_time", 45.0), ("perf/step_time", 110.0),
         ("perf/update_weights_time", float("nan")), ("rollout/rewards", 0.4)]))
@@ -279,7 +280,7 @@ def test_nemo_rls_chrome_trace_imported_gives_its_steps_from_its_own_step_spans(
     path.write_text(json.dumps(sorted(events, key=lambda e: e["ts"])))
     now = time.time()
     os.utime(path, (now, now))
-    run = tracefiles.Run(tables.NEMO_RL, "p", "nemo")
+    run = tracefiles.Run(frameworks.named("nemo_rl"), "p", "nemo")
     for _, payload, _ in tracefiles.read_all([path], run):
         intake.accept_spans(state, payload, PROTOBUF, "")
     state.anatomy.update(now + 60)
@@ -364,11 +365,11 @@ def test_roll_replaying_its_history_on_resume_sends_and_marks_no_finished_step(s
 
 
 def test_rolls_newer_timers_and_spans_have_their_parts():
-    roll_ = tables.ROLL
-    assert roll_.timing("math_rule/time/get_sample_level_mask").part == tables.DATA
-    assert roll_.timing("time/get_sample_level_mask").part == tables.DATA
-    for name, part in (("stop_server", tables.OFFLOAD), ("val_generate", tables.VALIDATION),
-                       ("get_sample_level_mask", tables.DATA)):
+    roll_ = frameworks.named("roll")
+    assert roll_.timing("math_rule/time/get_sample_level_mask").part == phases.DATA
+    assert roll_.timing("time/get_sample_level_mask").part == phases.DATA
+    for name, part in (("stop_server", phases.OFFLOAD), ("val_generate", phases.VALIDATION),
+                       ("get_sample_level_mask", phases.DATA)):
         rule = roll_.rule(name, "driver")
         assert (rule.lane, rule.state) == (table.DRIVER, part), name
 
@@ -377,7 +378,7 @@ def test_skyrls_fully_async_checkpoint_is_no_part_of_its_step_and_the_syncs_is()
     """SkyRL's fully-async trainer (skyrl 0.3.0 fully_async_trainer.py l.505-600) saves
     after its `step` timer ends and logs the save's time in the same payload; the
     synchronous trainer (trainer.py l.340-491) saves inside its step."""
-    sky = tables.SKYRL
+    sky = frameworks.named("skyrl")
     fully_async = [("timing/step", 10.0), ("timing/run_training", 6.0),
                    ("timing/sync_weights", 1.0), ("timing/save_checkpoints", 30.0),
                    ("timing/wait_for_generation_buffer", 2.0)]
@@ -394,7 +395,7 @@ def test_nemo_rls_dynamic_sampling_timer_is_inside_its_reward_calculation():
     """NeMo-RL (NVIDIA-NeMo/RL 7ea279ab nemo_rl/algorithms/grpo.py l.1752, l.3036-3089):
     with use_dynamic_sampling its `dynamic_sampling` timer runs within
     `reward_calculation`'s; counted once, as the reward's."""
-    nemo = tables.NEMO_RL
+    nemo = frameworks.named("nemo_rl")
     got = table.timing_values(nemo, [("timing/train/reward_calculation", 3.0),
                                      ("timing/train/dynamic_sampling", 2.0),
                                      ("timing/train/total_step_time", 20.0)])
@@ -482,4 +483,4 @@ def test_slimes_rollout_manager_delivers_each_dict_once_whichever_comes_first(
 
 
 def test_slimes_reference_model_update_is_a_part_of_its_step():
-    assert tables.SLIME.timing("perf/ref_model_update_time").part == "update_ref"
+    assert frameworks.named("slime").timing("perf/ref_model_update_time").part == "update_ref"

@@ -25,8 +25,7 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from rl_insight import naming
-from rl_insight.integrations import tables
+from rl_insight import frameworks, naming
 from rl_insight.integrations import trl as adapter
 from tests import framework_checks as checks
 from tests import worlds
@@ -230,7 +229,7 @@ def test_log_prob_passes_before_prepare_inputs_are_the_references():
                    "profiling/optimizer_step": 0.375}
     # what the TRL table makes of them: generation, rewards, the reference's log-probs,
     # the actor's update; _prepare_inputs holds the first three (no part of its own)
-    fw = tables.TRL
+    fw = frameworks.named("trl")
     assert {k: fw.timing(k).part for k in got if fw.timing(k) is not None} == {
         "profiling/GRPOTrainer.transformers.generate": "generate",
         "profiling/GRPOTrainer._calculate_rewards": "reward",

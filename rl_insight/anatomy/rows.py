@@ -43,7 +43,7 @@ from rl_insight.anatomy.requests import (
     tail,
     tail_share,
 )
-from rl_insight.integrations.table import Parts
+from rl_insight.frameworks.table import Parts
 
 Interval = tuple[int, int]  # (start_ns, end_ns), start <= end
 

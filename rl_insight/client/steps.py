@@ -21,9 +21,13 @@ import time
 from collections.abc import Callable
 
 from rl_insight.events import Span
+from rl_insight.frameworks.wire import (
+    SEGMENT_ATTR,
+    STEP_SEGMENT,
+    STEP_STATE,
+    TRAINER_LANE,
+)
 
-TRAINER_LANE = "trainer"
-STEP_STATE = "train_step"
 # exported names (rl_insight.naming) of the gauges that carry the step and its duration
 STEP_GAUGES = frozenset({"rl_insight_monitor_training_global_step",  # verl's key
                          "rl_insight_monitor_step"})  # Tracking.log(step=)
@@ -90,7 +94,7 @@ class StepClock:
         if start is None:  # the first mark, no duration said: from when monitoring began
             start = min(self.started_ns, end)
         self.emit(Span(STEP_STATE, start, end, TRAINER_LANE,
-                       (("step", step), ("monitor.trace_segment", "step"))))
+                       (("step", step), (SEGMENT_ATTR, STEP_SEGMENT))))
 
 
 def _same_dict(duration_ns: int, first_ns: int, then_ns: int) -> bool:

@@ -28,36 +28,25 @@ import time
 from typing import Any
 
 import rl_insight
-from rl_insight.integrations import tables
+from rl_insight import frameworks
+from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
 
-FRAMEWORK = tables.AREAL
+FRAMEWORK = frameworks.named("areal")
 COUNT_SUFFIX = "__count"  # AReaL's own commit drops these
 
 
-def _rank() -> int:
-    """This process's rank: torch.distributed's where the framework set it up (never
-    imported here for it), else ``RANK``."""
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-    except Exception:
-        pass
-    return int(os.environ.get("RANK", "0") or 0)
+_rank = kit.process_rank  # AReaL's commit does nothing but on rank 0
 
 
 def run_names(config: Any) -> tuple[str, str]:
     """The run: ``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME`` if set, else
     AReaL's experiment and trial names."""
     sl = getattr(config, "stats_logger", None)
-    project = os.environ.get("RL_INSIGHT_PROJECT") or getattr(
-        config, "experiment_name", None) or getattr(sl, "experiment_name", None) or "areal"
-    experiment = os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or getattr(
-        config, "trial_name", None) or getattr(sl, "trial_name", None) or "trial"
-    return str(project), str(experiment)
+    return kit.run_names(
+        (getattr(config, "experiment_name", None), getattr(sl, "experiment_name", None)),
+        (getattr(config, "trial_name", None), getattr(sl, "trial_name", None)),
+        "areal", "trial")
 
 
 def attach(trainer: Any) -> FrameworkTracker | None:

@@ -12,7 +12,7 @@ import atexit
 import logging
 import os
 
-from rl_insight.integrations.table import Framework
+from rl_insight.frameworks.table import Framework
 from rl_insight.integrations.tracefiles import Follower, Run
 
 log = logging.getLogger(__name__)

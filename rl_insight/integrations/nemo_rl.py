@@ -18,14 +18,14 @@ HTTP through the ``OTEL_*`` variables ``rl-insight ray-env --otel`` writes), its
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from rl_insight.integrations import tables
+from rl_insight import frameworks
+from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
 
-FRAMEWORK = tables.NEMO_RL
+FRAMEWORK = frameworks.named("nemo_rl")
 NO_STEP_PREFIXES = ("ray",)  # the GPU monitor: its "step" is seconds since start
 
 
@@ -33,9 +33,7 @@ def run_names(master_config: Mapping[str, Any] | None) -> tuple[str, str]:
     """``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME`` if set, else the wandb
     project and name NeMo-RL's config holds (its logger section), else defaults."""
     wandb = ((master_config or {}).get("logger") or {}).get("wandb") or {}
-    project = os.environ.get("RL_INSIGHT_PROJECT") or wandb.get("project") or "nemo-rl"
-    name = os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or wandb.get("name") or "grpo"
-    return str(project), str(name)
+    return kit.run_names((wandb.get("project"),), (wandb.get("name"),), "nemo-rl", "grpo")
 
 
 class RLInsightLogger:

@@ -11,7 +11,7 @@ this module in the entry script does it, before the pipeline is built:
 With ``ROLL_OTEL_ENABLED=1`` ROLL's own collector writes every process's spans (OTLP
 over gRPC, which this server does not take) to ``<otlp_output_dir>/traces/traces.jsonl``:
 the tracker follows that file, so the driver's phases and each rank's work reach the
-step anatomy and Tempo (rl_insight/integrations/tables.py ``ROLL``).
+step anatomy and Tempo (rl_insight/frameworks/roll.py).
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rl_insight.integrations import tables
+from rl_insight import frameworks
+from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
 
 log = logging.getLogger(__name__)
 
 NAME = "rl_insight"
-FRAMEWORK = tables.ROLL
+FRAMEWORK = frameworks.named("roll")
 
 
 def strip_tag(key: str) -> str:
@@ -52,11 +53,9 @@ class RLInsightTracker:
         self.thread = threading.get_ident()
         self.resuming = bool(config.get("resume_from_checkpoint"))
         self.replayed = 0
-        self.project = str(tracker_kwargs.get("project") or
-                           os.environ.get("RL_INSIGHT_PROJECT") or "roll")
-        self.experiment_name = str(tracker_kwargs.get("experiment_name") or
-                                   os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or
-                                   config.get("exp_name") or "roll")
+        project, experiment = kit.run_names((), (config.get("exp_name"),), "roll", "roll")
+        self.project = kit.first(tracker_kwargs.get("project")) or project
+        self.experiment_name = kit.first(tracker_kwargs.get("experiment_name")) or experiment
         self.tracker = FrameworkTracker(FRAMEWORK, self.project, self.experiment_name,
                                         tracker_kwargs.get("rl_insight") or {})
         self.config = config

@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import rl_insight
-from rl_insight.integrations import tables
+from rl_insight import frameworks
 from rl_insight.integrations.tracker import FrameworkTracker
 
 log = logging.getLogger(__name__)
 
 NAME = "rl_insight"
-FRAMEWORK = tables.SKYRL
+FRAMEWORK = frameworks.named("skyrl")
 
 
 class _Backend:

@@ -36,25 +36,17 @@ import time
 from typing import Any
 
 import rl_insight
-from rl_insight.integrations import tables
+from rl_insight import frameworks
+from rl_insight.frameworks.wire import SEGMENT_ATTR, STATE_INTERVAL
+from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
 
 log = logging.getLogger(__name__)
 
-FRAMEWORK = tables.SLIME
+FRAMEWORK = frameworks.named("slime")
 NAME = "rl_insight"
 MEGATRON_INIT = "rl_insight.integrations.slime.megatron_init"
 ROLLOUT_LOG = "rl_insight.integrations.slime.rollout_log"
-# slime's Timer names (slime/backends/megatron_utils/actor.py) -> a rank lane's state;
-# the names upstream's slime dashboard reads (slime_training_with_sglang.json). Its
-# `train` timer holds the others (and train_wait the time between): no state of its
-# own, or a step's parts would count its phases twice
-TIMER_STATES = {"actor_train": "actor_update",
-                "log_probs": "actor_compute_log_prob", "ref_log_probs": "ref_compute_log_prob",
-                "teacher_log_probs": "teacher_compute_log_prob",
-                "update_weights": "update_weights", "save_model": "save_checkpoint",
-                "data_preprocess": "data_processing", "sleep": "offload",
-                "wake_up": "offload"}
 GENERATE_STATE = "sglang_generate"
 
 _tracker: FrameworkTracker | None = None
@@ -64,19 +56,12 @@ _in_manager = False  # slime's tracking manager has our backend in this process
 def run_names(args: Any) -> tuple[str, str]:
     """``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME``, else slime's wandb or
     TensorBoard names, else ``slime`` and the checkpoint's name."""
-    def first(*names: str) -> str | None:
-        for n in names:
-            v = getattr(args, n, None)
-            if v:
-                return str(v)
-        return None
-
-    project = os.environ.get("RL_INSIGHT_PROJECT") or first(
-        "rl_insight_project", "wandb_project", "tb_project_name") or "slime"
-    name = os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or first(
-        "rl_insight_experiment_name", "wandb_group", "tb_experiment_name") or \
-        os.path.basename(str(getattr(args, "hf_checkpoint", "") or "run").rstrip("/"))
-    return project, name
+    return kit.run_names(
+        (getattr(args, n, None) for n in ("rl_insight_project", "wandb_project",
+                                          "tb_project_name")),
+        (getattr(args, n, None) for n in ("rl_insight_experiment_name", "wandb_group",
+                                          "tb_experiment_name")),
+        "slime", os.path.basename(str(getattr(args, "hf_checkpoint", "") or "run").rstrip("/")))
 
 
 def tracker(args: Any) -> FrameworkTracker:
@@ -211,26 +196,12 @@ def megatron_init(args: Any) -> None:
     try:
         tracker(args)
         _patch_logging(args)
-        _patch_timer(_rank())
+        _patch_timer(kit.process_rank())
     except Exception:
         log.warning("rl-insight: slime's training rank hook failed", exc_info=True)
     chained = _chained(args, "custom_megatron_init_path")
     if chained is not None:
         chained(args)
-
-
-def _rank() -> int:
-    """This process's rank: torch.distributed's where the framework set it up (never
-    imported here for it), else ``RANK``."""
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-    except Exception:
-        pass
-    return int(os.environ.get("RANK", "0") or 0)
 
 
 def _patch_timer(rank: int) -> None:
@@ -246,7 +217,7 @@ def _patch_timer(rank: int) -> None:
 
     def start_too(self: Any, name: str) -> Any:
         out = start(self, name)
-        state = TIMER_STATES.get(name)
+        state = FRAMEWORK.timers.get(name)
         if state is not None and name not in open_:
             block = rl_insight.trace_state(state, state_lane_id=lane)
             block.__enter__()
@@ -285,7 +256,7 @@ def rollout_log(rollout_id: int, args: Any, samples: list, rollout_extra_metrics
         rl_insight.trace_span(name=GENERATE_STATE, start_time_ns=start, end_time_ns=end,
                               attributes={"state_lane_id": "driver", "step": rollout_id,
                                           "samples": len(samples or []),
-                                          "monitor.trace_segment": "state_interval"})
+                                          SEGMENT_ATTR: STATE_INTERVAL})
     except Exception:
         log.warning("rl-insight: slime's rollout hook failed", exc_info=True)
     chained = _chained(args, "custom_rollout_log_function_path")

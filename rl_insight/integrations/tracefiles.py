@@ -35,10 +35,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from rl_insight import otlp_json
-from rl_insight.integrations.table import STEP, Framework
+from rl_insight.frameworks.table import STEP, Framework
+from rl_insight.frameworks.wire import IMPORT_SCOPE, RESOURCE_FRAMEWORK_ATTR
 
 WALL_US = 1e15  # a timestamp in µs above this is unix time (2001 on)
-FRAMEWORK_ATTR = "rl_insight.framework"
+FRAMEWORK_ATTR = RESOURCE_FRAMEWORK_ATTR
 EXPORT_SPANS = 5000  # spans an export holds at most
 _rand = random.Random(int.from_bytes(os.urandom(8), "little"))
 
@@ -104,7 +105,7 @@ def _export(run: Run) -> tuple[ExportTraceServiceRequest, Any]:
     rs = req.resource_spans.add()
     rs.resource.attributes.extend(_kvs(run.resource_attrs()))
     scope = rs.scope_spans.add()
-    scope.scope.name = f"rl_insight.import.{run.framework.name}"
+    scope.scope.name = f"{IMPORT_SCOPE}{run.framework.name}"
     return req, scope
 
 

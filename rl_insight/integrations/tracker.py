@@ -15,26 +15,32 @@ from collections.abc import Mapping
 from typing import Any
 
 import rl_insight
-from rl_insight import integrations
+from rl_insight import frameworks
 from rl_insight.client.tracking import as_number, flatten
-from rl_insight.integrations.table import Framework, timing_values
+from rl_insight.frameworks.table import Framework, timing_values
+from rl_insight.frameworks.wire import (
+    FRAMEWORK_ATTR,
+    SEGMENT_ATTR,
+    STEP_ATTR,
+    STEP_TIMING,
+    TIMING_PREFIX,
+)
 
 log = logging.getLogger(__name__)
 
-STEP_TIMING = "step_timing"  # the span the server reads timing keys from
 STEP_GAUGE = "step"  # rl_insight_monitor_step: the step marks (rl_insight.client.steps)
 
 
 class FrameworkTracker:
     """``FrameworkTracker(framework, project, experiment_name, config)``;
     ``log(data, step)``; ``finish()``. ``framework`` names a table
-    (``rl_insight.integrations.FRAMEWORKS``); a name without one logs scalars only."""
+    (``rl_insight.frameworks.FRAMEWORKS``); a name without one logs scalars only."""
 
     def __init__(self, framework: str | Framework, project: str | None = None,
                  experiment_name: str | None = None,
                  config: Mapping[str, Any] | None = None, marks: bool = True) -> None:
         self.framework = framework if isinstance(framework, Framework) else \
-            integrations.get(framework)
+            frameworks.get(framework)
         self.skipped: set[str] = set()
         self.finished = False
         # the step marks (the `step` gauge); False where the framework's own trace marks
@@ -85,9 +91,9 @@ class FrameworkTracker:
         timings = timing_values(fw, items) if fw is not None else {}
         if timings:
             now = time.time_ns()
-            attrs: dict[str, Any] = {"framework": fw.name, "step": number,
-                                     "monitor.trace_segment": STEP_TIMING}
-            attrs.update((f"timing.{k}", v) for k, v in timings.items())
+            attrs: dict[str, Any] = {FRAMEWORK_ATTR: fw.name, STEP_ATTR: number,
+                                     SEGMENT_ATTR: STEP_TIMING}
+            attrs.update((f"{TIMING_PREFIX}{k}", v) for k, v in timings.items())
             rl_insight.trace_span(name=STEP_TIMING, start_time_ns=now, end_time_ns=now,
                                   attributes=attrs)
 

@@ -22,11 +22,11 @@ import time
 from typing import Any
 
 import rl_insight
-from rl_insight import netaddr
-from rl_insight.integrations import tables
+from rl_insight import frameworks, netaddr
+from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
 
-FRAMEWORK = tables.TRL
+FRAMEWORK = frameworks.named("trl")
 NAME = "rl_insight"
 PREFIX = "profiling/"
 # TRL names a timer "<the trainer's class>.<method>" (a subclass of GRPOTrainer its own)
@@ -90,10 +90,10 @@ def _wrap_profiling() -> None:
 def run_names(args: Any) -> tuple[str, str]:
     """``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME`` if set, else project
     ``trl`` and the run's name (``run_name``, or its output folder's)."""
-    project = os.environ.get("RL_INSIGHT_PROJECT") or "trl"
-    name = os.environ.get("RL_INSIGHT_EXPERIMENT_NAME") or getattr(args, "run_name", None) \
-        or os.path.basename(os.path.normpath(str(getattr(args, "output_dir", "") or "run")))
-    return str(project), str(name)
+    out = getattr(args, "output_dir", None)
+    return kit.run_names((), (getattr(args, "run_name", None),
+                              os.path.basename(os.path.normpath(str(out))) if out else None),
+                         "trl", "run")
 
 
 def vllm_server_address(args: Any) -> str:

@@ -19,15 +19,14 @@ from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 
-from rl_insight import integrations, laneid
+from rl_insight import frameworks, laneid
 from rl_insight.anatomy import ranks
 from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
-from rl_insight.integrations.table import parts
+from rl_insight.frameworks.table import parts
+from rl_insight.frameworks.wire import STEP_STATE, TRAINER_LANE
 
-TRAINER_LANE = "trainer"  # the client's step marks (rl_insight.client.steps)
-STEP_STATE = "train_step"
 # a lane has a handful of states per step and a step needs its own and the previous
 # window: 64 is a dozen steps, and bounds a run without step marks (nothing is ever
 # finalized, so nothing is pruned) to 64 spans a lane (~8 KB) whatever its lanes send
@@ -100,7 +99,7 @@ class RunAnatomy:
     def add_timing(self, framework: str, step: int, at_ns: int,
                    values: dict[str, float]) -> None:
         """A step's timing keys (several records may hold some each)."""
-        if integrations.get(framework) is None:
+        if frameworks.get(framework) is None:
             return
         if step <= self.timing_final:
             self.timings_late += len(values)
@@ -141,7 +140,7 @@ class RunAnatomy:
             self.timing_final = step
             if self.lane_rows:
                 continue  # the lanes tell this run's steps
-            fw = integrations.get(entry.framework)
+            fw = frameworks.get(entry.framework)
             start = self.timing_end or None
             row = timing_row(step, entry.last_ns, parts(fw, entry.values), fw.name,
                              start_ns=start if start is not None else entry.first_ns)

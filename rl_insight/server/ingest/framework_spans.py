@@ -5,7 +5,7 @@
   which the step anatomy makes its rows where no lane tells the step;
 - a framework's own spans (ROLL's and NeMo-RL's OpenTelemetry tracers, AReaL's and
   NeMo-RL's Chrome traces through ``rl-insight import``): its table
-  (rl_insight/integrations/tables.py) puts them on the driver's lane, a rank's lane or
+  (rl_insight/frameworks/) puts them on the driver's lane, a rank's lane or
   the trainer's step marks. Those spans are annotated in place with the lane, the state
   and the run, so Tempo holds them as it holds this package's own.
 
@@ -23,15 +23,24 @@ from dataclasses import dataclass, field
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from rl_insight import integrations
-from rl_insight.integrations.table import DRIVER, RANK, STEP, Framework
+from rl_insight import frameworks
+from rl_insight.frameworks.table import DRIVER, RANK, STEP, Framework
+from rl_insight.frameworks.wire import (
+    FRAMEWORK_ATTR,
+    IMPORT_SCOPE,
+    LANE_ATTR,
+    RESOURCE_FRAMEWORK_ATTR,
+    SEGMENT_ATTR,
+    STATE_ATTR,
+    STATE_INTERVAL,
+    STEP_ATTR,
+    STEP_STATE,
+    STEP_TIMING,
+    TIMING_PREFIX,
+    TRAINER_LANE,
+)
 from rl_insight.server.ingest.otlp import value_of
 
-STEP_TIMING = "step_timing"  # rl_insight/integrations/tracker.py
-TIMING_PREFIX = "timing."
-FRAMEWORK_ATTR = "rl_insight.framework"
-TRAINER_LANE = "trainer"
-STEP_STATE = "train_step"
 RUN_KEYS = ("project", "experiment_name")
 
 # outcomes counted per framework: mapped to a lane, no rule in its table, no run named
@@ -63,9 +72,6 @@ def _int(v) -> int | None:
         return None
 
 
-IMPORT_SCOPE = "rl_insight.import."  # rl_insight/integrations/tracefiles.py
-
-
 def imported(req) -> bool:
     """Whether an export comes from ``rl-insight import`` (a file, a step at a time)."""
     return any(ss.scope.name.startswith(IMPORT_SCOPE)
@@ -84,8 +90,8 @@ def read(req) -> Found:
                     continue
                 if resource is None:
                     resource = _attrs(rs.resource.attributes)
-                    rfw = integrations.get(resource.get(FRAMEWORK_ATTR))
-                fw = rfw or integrations.by_scope(ss.scope.name)
+                    rfw = frameworks.get(resource.get(RESOURCE_FRAMEWORK_ATTR))
+                fw = rfw or frameworks.by_scope(ss.scope.name)
                 if fw is not None:
                     _framework_span(fw, resource, span, found)
     return found
@@ -93,10 +99,10 @@ def read(req) -> Found:
 
 def _timing(span, found: Found) -> None:
     attrs = _attrs(span.attributes)
-    if "state_lane_id" in attrs:
+    if LANE_ATTR in attrs:
         return
-    step = _int(attrs.get("step"))
-    fw = attrs.get("framework")
+    step = _int(attrs.get(STEP_ATTR))
+    fw = attrs.get(FRAMEWORK_ATTR)
     if step is None or not fw:
         return
     values = {}
@@ -112,7 +118,7 @@ def _timing(span, found: Found) -> None:
 def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> None:
     attrs = None
     for kv in span.attributes:
-        if kv.key == "state_lane_id":  # one of ours after all
+        if kv.key == LANE_ATTR:  # one of ours after all
             return
     attrs = _attrs(span.attributes)
     service = resource.get("service.name")
@@ -150,13 +156,13 @@ def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> Non
                        step))
     found.counts[(fw.name, MAPPED)] += 1
     # Tempo holds it as this package's own state span: on its lane, in its run
-    extra = {"state_lane_id": lane, "state_name": state,
-             "monitor.trace_segment": "state_interval", "framework": fw.name,
-             "project": str(project), "experiment_name": str(experiment)}
+    extra = {LANE_ATTR: lane, STATE_ATTR: state, SEGMENT_ATTR: STATE_INTERVAL,
+             FRAMEWORK_ATTR: fw.name, "project": str(project),
+             "experiment_name": str(experiment)}
     if step is not None:
-        extra["step"] = step
+        extra[STEP_ATTR] = step
     for k, v in extra.items():
-        if k not in attrs or k in ("state_lane_id", "state_name"):
+        if k not in attrs or k in (LANE_ATTR, STATE_ATTR):
             span.attributes.append(KeyValue(
                 key=k, value=AnyValue(int_value=v) if isinstance(v, int)
                 else AnyValue(string_value=v)))

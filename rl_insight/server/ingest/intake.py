@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
 from rl_insight.config import Settings
+from rl_insight.frameworks.wire import TRAINER_LANE
 from rl_insight.server.httpio import ClientGone, HttpError, read_asgi_body, text_body
 from rl_insight.server.ingest import engine_requests, framework_spans, otlp, textpolicy
 from rl_insight.server.ingest.grouping import PushError, parse_grouping_key
@@ -90,7 +91,7 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
     state.recent.add(rows)
     state.anatomy.add(rows)
     if framework_spans.imported(req) and \
-            any(r[2] == framework_spans.TRAINER_LANE for r in rows):
+            any(r[2] == TRAINER_LANE for r in rows):
         state.anatomy.update()  # an imported step's mark: its row now, before the next's
     if len(rows) < n:  # spans that are no state: an engine's requests among them?
         engine = state.requests.observe(engine_requests.iter_requests(req))

@@ -4,7 +4,7 @@ parts of a step's anatomy, and its own spans as lanes and states.
 Plain data in, plain data out. The client's framework trackers read a table to pick the
 step and the timing keys out of each logged dict; the server reads the same tables to
 map a framework's own spans (OpenTelemetry, Chrome traces) into lanes and step marks.
-A framework is a table (rl_insight/integrations/tables.py), never a code path.
+A framework is a table (one module of this package each), never a code path.
 """
 
 from __future__ import annotations
@@ -33,6 +33,21 @@ class Timing:
     """A timing key's part of the step."""
 
     part: str
+
+
+def t(part: str) -> Timing:
+    """A timing key that is ``part`` of its step."""
+    return Timing(part)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A panel of the framework's dashboard: its title, unit and the framework's own keys
+    it plots (a key a run's config leaves out is just absent from it)."""
+
+    title: str
+    unit: str
+    keys: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,11 @@ class Framework:
     # trace importer makes the step marks from the events that carry it)
     step_from_attr: str | None = None
     key_prefixes: tuple[str, ...] = ()  # key groups its dashboard shows, in order
+    headlines: tuple[Headline, ...] = ()  # its dashboard's first panels
+    # the framework's own timer names -> our states, for an adapter that marks a rank's
+    # lane as the framework's timers run (slime's Timer)
+    timers: Mapping[str, str] = field(default_factory=dict)
+    engines: str = ""  # the engines its adapter registers (their panels on its dashboard)
 
     def timing(self, key: str) -> Timing | None:
         """The part a logged key is, or None (a scalar like any other)."""

@@ -1,0 +1,93 @@
+"""NeMo-RL's table: its step key, its timing keys as parts of a step, its own spans as
+lanes and states (rl_insight/frameworks/table.py reads it). Every name is NeMo-RL's own, read
+from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+
+from __future__ import annotations
+
+from rl_insight.frameworks.phases import (
+    ACTOR_LOGP,
+    ACTOR_UPDATE,
+    ADVANTAGES,
+    CHECKPOINT,
+    DATA,
+    OFFLOAD,
+    REWARD,
+    VALIDATION,
+)
+from rl_insight.frameworks.table import (
+    DRIVER,
+    GENERATE,
+    IDLE,
+    STEP,
+    WEIGHTS,
+    Framework,
+    Headline,
+    SpanRule,
+    t,
+)
+
+TABLE = Framework(
+    name="nemo_rl", title="NeMo-RL",
+    source="NVIDIA-NeMo/RL 7ea279ab nemo_rl/algorithms/grpo.py (Timer labels under "
+           "prefix timing/train); spans: branch rajsin/lens-with-goodput ce32d420 "
+           "nemo_rl/telemetry/instrumentation.py, grpo.py",
+    step_time_key="timing/train/total_step_time",
+    timings={"timing/train/generation": t(GENERATE),
+             "timing/train/exposed_generation": t(GENERATE),
+             "timing/train/prepare_for_generation/total": t(WEIGHTS),
+             "timing/train/weight_sync": t(WEIGHTS),
+             "timing/train/reward_calculation": t(REWARD),
+             "timing/train/data_processing": t(DATA),
+             "timing/train/logprob_inference_prep": t(ACTOR_LOGP),
+             "timing/train/policy_and_reference_logprobs": t(ACTOR_LOGP),
+             "timing/train/advantage_calculation": t(ADVANTAGES),
+             "timing/train/training_prep": t(ACTOR_UPDATE),
+             "timing/train/policy_training": t(ACTOR_UPDATE),
+             "timing/train/checkpointing": t(CHECKPOINT),
+             "timing/train/offload_before_refit": t(OFFLOAD),
+             "timing/train/idle/*": t(IDLE)},
+    # dynamic_sampling (DAPO's filter, grpo.py l.1752) runs inside reward_calculation's
+    # timer (l.3036-3089): a scalar, not a part of its own
+    containers=frozenset({"timing/train/dynamic_sampling",
+                          "timing/train/prepare_for_generation/transfer_and_update_weights",
+                          "timing/train/get_logprobs/*", "timing/train/policy_training/*",
+                          "timing/train/valid_tokens_per_sec_per_gpu",
+                          "timing/train/init/total"}),
+    spans={"rl.grpo.step": SpanRule(STEP, "train_step", "rl.iteration"),
+           "rl.grpo.collect_rollouts": SpanRule(DRIVER, GENERATE),
+           "rl.grpo.compute_rewards": SpanRule(DRIVER, REWARD),
+           "rl.grpo.data_processing": SpanRule(DRIVER, DATA),
+           "rl.grpo.compute_logprobs": SpanRule(DRIVER, ACTOR_LOGP),
+           "rl.grpo.compute_advantages": SpanRule(DRIVER, ADVANTAGES),
+           "rl.grpo.policy_update": SpanRule(DRIVER, ACTOR_UPDATE),
+           "rl.grpo.evaluate": SpanRule(DRIVER, VALIDATION),
+           "rl.grpo.save_checkpoint": SpanRule(DRIVER, CHECKPOINT),
+           "rl.idle.buffer_starvation": SpanRule(DRIVER, IDLE),
+           "rl.idle.refit_bubble": SpanRule(DRIVER, IDLE),
+           # its Chrome trace (branch youngeunk/ray-overhead 852f78df nemo_rl/utils/trace.py):
+           # its step 0-based where its logger's is 1-based
+           "step": SpanRule(STEP, "train_step", "step", step_offset=1),
+           "sample": SpanRule(DRIVER, GENERATE),
+           "reward_calculation": SpanRule(DRIVER, REWARD),
+           "data_processing": SpanRule(DRIVER, DATA),
+           "policy_and_reference_logprobs": SpanRule(DRIVER, ACTOR_LOGP),
+           "policy_training": SpanRule(DRIVER, ACTOR_UPDATE),
+           "weight_sync": SpanRule(DRIVER, WEIGHTS),
+           "checkpointing": SpanRule(DRIVER, CHECKPOINT)},
+    scopes=frozenset({"nemo.lens", "nemo.lens.helpers"}),
+    bucket_attr="rl.bucket",
+    key_prefixes=("train/", "timing/train/", "performance/", "validation/", "efficiency/"),
+    # its dashboard's first panels, its own keys:
+    # nemo_rl/algorithms/grpo.py (prefixes train, performance)
+    headlines=(
+        Headline("Reward", "short", ("train/reward",)),
+        Headline("Loss", "short", ("train/loss",)),
+        Headline("KL penalty and entropy", "short",
+                 ("train/kl_penalty", "train/approx_entropy")),
+        Headline("Gradient norm and learning rate", "short",
+                 ("train/grad_norm", "train/lr")),
+        Headline("Generated tokens per sample", "short",
+                 ("train/mean_gen_tokens_per_sample",)),
+        Headline("Throughput", "short", ("performance/tokens_per_sec",)),
+    ),
+)

@@ -1,0 +1,91 @@
+"""ROLL's table: its step key, its timing keys as parts of a step, its own spans as
+lanes and states (rl_insight/frameworks/table.py reads it). Every name is ROLL's own, read
+from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+
+from __future__ import annotations
+
+from rl_insight.frameworks.phases import (
+    ACTOR_LOGP,
+    ACTOR_UPDATE,
+    ADVANTAGES,
+    CRITIC_UPDATE,
+    CRITIC_VALUES,
+    DATA,
+    OFFLOAD,
+    REF_LOGP,
+    REWARD,
+    VALIDATION,
+)
+from rl_insight.frameworks.table import (
+    DRIVER,
+    GENERATE,
+    RANK,
+    STEP,
+    WEIGHTS,
+    Framework,
+    Headline,
+    SpanRule,
+    t,
+)
+
+TABLE = Framework(
+    name="roll", title="ROLL",
+    source="alibaba/ROLL 8eb27cc2 roll/pipeline/rlvr/rlvr_pipeline.py, "
+           "roll/pipeline/agentic/agentic_pipeline.py, rlvr_vlm_pipeline.py (time/* timers), "
+           "roll/utils/telemetry.py, roll/distributed/scheduler/decorator.py (spans)",
+    step_key="system/step",  # its time/step_total is the step before's in RLVR: not used
+    timings={"time/step_generate": t(GENERATE), "time/step_rollout": t(GENERATE),
+             "time/step_model_update": t(WEIGHTS),
+             "time/ref_log_probs_values": t(REF_LOGP),
+             "time/step_ref_log_probs_values_reward": t(REF_LOGP),
+             "time/old_log_probs": t(ACTOR_LOGP),
+             "time/step_old_log_probs_values": t(ACTOR_LOGP),
+             "time/step_train": t(ACTOR_UPDATE), "time/val_step": t(VALIDATION),
+             "time/step_val": t(VALIDATION), "time/step_adv": t(ADVANTAGES),
+             "*/time/compute_advantage": t(ADVANTAGES),
+             "*/time/reward_postprocess": t(REWARD),
+             "*/time/get_token_reward": t(REWARD),
+             "time/step_cal_token_reward": t(REWARD),
+             "time/step_cal_norm_rewards": t(REWARD),
+             "time/step_stop_server": t(OFFLOAD),
+             # the sample-level mask of each domain's batch (rlvr_pipeline.py l.685-689:
+             # per domain; rlvr_vlm_pipeline.py l.492-496: the batch's)
+             "*/time/get_sample_level_mask": t(DATA),
+             "time/get_sample_level_mask": t(DATA)},
+    spans={"pipeline_step": SpanRule(STEP, "train_step", "global_step"),
+           "generate": SpanRule(DRIVER, GENERATE), "rollout": SpanRule(DRIVER, GENERATE),
+           "model_update": SpanRule(DRIVER, WEIGHTS),
+           "ref_log_probs": SpanRule(DRIVER, REF_LOGP),
+           "cal_ref_log_probs": SpanRule(DRIVER, REF_LOGP),
+           "old_log_probs_and_values": SpanRule(DRIVER, ACTOR_LOGP),
+           "cal_old_log_probs_values": SpanRule(DRIVER, ACTOR_LOGP),
+           "compute_advantage": SpanRule(DRIVER, ADVANTAGES),
+           "compute_token_reward": SpanRule(DRIVER, REWARD),
+           "reward_postprocess": SpanRule(DRIVER, REWARD),
+           "cal_token_reward": SpanRule(DRIVER, REWARD),
+           "train": SpanRule(DRIVER, ACTOR_UPDATE),
+           "validation": SpanRule(DRIVER, VALIDATION), "val": SpanRule(DRIVER, VALIDATION),
+           "val_generate": SpanRule(DRIVER, VALIDATION),
+           "stop_server": SpanRule(DRIVER, OFFLOAD),  # the rollout's servers stopped
+           "get_sample_level_mask": SpanRule(DRIVER, DATA),
+           # each rank's own work, its cluster in the resource's service.name
+           "actor_train:worker.train_step": SpanRule(RANK, ACTOR_UPDATE),
+           "actor_train:worker.compute_log_probs": SpanRule(RANK, ACTOR_LOGP),
+           "reference:worker.compute_log_probs": SpanRule(RANK, REF_LOGP),
+           "critic:worker.compute_values": SpanRule(RANK, CRITIC_VALUES),
+           "critic:worker.train_step": SpanRule(RANK, CRITIC_UPDATE)},
+    scopes=frozenset({"driver", "worker", "scheduler", "env_manager"}),
+    # service.instance.id "{cluster}-{rank}-G{gpus}" (roll/distributed/executor/cluster.py)
+    rank_from=("service.instance.id", r"[^-]+-(\d+)-G.*"),
+    key_prefixes=("actor/", "critic/", "time/", "token/", "system/", "val_correct/"),
+    # its dashboard's first panels, its own keys:
+    # roll/utils/metrics/metrics_manager.py, pipeline/rlvr/actor_worker.py
+    headlines=(
+        Headline("Score and reward", "short", ("critic/score/mean", "critic/rewards/mean")),
+        Headline("Policy loss", "short", ("actor/pg_loss", "actor/kl_loss")),
+        Headline("Clip fraction", "short", ("actor/clipfrac",)),
+        Headline("Gradient norm and learning rate", "short",
+                 ("actor_train/grad_norm", "actor/lr")),
+        Headline("Response length", "short", ("token/response_length/mean",)),
+    ),
+)
