@@ -1,7 +1,7 @@
 """The logging backend every framework adapter is: one dict per step becomes gauges (as
 verl's ``rl_insight`` logger), the step comes from the framework's own step key, and the
 step's timing keys go to the server as one record, from which it cuts the step into
-its parts when no lane tells it (rl_insight/integrations/table.py).
+its parts when no lane tells it (rl_insight/frameworks/table.py).
 
 Calls only the public client API: ``init``, ``metric_gauge``, ``trace_span``,
 ``finish``. Never raises into the framework.
