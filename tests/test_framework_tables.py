@@ -46,16 +46,21 @@ def state(tmp_path):
 @pytest.fixture
 def sent(monkeypatch):
     """What a framework tracker hands the client, as the lane actors would encode it."""
+    from rl_insight.client import api
+
     got = {"gauges": [], "spans": []}
-    monkeypatch.setattr(rl_insight, "enabled", lambda: True)
-    monkeypatch.setattr(rl_insight, "init", lambda *a, **k: None)
-    monkeypatch.setattr(rl_insight, "metric_gauge",
-                        lambda name, value, doc="", **kw: got["gauges"].append((name, value)))
 
     def trace_span(*, name, start_time_ns, end_time_ns, attributes):
         got["spans"].append(Span(name, start_time_ns, end_time_ns, None,
                                  tuple(attributes.items())))
-    monkeypatch.setattr(rl_insight, "trace_span", trace_span)
+    # the client API as the package exports it (the adapters' calls) and as the tracker
+    # (the client's own Tracking) calls it
+    for where in (rl_insight, api):
+        monkeypatch.setattr(where, "enabled", lambda: True)
+        monkeypatch.setattr(where, "init", lambda *a, **k: None)
+        monkeypatch.setattr(where, "metric_gauge", lambda name, value, doc="", **kw:
+                            got["gauges"].append((name, value)))
+        monkeypatch.setattr(where, "trace_span", trace_span)
     return got
 
 
