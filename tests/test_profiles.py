@@ -30,6 +30,23 @@ def refused(fn, *args, **kw) -> ProfileError:
     raise AssertionError("not refused")
 
 
+@pytest.fixture
+def served(tmp_path):
+    """A server's state and its routes in-process (FastAPI's TestClient, no socket)."""
+    from rl_insight.server.app import create_app
+    from rl_insight.server.services.supervisor import Supervisor
+    from rl_insight.server.state import ServerState
+
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    try:
+        with TestClient(create_app(state)) as c:
+            yield c, state
+    finally:
+        state.close()
+
+
 SPEEDSCOPE = {  # as py-spy record --format speedscope writes it (py-spy 0.4.3)
     "shared": {"frames": [
         {"name": "<module>", "file": "/x/default_worker.py", "line": 1},
@@ -121,41 +138,31 @@ def test_a_run_keeps_its_newest_profiles_and_forgets_them_with_the_run(tmp_path)
     assert not list((tmp_path / "profiles").glob("*.speedscope.json"))
 
 
-def test_the_routes_ask_list_take_answer_and_download(tmp_path):
-    from rl_insight.server.app import create_app
-    from rl_insight.server.services.supervisor import Supervisor
-    from rl_insight.server.state import ServerState
-
-    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
-    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
-    state.open()
-    try:
-        with TestClient(create_app(state)) as c:
-            body = {"project": "p", "experiment_name": "e", "rank": "3", "seconds": 2}
-            r = c.post("/api/v1/profiles", json=body)
-            assert r.status_code == 404 and "rank_3" in r.json()["error"]
-            state.lanes.observe([("p", "e", "rank_3", "actor_update", 1)])
-            r = c.post("/api/v1/profiles", json=body)
-            assert r.status_code == 202, r.text
-            pid = r.json()["id"]
-            assert c.post("/api/v1/profiles", json=body).status_code == 429
-            assert c.post("/api/v1/profiles", json={**body, "rank": "x"}).status_code == 400
-            pending = c.get("/api/v1/profiles", params={"status": "pending"}).json()
-            assert [p["id"] for p in pending["profiles"]] == [pid]
-            assert c.post(f"/api/v1/profiles/{pid}/take", json={"by": "lanes"}
-                          ).status_code == 200
-            assert c.get(f"/api/v1/profiles/{pid}/speedscope").status_code == 404
-            r = c.post(f"/api/v1/profiles/{pid}/result",
-                       json={"method": "py-spy record", "process": "h:1",
-                             "top_frames": top_frames(SPEEDSCOPE), "data": SPEEDSCOPE})
-            assert r.status_code == 200 and r.json()["status"] == DONE
-            got = c.get(f"/api/v1/profiles/{pid}/speedscope")
-            assert got.status_code == 200 and got.json() == SPEEDSCOPE
-            assert "attachment" in got.headers["content-disposition"]
-            metrics = c.get("/metrics").text
-            assert 'rl_insight_profile_frame_share{' in metrics and "slow_backward" in metrics
-    finally:
-        state.close()
+def test_the_routes_ask_list_take_answer_and_download(served):
+    c, state = served
+    body = {"project": "p", "experiment_name": "e", "rank": "3", "seconds": 2}
+    r = c.post("/api/v1/profiles", json=body)
+    assert r.status_code == 404 and "rank_3" in r.json()["error"]
+    state.lanes.observe([("p", "e", "rank_3", "actor_update", 1)])
+    r = c.post("/api/v1/profiles", json=body)
+    assert r.status_code == 202, r.text
+    pid = r.json()["id"]
+    assert c.post("/api/v1/profiles", json=body).status_code == 429
+    assert c.post("/api/v1/profiles", json={**body, "rank": "x"}).status_code == 400
+    pending = c.get("/api/v1/profiles", params={"status": "pending"}).json()
+    assert [p["id"] for p in pending["profiles"]] == [pid]
+    assert c.post(f"/api/v1/profiles/{pid}/take", json={"by": "lanes"}
+                  ).status_code == 200
+    assert c.get(f"/api/v1/profiles/{pid}/speedscope").status_code == 404
+    r = c.post(f"/api/v1/profiles/{pid}/result",
+               json={"method": "py-spy record", "process": "h:1",
+                     "top_frames": top_frames(SPEEDSCOPE), "data": SPEEDSCOPE})
+    assert r.status_code == 200 and r.json()["status"] == DONE
+    got = c.get(f"/api/v1/profiles/{pid}/speedscope")
+    assert got.status_code == 200 and got.json() == SPEEDSCOPE
+    assert "attachment" in got.headers["content-disposition"]
+    metrics = c.get("/metrics").text
+    assert 'rl_insight_profile_frame_share{' in metrics and "slow_backward" in metrics
 
 
 @pytest.mark.parametrize("stderr, says", [
@@ -169,32 +176,24 @@ def test_a_refused_capture_says_why_and_what_to_change(stderr, says):
     assert says in _why(stderr, 123)
 
 
-def test_a_change_on_one_rank_has_that_rank_profiled_once(tmp_path):
+def test_a_change_on_one_rank_has_that_rank_profiled_once(served):
     """The server asks by itself when a change's scope is one rank (profiles.auto), once
     per change, as any request: rate limits and all."""
     from types import SimpleNamespace
 
-    from rl_insight.server.services.supervisor import Supervisor
-    from rl_insight.server.state import ServerState
-
-    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
-    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
-    state.open()
-    try:
-        state.lanes.observe([("p", "e", "rank_2", "actor_update", 1)])
-        change = SimpleNamespace(id="step_time@30")
-        on_rank = [(("p", "e"), change, (0, [], {"rank": "2", "role": "actor"}))]
-        state.changes.open_changes = lambda: on_rank
-        state.auto_profiles()
-        state.auto_profiles()  # the same change: asked once
-        got = state.profiles.list("p", "e")
-        assert [(p["rank"], p["reason"]) for p in got] == [("2", "change step_time@30")]
-        state.changes.open_changes = lambda: [(("p", "e"), change, (0, [], {"node": "n"}))]
-        state.settings.profiles.min_interval_s = 0
-        state.auto_profiles()  # a change on a node: no rank to profile
-        assert len(state.profiles.list("p", "e")) == 1
-    finally:
-        state.close()
+    _, state = served
+    state.lanes.observe([("p", "e", "rank_2", "actor_update", 1)])
+    change = SimpleNamespace(id="step_time@30")
+    on_rank = [(("p", "e"), change, (0, [], {"rank": "2", "role": "actor"}))]
+    state.changes.open_changes = lambda: on_rank
+    state.auto_profiles()
+    state.auto_profiles()  # the same change: asked once
+    got = state.profiles.list("p", "e")
+    assert [(p["rank"], p["reason"]) for p in got] == [("2", "change step_time@30")]
+    state.changes.open_changes = lambda: [(("p", "e"), change, (0, [], {"node": "n"}))]
+    state.settings.profiles.min_interval_s = 0
+    state.auto_profiles()  # a change on a node: no rank to profile
+    assert len(state.profiles.list("p", "e")) == 1
 
 
 class _Edge:
@@ -217,7 +216,7 @@ def hot_loop(seconds: float) -> None:
         pass
 
 
-def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(tmp_path):
+def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(served):
     """client.profile_method=self (or ptrace refused): the node's actor asks the rank's
     process with its next delivery check, the process samples its own stacks and the
     answer reaches the server as any capture; the busy function is its top frame."""
@@ -226,41 +225,33 @@ def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(tmp_path):
 
     from rl_insight.client import self_profile
     from rl_insight.collector.profiling import SELF, Captures
-    from rl_insight.server.app import create_app
-    from rl_insight.server.services.supervisor import Supervisor
-    from rl_insight.server.state import ServerState
 
-    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
-    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
-    state.open()
     me = f"{socket.gethostname()}:{os.getpid()}"
-    try:
-        with TestClient(create_app(state)) as c:
-            state.lanes.observe([("p", "e", "rank_0", "actor_update", 1)])
-            pid = c.post("/api/v1/profiles", json={"project": "p", "experiment_name": "e",
-                                                   "rank": "0", "seconds": 1}).json()["id"]
-            cap = Captures(_Edge(c), "lanes_node", 0.0,
-                           lambda p, e, lane: me if lane == "rank_0" else None, SELF)
-            cap.tick(True)  # takes it, and asks the process
-            assert state.profiles.get(pid)["status"] == "capturing"
-            (ask,) = cap.asks_for(me)  # what LaneActor.confirmed hands the process
-            assert cap.asks_for(me) == []  # once
-            thread = self_profile.answer(ask, cap.answered)
-            hot_loop(1.2)  # the rank's work while it samples itself
-            thread.join(10)
-            cap.tick(True)  # the answer goes to the server
-            got = state.profiles.get(pid)
-            assert got["status"] == "done", got
-            assert got["method"].startswith("self-sampled") and got["process"] == me
-            assert got["top_frames"][0]["name"] == "hot_loop", got["top_frames"][:3]
-            assert c.get(f"/api/v1/profiles/{pid}/speedscope").json()["profiles"][0][
-                "samples"]
-    finally:
-        state.close()
+    c, state = served
+    state.lanes.observe([("p", "e", "rank_0", "actor_update", 1)])
+    pid = c.post("/api/v1/profiles", json={"project": "p", "experiment_name": "e",
+                                           "rank": "0", "seconds": 1}).json()["id"]
+    cap = Captures(_Edge(c), "lanes_node", 0.0,
+                   lambda p, e, lane: me if lane == "rank_0" else None, SELF)
+    cap.tick(True)  # takes it, and asks the process
+    assert state.profiles.get(pid)["status"] == "capturing"
+    (ask,) = cap.asks_for(me)  # what LaneActor.confirmed hands the process
+    assert cap.asks_for(me) == []  # once
+    thread = self_profile.answer(ask, cap.answered)
+    hot_loop(1.2)  # the rank's work while it samples itself
+    thread.join(10)
+    cap.tick(True)  # the answer goes to the server
+    got = state.profiles.get(pid)
+    assert got["status"] == "done", got
+    assert got["method"].startswith("self-sampled") and got["process"] == me
+    assert got["top_frames"][0]["name"] == "hot_loop", got["top_frames"][:3]
+    assert c.get(f"/api/v1/profiles/{pid}/speedscope").json()["profiles"][0][
+        "samples"]
+
 
 
 def test_rl_insight_profile_asks_waits_prints_the_top_frames_and_writes_the_file(
-        tmp_path, capsys):
+        served, tmp_path, capsys):
     """The CLI's command against the real routes in-process (its HTTP calls through the
     app), a lane actor's side taking the request and the process sampling itself."""
     import os
@@ -271,52 +262,43 @@ def test_rl_insight_profile_asks_waits_prints_the_top_frames_and_writes_the_file
     from rl_insight.client import self_profile
     from rl_insight.collector.profiling import SELF, Captures
     from rl_insight.commands import profile
-    from rl_insight.server.app import create_app
-    from rl_insight.server.services.supervisor import Supervisor
-    from rl_insight.server.state import ServerState
 
-    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
-    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
-    state.open()
     me = f"{socket.gethostname()}:{os.getpid()}"
+    c, state = served
+    state.lanes.observe([("p", "e", "rank_4", "actor_update", 1)])
+
+    class Through(ServerClient):  # the CLI's client, its requests into the app
+        def request(self, method, path, **kw):
+            r = c.request(method, path, params=kw.get("params"), json=kw.get("json"))
+            assert r.status_code < 400, r.text
+            ctype = r.headers.get("content-type", "")
+            return r.json() if "json" in ctype else r.text
+
+    cap = Captures(_Edge(c), "lanes_node", 0.0,
+                   lambda p, e, lane: me if lane == "rank_4" else None, SELF)
+    stop = threading.Event()
+
+    def lane_actor():  # its ticks, and the process answering when asked
+        while not stop.is_set():
+            cap.tick(True)
+            for ask in cap.asks_for(me):
+                self_profile.answer(ask, cap.answered)
+            stop.wait(0.05)
+
+    actor = threading.Thread(target=lane_actor, daemon=True)
+    actor.start()
+    worker = threading.Thread(target=hot_loop, args=(3.0,), daemon=True)
+    worker.start()  # the rank's work
+    out = tmp_path / "rank4.json"
     try:
-        with TestClient(create_app(state)) as c:
-            state.lanes.observe([("p", "e", "rank_4", "actor_update", 1)])
-
-            class Through(ServerClient):  # the CLI's client, its requests into the app
-                def request(self, method, path, **kw):
-                    r = c.request(method, path, params=kw.get("params"), json=kw.get("json"))
-                    assert r.status_code < 400, r.text
-                    ctype = r.headers.get("content-type", "")
-                    return r.json() if "json" in ctype else r.text
-
-            cap = Captures(_Edge(c), "lanes_node", 0.0,
-                           lambda p, e, lane: me if lane == "rank_4" else None, SELF)
-            stop = threading.Event()
-
-            def lane_actor():  # its ticks, and the process answering when asked
-                while not stop.is_set():
-                    cap.tick(True)
-                    for ask in cap.asks_for(me):
-                        self_profile.answer(ask, cap.answered)
-                    stop.wait(0.05)
-
-            actor = threading.Thread(target=lane_actor, daemon=True)
-            actor.start()
-            worker = threading.Thread(target=hot_loop, args=(3.0,), daemon=True)
-            worker.start()  # the rank's work
-            out = tmp_path / "rank4.json"
-            try:
-                code = profile.run(Through("http://in-process"), "p", "e", "4", 1.0, 30.0,
-                                   str(out))
-            finally:
-                stop.set()
-                actor.join(5)
-                worker.join(5)
-            printed = capsys.readouterr()
-            assert code == 0, printed.err
-            assert "hot_loop (test_profiles.py:" in printed.out, printed.out
-            assert json.loads(out.read_text())["profiles"][0]["samples"]
-            assert f"written to {out}" in printed.out
+        code = profile.run(Through("http://in-process"), "p", "e", "4", 1.0, 30.0,
+                           str(out))
     finally:
-        state.close()
+        stop.set()
+        actor.join(5)
+        worker.join(5)
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "hot_loop (test_profiles.py:" in printed.out, printed.out
+    assert json.loads(out.read_text())["profiles"][0]["samples"]
+    assert f"written to {out}" in printed.out
