@@ -33,6 +33,7 @@ from rl_insight.files import read_state_json, write_atomic
 PENDING, CAPTURING, DONE, FAILED, EXPIRED = "pending", "capturing", "done", "failed", "expired"
 OPEN = (PENDING, CAPTURING)
 FRAMES_EXPOSED = 3  # a profile's top frames on /metrics
+MAX_PROFILES = 400  # kept in all, whatever the runs (each at most profiles.max_bytes)
 # a capture taken but not answered this long after its seconds (beyond the lane actor's
 # own wait for a process sampling itself: collector/profiling.py SELF_WAIT_S)
 CAPTURE_GRACE_S = 360.0
@@ -100,6 +101,10 @@ class ProfileStore:
                 if p.status in OPEN:  # the server stopped meanwhile: nobody answers it
                     p.status, p.error = FAILED, "the server restarted before it was captured"
                 self._profiles[p.id] = p
+            # a file written just before a stop, its index entry not (or one dropped)
+            for f in self.folder.glob("*.speedscope.json"):
+                if f.name.split(".", 1)[0] not in self._profiles:
+                    f.unlink(missing_ok=True)
         return len(self._profiles)
 
     def _persist(self) -> None:
@@ -162,10 +167,15 @@ class ProfileStore:
             return p
 
     def _bound(self, project: str, experiment_name: str) -> None:
+        """At most max_per_run a run, and MAX_PROFILES in all (a run that never finishes
+        is never forgotten): the oldest go first."""
         mine = sorted((p for p in self._profiles.values()
                        if (p.project, p.experiment_name) == (project, experiment_name)),
                       key=lambda p: p.requested_at)
         for p in mine[:max(0, len(mine) - self.settings.max_per_run)]:
+            self._drop(p.id)
+        every = sorted(self._profiles.values(), key=lambda p: p.requested_at)
+        for p in every[:max(0, len(every) - MAX_PROFILES)]:
             self._drop(p.id)
 
     def _drop(self, pid: str) -> None:
@@ -193,14 +203,20 @@ class ProfileStore:
             self._expire(time.time() if now is None else now)
             return [p.as_dict() for p in self._profiles.values() if p.status == PENDING]
 
+    def _in(self, pid: str, status: str) -> Profile:
+        """The profile, which must be in ``status`` (the caller holds the lock)."""
+        p = self._profiles.get(pid)
+        if p is None:
+            raise ProfileError(404, f"no profile {pid} (forgotten with its run?)")
+        if p.status != status:
+            raise ProfileError(409, f"profile {pid} is {p.status}, not {status}"
+                                    + (f" ({p.taken_by})" if p.taken_by else ""))
+        return p
+
     def take(self, pid: str, by: str, now: float | None = None) -> Profile:
         """A lane actor that serves the rank's lane takes the request (once)."""
         with self._lock:
-            p = self._profiles.get(pid)
-            if p is None:
-                raise ProfileError(404, f"no profile {pid} (forgotten with its run?)")
-            if p.status != PENDING:
-                raise ProfileError(409, f"profile {pid} is {p.status} ({p.taken_by})")
+            p = self._in(pid, PENDING)
             p.status, p.taken_by = CAPTURING, by
             p.taken_at = time.time() if now is None else now
             self._persist()
@@ -209,11 +225,7 @@ class ProfileStore:
     def result(self, pid: str, outcome: dict, data: dict | None) -> Profile:
         """What the lane actor captured (``data``: speedscope JSON), or why it could not."""
         with self._lock:
-            p = self._profiles.get(pid)
-            if p is None:
-                raise ProfileError(404, f"no profile {pid} (forgotten with its run?)")
-            if p.status != CAPTURING:
-                raise ProfileError(409, f"profile {pid} is {p.status}, not being captured")
+            p = self._in(pid, CAPTURING)
             text = json.dumps(data) if data is not None else ""
             if len(text) > self.settings.max_bytes:
                 p.status = FAILED

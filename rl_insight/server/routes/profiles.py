@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from rl_insight.server.analyses.profiles import ProfileError
 from rl_insight.server.httpio import HttpError, json_body
@@ -31,7 +32,8 @@ def router(state: ServerState) -> APIRouter:
     async def ask(request: Request) -> dict:
         body = read(ProfileRequest, await json_body(request, 64 * 1024, "64 KiB"))
         try:
-            p = store.request(body.project, body.experiment_name, body.rank, body.seconds)
+            p = await run_in_threadpool(store.request, body.project, body.experiment_name,
+                                        body.rank, body.seconds)  # its index synced
         except ProfileError as exc:
             raise refused(exc) from None
         return p.as_dict()
@@ -76,7 +78,7 @@ def router(state: ServerState) -> APIRouter:
     async def take(pid: str, request: Request) -> dict:
         body = read(ProfileTake, await json_body(request, 64 * 1024, "64 KiB"))
         try:
-            return store.take(pid, body.by).as_dict()
+            return (await run_in_threadpool(store.take, pid, body.by)).as_dict()
         except ProfileError as exc:
             raise refused(exc) from None
 
@@ -86,9 +88,10 @@ def router(state: ServerState) -> APIRouter:
     async def result(pid: str, request: Request) -> JSONResponse:
         body = read(ProfileResult, await json_body(request, MAX_RESULT_BYTES, "64 MiB"))
         try:
-            p = store.result(pid, {"method": body.method, "process": body.process,
-                                   "error": body.error, "top_frames": body.top_frames},
-                             body.data)
+            p = await run_in_threadpool(
+                store.result, pid, {"method": body.method, "process": body.process,
+                                    "error": body.error, "top_frames": body.top_frames},
+                body.data)  # the file and the index written and synced
         except ProfileError as exc:
             raise refused(exc) from None
         return JSONResponse(p.as_dict())
