@@ -135,10 +135,8 @@ def state_timeline(prom, project, experiment, start, end, out: Path) -> Path:
     return path
 
 
-def why_step(server: str, project: str, experiment: str, step: int, out: Path) -> Path:
-    """A slow step explained down to its tail request: every step's time (the slow one
-    marked, the median of those before it), the slow step's request phases against the
-    baseline's, and `rl-insight report --step N` as it prints."""
+def _explained(server: str, project: str, experiment: str, step: int):
+    """(pyplot, the run's rows, step's explanation, `report --step N` as it prints)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,7 +148,14 @@ def why_step(server: str, project: str, experiment: str, step: int, out: Path) -
     rows = requests.get(server + "/api/v1/anatomy", params=params, timeout=10).json()["steps"]
     e = requests.get(server + "/api/v1/anatomy/explain", params={**params, "step": step},
                      timeout=10).json()
-    text = explain.render(e)
+    return plt, rows, e, explain.render(e)
+
+
+def why_step(server: str, project: str, experiment: str, step: int, out: Path) -> Path:
+    """A slow step explained down to its tail request: every step's time (the slow one
+    marked, the median of those before it), the slow step's request phases against the
+    baseline's, and `rl-insight report --step N` as it prints."""
+    plt, rows, e, text = _explained(server, project, experiment, step)
     fig, grid = _over_text(plt, text, 4.2)
     ax = fig.add_subplot(grid[0, 0])
     steps = [r["step"] for r in rows]
@@ -252,20 +257,11 @@ def culprit_step(server: str, project: str, experiment: str, step: int, out: Pat
     """A slow step traced to its rank and its code: each rank's compute and wait per step
     (the culprit's steps marked), the culprit's profile's top frames, and `rl-insight
     report --step N` as it prints."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from rl_insight.anatomy import explain
-
-    params = {"project": project, "experiment_name": experiment}
-    rows = requests.get(server + "/api/v1/anatomy", params=params, timeout=10).json()["steps"]
-    e = requests.get(server + "/api/v1/anatomy/explain", params={**params, "step": step},
-                     timeout=10).json()
-    text = explain.render(e)
+    plt, rows, e, text = _explained(server, project, experiment, step)
     fig, grid = _over_text(plt, text, 4.2)
     ax = fig.add_subplot(grid[0, 0])
+    from rl_insight.anatomy.ranks import frame_label
+
     ranks = sorted({r for row in rows for r in row.get("ranks", {})}, key=int)
     width = 0.8 / max(1, len(ranks))
     for i, rank in enumerate(ranks):
@@ -291,7 +287,7 @@ def culprit_step(server: str, project: str, experiment: str, step: int, out: Pat
     ax.legend(fontsize=6, ncol=len(ranks), loc="upper left")
     ax = fig.add_subplot(grid[0, 1])
     frames = (e.get("profile") or {}).get("top_frames", [])[:6]
-    ax.barh([f"{f['name']} ({Path(str(f['file'])).name}:{f['line']})" for f in frames][::-1],
+    ax.barh([frame_label(f) for f in frames][::-1],
             [100 * f["self_share"] for f in frames][::-1], color="tab:red")
     c = e.get("culprit") or {}
     ax.set_title(f"Rank {c.get('rank', '?')}'s code: share of its samples (%), py-spy",

@@ -319,13 +319,25 @@ def why_rank(c: Mapping) -> str:
             f"waited {c['waited_s']:.2f} s for it (from {source})")
 
 
+def frame_label(frame: Mapping) -> str:
+    """A profile's frame as the report, the CLI, the dashboard and the pictures name it:
+    ``slow_backward (train.py:21)``."""
+    file = str(frame.get("file") or "?").rsplit("/", 1)[-1]
+    return f"{frame.get('name', '?')} ({file}:{frame.get('line') or '?'})"
+
+
+def frame_lines(frames: Iterable[Mapping], n: int, total: bool = False) -> list[str]:
+    """The top ``n`` frames, a line each: their own share of the samples (and, with
+    ``total``, the share with what they called)."""
+    return [f"{100 * f.get('self_share', 0):5.1f}% {frame_label(f)}"
+            + (f", {100 * f.get('total_share', 0):.0f}% with what it called" if total else "")
+            for f in list(frames)[:n]]
+
+
 def profile_lines(profile: Mapping | None, n: int = 5) -> list[str]:
     """A rank's profile in a few lines: where its time went, in its code."""
     if not profile:
         return []
-    out = [f"its code ({profile.get('method') or 'profile'} {profile['id']}, "
-           f"{profile.get('seconds', 0):g} s; {profile.get('download', '')}):"]
-    for f in profile.get("top_frames", [])[:n]:
-        where = f"{str(f.get('file') or '?').rsplit('/', 1)[-1]}:{f.get('line') or '?'}"
-        out.append(f"  {100 * f.get('self_share', 0):5.1f}% {f.get('name', '?')} ({where})")
-    return out
+    return [f"its code ({profile.get('method') or 'profile'} {profile['id']}, "
+            f"{profile.get('seconds', 0):g} s; {profile.get('download', '')}):",
+            *("  " + line for line in frame_lines(profile.get("top_frames", []), n))]

@@ -8,19 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+from rl_insight.anatomy.ranks import frame_lines
 from rl_insight.api_client import ApiError, ServerClient
 
 POLL_S = 1.0
-
-
-def frames_text(profile: dict, n: int = 8) -> list[str]:
-    """A profile's top frames, a line each (the report names them too)."""
-    out = []
-    for f in profile.get("top_frames", [])[:n]:
-        where = f"{Path(f.get('file') or '?').name}:{f.get('line') or '?'}"
-        out.append(f"{100 * f['self_share']:5.1f}% {f['name']} ({where}), "
-                   f"{100 * f['total_share']:.0f}% with what it called")
-    return out
 
 
 def run(client: ServerClient, project: str, experiment: str, rank: str,
@@ -59,7 +50,7 @@ def run(client: ServerClient, project: str, experiment: str, rank: str,
         return 1
     print(f"rank {rank} ({p['process']}), {p['method']}, {p['seconds']:g} s; where its "
           "time went:")
-    for line in frames_text(p):
+    for line in frame_lines(p.get("top_frames", []), 8, total=True):
         print("  " + line)
     path = Path(output or f"profile-{project}-{experiment}-rank{rank}-{p['id']}.json")
     path.write_text(_download(client, p["id"]))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 
+from rl_insight.anatomy.ranks import frame_label
 from rl_insight.config import ProfileSettings
 from rl_insight.files import read_state_json, write_atomic
 
@@ -294,8 +295,7 @@ class ProfileStore:
             done = [p for p in self._profiles.values() if p.status == DONE]
         for p in done:
             for f in p.top_frames[:FRAMES_EXPOSED]:
-                where = f"{f.get('name', '?')} ({Path(str(f.get('file') or '?')).name}:" \
-                        f"{f.get('line') or '?'})"
-                fam.add_metric([p.project, p.experiment_name, p.rank, p.id, where, p.reason],
+                fam.add_metric([p.project, p.experiment_name, p.rank, p.id,
+                                frame_label(f), p.reason],
                                float(f.get("self_share") or 0.0))
         yield fam
