@@ -256,6 +256,27 @@ class Cli:
 
 
 @pytest.fixture
+def served(tmp_path: Path):
+    """A server's state and its routes in-process (FastAPI's TestClient, no socket): the
+    route tests' server."""
+    from fastapi.testclient import TestClient
+
+    from rl_insight import config
+    from rl_insight.server.app import create_app
+    from rl_insight.server.services.supervisor import Supervisor
+    from rl_insight.server.state import ServerState
+
+    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
+    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
+    state.open()
+    try:
+        with TestClient(create_app(state)) as c:
+            yield c, state
+    finally:
+        state.close()  # its threads (and their timers) end with the test
+
+
+@pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     h = tmp_path / "home"
     h.mkdir()

@@ -9,7 +9,6 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from rl_insight import config
 from rl_insight.collector.profiling import top_frames
 from rl_insight.config import ProfileSettings
 from rl_insight.server.analyses.profiles import DONE, EXPIRED, FAILED, ProfileError, ProfileStore
@@ -28,23 +27,6 @@ def refused(fn, *args, **kw) -> ProfileError:
     except ProfileError as exc:
         return exc
     raise AssertionError("not refused")
-
-
-@pytest.fixture
-def served(tmp_path):
-    """A server's state and its routes in-process (FastAPI's TestClient, no socket)."""
-    from rl_insight.server.app import create_app
-    from rl_insight.server.services.supervisor import Supervisor
-    from rl_insight.server.state import ServerState
-
-    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
-    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
-    state.open()
-    try:
-        with TestClient(create_app(state)) as c:
-            yield c, state
-    finally:
-        state.close()
 
 
 SPEEDSCOPE = {  # as py-spy record --format speedscope writes it (py-spy 0.4.3)

@@ -19,15 +19,8 @@ GOOD = {"job_name": "vllm", "targets": ["10.0.0.5:8000"], "labels": {"replica": 
 
 
 @pytest.fixture
-def client(tmp_path):
-    settings = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)})
-    state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir))
-    state.open()
-    try:
-        with TestClient(create_app(state)) as c:
-            yield c, state
-    finally:
-        state.close()  # its threads (and their timers) end with the test
+def client(served):
+    return served  # tests/conftest.py
 
 
 @pytest.mark.parametrize("body, status, message", [

@@ -186,7 +186,7 @@ def culprit_since(culprits: Mapping[int, dict | None], onset: int,
     phase, and its median lead and the median other rank's wait since the onset."""
     after = [c for s, c in culprits.items() if s >= onset]
     named = [c for c in after if c]
-    if len(after) < 1 or not named:
+    if not named:
         return None
     counts: dict[str, int] = {}
     for c in named:

@@ -6,6 +6,7 @@ framework. A new framework is a new module here with a ``TABLE``, and its adapte
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 
@@ -14,7 +15,10 @@ from rl_insight.frameworks.table import Framework
 SCHEMA = frozenset({"table", "wire", "phases"})  # this package's modules that are no table
 
 
+@functools.cache
 def _tables() -> dict[str, Framework]:
+    """Every table of the package, read when first asked for (the wire names alone, which
+    every training process's client needs, import none of them)."""
     out: dict[str, Framework] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name in SCHEMA:
@@ -24,19 +28,23 @@ def _tables() -> dict[str, Framework]:
     return out
 
 
-FRAMEWORKS: dict[str, Framework] = _tables()
+def __getattr__(name: str):
+    """``FRAMEWORKS``: name -> table, read on first use."""
+    if name == "FRAMEWORKS":
+        return _tables()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get(name: str | None) -> Framework | None:
     """The table of a framework by name (``nemo_rl``, ``nemo-rl`` and ``NeMo-RL`` alike)."""
     if not name:
         return None
-    return FRAMEWORKS.get(str(name).strip().lower().replace("-", "_"))
+    return _tables().get(str(name).strip().lower().replace("-", "_"))
 
 
 def by_scope(scope: str) -> Framework | None:
     """The framework whose tracers use this OTLP instrumentation scope."""
-    for fw in FRAMEWORKS.values():
+    for fw in _tables().values():
         if scope in fw.scopes:
             return fw
     return None
@@ -46,5 +54,5 @@ def named(name: str) -> Framework:
     """A framework's table that must exist (an adapter's own)."""
     fw = get(name)
     if fw is None:
-        raise KeyError(f"no table for framework {name!r}; known: {', '.join(FRAMEWORKS)}")
+        raise KeyError(f"no table for framework {name!r}; known: {', '.join(_tables())}")
     return fw

@@ -1,6 +1,4 @@
-"""AReaL's table: its step key, its timing keys as parts of a step, its own spans as
-lanes and states (rl_insight/frameworks/table.py reads it). Every name is AReaL's own, read
-from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+"""AReaL's table: its timeperf/* keys and its perf tracer's scopes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""NeMo-RL's table: its step key, its timing keys as parts of a step, its own spans as
-lanes and states (rl_insight/frameworks/table.py reads it). Every name is NeMo-RL's own, read
-from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+"""NeMo-RL's table: its timing/train/* keys, its rl.grpo.* spans and goodput buckets."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""ROLL's table: its step key, its timing keys as parts of a step, its own spans as
-lanes and states (rl_insight/frameworks/table.py reads it). Every name is ROLL's own, read
-from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+"""ROLL's table: its time/* keys and its own spans (driver and worker scopes)."""
 
 from __future__ import annotations
 

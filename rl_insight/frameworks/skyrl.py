@@ -1,6 +1,4 @@
-"""SkyRL's table: its step key, its timing keys as parts of a step, its own spans as
-lanes and states (rl_insight/frameworks/table.py reads it). Every name is SkyRL's own, read
-from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+"""SkyRL's table: its timing/* keys, in its synchronous and fully-async trainers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""slime's table: its step key, its timing keys as parts of a step, its own spans as
-lanes and states (rl_insight/frameworks/table.py reads it). Every name is slime's own, read
-from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+"""slime's table: its perf/*_time keys, its Timer's states, its dashboard's keys."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""TRL's table: its step key, its timing keys as parts of a step, its own spans as
-lanes and states (rl_insight/frameworks/table.py reads it). Every name is TRL's own, read
-from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+"""TRL's table: its profiling contexts' times, as its callback hands them over."""
 
 from __future__ import annotations
 

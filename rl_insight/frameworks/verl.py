@@ -1,6 +1,4 @@
-"""verl's table: its step key, its timing keys as parts of a step, its own spans as
-lanes and states (rl_insight/frameworks/table.py reads it). Every name is verl's own, read
-from the source its ``source`` names; docs/frameworks.md says what it leaves out."""
+"""verl's table: the timing keys verl 0.9.1's trainer logs (its lanes tell the rest)."""
 
 from __future__ import annotations
 
