@@ -169,11 +169,15 @@ class ServerState:
         (profiles.auto; the store's rate limits hold as for any request)."""
         if not (self.settings.profiles.auto and self.settings.profiles.enabled):
             return
+        on_rank = [(key, change, ranked[2]) for key, change, ranked in
+                   self.changes.open_changes()
+                   if ranked and ranked[2] and ranked[2].get("rank") is not None]
+        if not on_rank:
+            return
         asked = {p["reason"] for p in self.profiles.list()}
-        for (project, experiment), change, ranked in self.changes.open_changes():
-            scope = ranked[2] if ranked else None
+        for (project, experiment), change, scope in on_rank:
             reason = f"change {change.id}"
-            if not scope or scope.get("rank") is None or reason in asked:
+            if reason in asked:
                 continue
             try:
                 self.profiles.request(project, experiment, str(scope["rank"]), reason=reason)
