@@ -307,18 +307,24 @@ def test_run_names(monkeypatch):
 
 
 def test_trls_default_vllm_host_is_registered_at_the_machine_that_serves():
-    """TRL's `vllm_server_host` defaults to 0.0.0.0 (trl 1.16.0 grpo_config.py l.632):
-    its client reaches its own machine there, Prometheus would not. Registered at this
-    machine's routable address; a host or base URL that names another machine as is."""
-    from rl_insight import netaddr
+    """TRL's `vllm_server_host` defaults to 0.0.0.0 (trl 1.16.0 grpo_config.py l.632): its
+    client reaches its own machine there, Prometheus would not. The callback registers
+    what TRL names (a base URL's path left out), and the server's registration keeps it
+    at the address the registration came from, the machine that serves; a host that
+    names another machine is kept as it is."""
+    from rl_insight.server.ingest.targets import Target, resolve_local
 
-    here = netaddr.routable_address("0.0.0.0")
+    def kept(args) -> str:
+        t = Target("vllm", adapter.vllm_server_address(args), ())
+        return resolve_local([t], "10.1.2.9", proxied=False)[0][0].target
+
     args = SimpleNamespace(vllm_server_base_url=None, vllm_server_host="0.0.0.0",
                            vllm_server_port=8000)
-    assert adapter.vllm_server_address(args) == f"{here}:8000"
+    assert adapter.vllm_server_address(args) == "0.0.0.0:8000"
+    assert kept(args) == "10.1.2.9:8000"
     args.vllm_server_host = "10.1.2.3"
-    assert adapter.vllm_server_address(args) == "10.1.2.3:8000"
-    args.vllm_server_base_url = "http://localhost:8123/"
-    assert adapter.vllm_server_address(args) == f"{here}:8123"
+    assert kept(args) == "10.1.2.3:8000"
+    args.vllm_server_base_url = "http://localhost:8123/v1"
+    assert kept(args) == "10.1.2.9:8123"
     args.vllm_server_base_url = "http://[fd00::5]:8124"
-    assert adapter.vllm_server_address(args) == "[fd00::5]:8124"
+    assert kept(args) == "[fd00::5]:8124"

@@ -11,7 +11,8 @@ logged with it as ``profiling/<name>`` keys, the step's parts: generation, rewar
 reference log-probs, the loss, the weight sync to vLLM; the optimizer step it times
 itself. With ``use_vllm`` in server mode, the vLLM server's ``/metrics`` is registered.
 ``report_to=["rl_insight"]`` works too once :func:`register` ran. A vLLM server
-TRL reaches at 0.0.0.0 (its default host) is registered at this machine's address.
+TRL reaches at 0.0.0.0 (its default host) is kept at this machine's address by the
+server's registration.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from typing import Any
 
 import rl_insight
-from rl_insight import frameworks, netaddr
+from rl_insight import frameworks
 from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
 
@@ -97,17 +98,13 @@ def run_names(args: Any) -> tuple[str, str]:
 
 
 def vllm_server_address(args: Any) -> str:
-    """host:port of the vLLM server TRL generates with, as another machine reaches it.
-    TRL's default host is 0.0.0.0 (trl 1.16.0 grpo_config.py l.632), which to TRL's client
-    means this machine: the server runs here, and Prometheus scrapes it at this machine's
-    routable address, never at 0.0.0.0 or loopback."""
+    """host:port of the vLLM server TRL generates with, as TRL's client names it (its
+    base URL's path left out). TRL's default host is 0.0.0.0 (trl 1.16.0 grpo_config.py
+    l.632): this machine, which the server's registration resolves to the address the
+    registration came from (server/ingest/targets.py resolve_local), never 0.0.0.0."""
     url = getattr(args, "vllm_server_base_url", None) or \
         f"{args.vllm_server_host}:{args.vllm_server_port}"
-    address = url.split("://", 1)[-1].split("/", 1)[0]
-    host, port = netaddr.split_host_port(address)
-    if netaddr.is_local_host(host):
-        host = netaddr.routable_address("0.0.0.0")
-    return netaddr.join_host_port(host, int(port))
+    return url.split("://", 1)[-1].split("/", 1)[0]
 
 
 class RLInsightCallback:
