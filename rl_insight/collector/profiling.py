@@ -143,7 +143,6 @@ class Captures:
         self.host = socket.gethostname()
         self._next = 0.0
         self._running: tuple[dict, threading.Thread, dict] | None = None
-        self.captured = self.failed = 0
         # the process's own sampling, where py-spy could not read it: process -> request,
         # handed to it with its next delivery check (LaneActor.confirmed), and its answer
         self.asks: dict[str, dict] = {}
@@ -246,12 +245,9 @@ class Captures:
         return True
 
     def _answer(self, req: dict, outcome: dict) -> None:
-        if outcome.get("error"):
-            self.failed += 1
+        if outcome.get("error"):  # the server keeps it with the profile too
             log.warning("rl-insight: profile %s of rank %s of %s/%s: %s", req["id"],
                         req["rank"], req["project"], req["experiment_name"],
                         outcome["error"])
-        else:
-            self.captured += 1
         self.sender.call_json("POST", f"{PROFILES}/{req['id']}/result", "profile result",
                               outcome)
