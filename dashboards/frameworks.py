@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from dashboards.panels import (
     RUN,
     SGLANG,
+    VLLM,
     TIMELINE_PROM,
     KeyGroup,
     M,
@@ -27,7 +28,7 @@ from rl_insight.frameworks import FRAMEWORKS, Framework
 
 # framework -> (title, unit, keys...) of its headline panels
 # the panels of the engines an adapter registers (a table's `engines`)
-ENGINES = {"sglang": ("SGLang", SGLANG)}
+ENGINES = {"sglang": ("SGLang", SGLANG), "vllm": ("vLLM", VLLM)}
 
 
 def _key(key: str) -> Query:

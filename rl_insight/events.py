@@ -54,6 +54,17 @@ class StateChange(NamedTuple):
     token: int = 0  # pairs an exit with its enter (the span id)
 
 
+class Exposition(NamedTuple):
+    """The whole text exposition of a process's own Prometheus registry, relayed for an
+    engine that serves no /metrics (OpenRLHF's in-process vLLM): the lane actor of
+    ``lane`` pushes the newest one as the group ``job`` with ``labels``."""
+
+    lane: str
+    job: str
+    labels: Labels
+    text: str
+
+
 class Batch(NamedTuple):
     """What one process hands over in one call. ``identity`` None: resolve by job."""
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from rl_insight.client.buffer import EventBuffer
@@ -527,3 +528,41 @@ def test_an_idle_hub_sends_nothing_until_something_changes():
     hub.own.sent_at -= push.OWN_REFRESH_S
     hub.tick()
     assert [p[1] for p in sender.pushes[sent + 4:]] == [{"hub": hub.name}]
+
+
+def test_a_relayed_engine_exposition_is_pushed_as_the_engines_group_and_forgotten():
+    """An engine that serves no /metrics (OpenRLHF's in-process vLLM) hands its registry's
+    text to its replica's lane actor: pushed as its own group (job ``vllm``, the run and
+    the replica as grouping labels, replacing the last), the newest text only, again
+    after a failed push, and forgotten with its run (collector/relayed.py)."""
+    from rl_insight.client.relay import render
+    from rl_insight.events import Exposition
+
+    registry = CollectorRegistry()
+    Gauge("vllm:num_requests_running", "running", registry=registry).set(3)
+    Gauge("python_other", "not the engine's", registry=registry).set(1)
+    text = render(registry, ("vllm:",))
+    assert "vllm:num_requests_running 3.0" in text and "python_other" not in text
+    sender = RecordingSender()
+    core = LaneCore(sender, "lane_replica_1")
+    run = Identity("p", "openrlhf")
+    item = Exposition("replica_1", "vllm", (("replica", "1"),), text)
+    core.ingest(run, "engine:1", [item, item._replace(text=text + "# newest\n")])
+    core.tick()
+    (job, grouping, pushed), = [p for p in sender.pushes if p[0] == "vllm"]
+    assert (job, grouping) == ("vllm", {"project": "p", "experiment_name": "openrlhf",
+                                        "replica": "1"})
+    assert pushed.endswith("# newest\n")
+    sender.pushes.clear()
+    core.tick()  # nothing new: nothing sent again
+    assert not [p for p in sender.pushes if p[0] == "vllm"]
+    sender.ok = False
+    core.ingest(run, "engine:1", [item])
+    core.tick()
+    sender.ok = True
+    core.tick()  # the failed push is sent at the next tick
+    assert [p[2] for p in sender.pushes if p[0] == "vllm"] == [text]
+    core.finish(run)
+    core.forget_after_s = 0
+    core.forget(time.monotonic() + 1)
+    assert len(core.relayed) == 0

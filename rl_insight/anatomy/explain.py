@@ -36,9 +36,11 @@ def _gpus(row: Mapping) -> float:
 
 def parts(row: Mapping) -> dict[str, float]:
     """The seconds of each part of a step: ``generate:<role>`` per replica role,
-    ``phase:<rank state>`` per trainer phase, ``other`` (the driver's own time)."""
+    ``phase:<rank state>`` per trainer phase, ``wait:<timing key>`` where the framework
+    times its waits, ``other`` (the driver's own time)."""
     out = {f"generate:{role}": v["generate_s"] for role, v in row.get("roles", {}).items()}
     out.update({f"phase:{p}": s for p, s in row.get("phases", {}).items()})
+    out.update({f"wait:{k}": s for k, s in row.get("waits", {}).items()})
     out["other"] = row.get("other_s", 0.0)
     return out
 

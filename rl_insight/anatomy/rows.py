@@ -135,6 +135,9 @@ class StepRow:
     staleness: int | None = None
     roles: dict[str, RoleRow] = field(default_factory=dict)
     other_s: float = 0.0  # no replica of any role generating and no rank busy
+    # what the step waited for where the framework's timers say so (a timing key of the
+    # idle part, by key: SkyRL's generation buffer, OpenRLHF's vLLM lock): no part of other
+    waits: dict[str, float] = field(default_factory=dict)
     # the engines' own request spans that ended in the window (rl_insight.anatomy.requests)
     requests: dict[str, dict] = field(default_factory=dict)  # per role: summarize()
     tail: list[dict] = field(default_factory=list)  # the slowest requests
@@ -275,8 +278,9 @@ def timing_row(step: int, end_ns: int, parts: Parts, framework: str,
     row.trainer_idle_s = max(0.0, duration - busy)
     if parts.generate_s > 0:
         row.roles[laneid.ROLLOUT] = RoleRow(parts.generate_s, 0)
+    row.waits = {k: s for k, s in parts.waits.items() if s > 0}
     work = parts.generate_s + busy
-    row.other_s = max(0.0, duration - work)
+    row.other_s = max(0.0, duration - work - sum(row.waits.values()))
     row.overlap_s = max(0.0, work - duration)
     return row
 

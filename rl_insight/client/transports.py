@@ -16,7 +16,7 @@ from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.loop import Periodic
 from rl_insight.collector.push import Sender
 from rl_insight.config import ClientSettings
-from rl_insight.events import Batch, Identity, Metric, Span, StateChange
+from rl_insight.events import Batch, Exposition, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
 HUB = "__hub__"
@@ -122,7 +122,7 @@ class DirectTransport:
         if metrics or dropped:
             self.hub.ingest(Batch(ident, "", self.process, metrics, dropped))
         lane_items = [it for its in by_lane.values() for it in its
-                      if type(it) in (Span, StateChange)]
+                      if type(it) in (Span, StateChange, Exposition)]
         if lane_items and self.lanes.ingest(ident, self.process, lane_items):
             self.lane_loop.wake()
         return []

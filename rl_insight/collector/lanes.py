@@ -30,9 +30,19 @@ from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.collector.parking import Parking
 from rl_insight.collector.push import OwnGroup, Sender
+from rl_insight.collector.relayed import Relayed
 from rl_insight.collector.runs import Runs
 from rl_insight.config import ClientSettings
-from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
+from rl_insight.events import (
+    COUNTER,
+    GAUGE,
+    HISTOGRAM,
+    Exposition,
+    Identity,
+    Metric,
+    Span,
+    StateChange,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +132,7 @@ class LaneCore:
         self._lock = threading.Lock()
         sender.on_server_restart.append(self.runs.mark_all_dirty)
         self.own = OwnGroup(sender)  # an idle lane actor sends nothing
+        self.relayed = Relayed()  # engines' expositions (collector/relayed.py)
 
     def ingest(self, identity: Identity | None, process: str, items: list, seq: int = 0,
                job_id: str = "") -> bool:
@@ -173,9 +184,13 @@ class LaneCore:
 
     def _apply(self, identity: Identity, process: str, items: list) -> bool:
         metrics = []
+        relayed = False
         with self._lock:
             for item in items:
-                if type(item) is StateChange:
+                if type(item) is Exposition:
+                    self.relayed.put(identity, item)
+                    relayed = True
+                elif type(item) is StateChange:
                     metrics += self._state(identity, item)[0]
                 elif type(item) is Span:
                     own_ns = None
@@ -196,7 +211,7 @@ class LaneCore:
                         metrics.append(_metric(HISTOGRAM, DURATION, took / 1e9,
                                                lane, item.name, DURATION_DOC))
             ready = len(self.pending) >= self.batch_size
-        if metrics:
+        if metrics or relayed:  # a relayed engine's run is known, and forgotten, here too
             self.runs.apply(identity, metrics)
         return ready
 
@@ -316,6 +331,7 @@ class LaneCore:
                 self.counted = {k: v for k, v in self.counted.items() if k[0] not in gone}
                 self.moved = {k for k in self.moved if k[0] not in gone}
                 self.jobs = {k: v for k, v in self.jobs.items() if v not in gone}
+            self.relayed.forget(gone)
         self.marks.forget_idle(LANE_IDLE_S)
         return sorted(gone, key=tuple)
 
@@ -346,20 +362,26 @@ class LaneCore:
         for identity, counters in self._counters(time.time_ns()).items():
             self.runs.apply(identity, counters)
         dirty = self.runs.take_dirty()
+        relayed = self.relayed.take_dirty()
         own = self.own_metrics()
-        if not dirty and not self.own.due(own):
+        if not dirty and not relayed and not self.own.due(own):
             return  # nothing changed since the server took the last push
         groups = [(LANE_JOB, {"project": ident.project,
                               "experiment_name": ident.experiment_name,
                               "lane_actor": self.name}, text, False)
                   for ident, text in dirty]
+        groups += [group for _, group in relayed]
         groups.append((LANE_JOB, {"lane_actor": self.name}, own, True))
         done = self.sender.push_groups(groups)
         if done and done[-1]:
             self.own.took(own)
+        done = list(done) + [False] * (len(groups) - len(done))
         for (ident, _), ok in zip(dirty, done, strict=False):
             if not ok:
                 self.runs.mark_dirty(ident)
+        for (key, _), ok in zip(relayed, done[len(dirty):], strict=False):
+            if not ok:
+                self.relayed.again(key)
 
     def own_metrics(self) -> str:
         s = self.stats()
@@ -392,7 +414,8 @@ class LaneCore:
         """Nothing waits to be sent: no span, no changed series, no event held for a run's
         name (a lane actor whose jobs ended stays for them)."""
         with self._lock:
-            return not self.pending and not self.runs.any_dirty() and not self.parked.jobs
+            return not self.pending and not self.runs.any_dirty() and \
+                not self.relayed.any_dirty() and not self.parked.jobs
 
     def stats(self) -> dict:
         with self._lock:

@@ -98,6 +98,10 @@ class Framework:
     # lane as the framework's timers run (slime's Timer)
     timers: Mapping[str, str] = field(default_factory=dict)
     engines: str = ""  # the engines its adapter registers (their panels on its dashboard)
+    # modules of the framework -> the adapter's function that patches each, called when a
+    # process imports the module itself (rl_insight.ray.hooks.worker_setup installs them:
+    # never importing the framework, or what it imports, into a process that did not)
+    on_import: Mapping[str, str] = field(default_factory=dict)
 
     def timing(self, key: str) -> Timing | None:
         """The part a logged key is, or None (a scalar like any other)."""
@@ -175,6 +179,8 @@ class Parts:
     weight_update_s: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # part -> seconds
     idle_s: float = 0.0
+    # the IDLE keys by name: what the step waited for, as the framework's timers say
+    waits: dict[str, float] = field(default_factory=dict)
     step_s: float | None = None
 
 
@@ -193,6 +199,7 @@ def parts(fw: Framework, values: Mapping[str, float]) -> Parts:
             out.generate_s += seconds
         elif t.part == IDLE:
             out.idle_s += seconds
+            out.waits[key] = out.waits.get(key, 0.0) + seconds
         else:
             if t.part == WEIGHTS:
                 out.weight_update_s += seconds

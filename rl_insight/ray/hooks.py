@@ -4,7 +4,9 @@
   drivers run): every job's runtime_env gets the monitoring variables from the driver's
   environment, and the worker setup hook below.
 - ``worker_process_setup_hook: rl_insight.ray.hooks.worker_setup`` (in a runtime_env):
-  each worker enables monitoring at start and flushes at exit.
+  each worker enables monitoring at start and flushes at exit, and the frameworks whose
+  tables name modules to patch (OpenRLHF's trainer) are patched when a worker imports
+  them itself (rl_insight/integrations/onimport.py).
 """
 
 from __future__ import annotations
@@ -26,5 +28,7 @@ def runtime_env_hook(env: dict[str, Any] | None) -> dict[str, Any]:
 def worker_setup() -> None:
     """Runs at the start of every worker process of a job that set it."""
     from rl_insight.client import api
+    from rl_insight.integrations import onimport
 
     api.init()
+    onimport.install(onimport.framework_patches())
