@@ -21,7 +21,9 @@ FAST_WORKERS ?= 3
 # under datasets, takes for installed code). TRL: what `from trl import GRPOTrainer` and
 # a CPU run import; AReaL: what areal.utils.stats_logger and perf_tracer import (areal's
 # own __init__ loads its controllers); SkyRL: `skyrl` 0.3.0, the package skyrl-train
-# became (skyrl-train 0.3.1 wants Python 3.12 and Ray 2.51)
+# became (skyrl-train 0.3.1 wants Python 3.12 and Ray 2.51); OpenRLHF: its Python code
+# alone (what its trainer, engine actor and CLI import besides vLLM, DeepSpeed and
+# flash-attn is in the project's environment already: ray, torch, numpy, aiohttp, tqdm)
 TRL_PACKAGES = trl==1.16.0 accelerate==1.16.0 datasets==5.2.0 pandas==3.1.1 pyarrow==26.0.1 \
     dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 python-dateutil==4.0.0
 AREAL_PACKAGES = areal==1.0.4 colorlog==6.12.0 tenacity==9.2.1 flask==3.1.3 blinker==1.9.0 \
@@ -33,6 +35,7 @@ AREAL_PACKAGES = areal==1.0.4 colorlog==6.12.0 tenacity==9.2.1 flask==3.1.3 blin
     gradio_client==2.7.2 wandb==0.31.0 xxhash==4.1.0 tensorboardX==2.6.5 tabulate==0.10.0
 SKYRL_PACKAGES = skyrl==0.3.0 loguru==0.7.3 skyrl-gym==0.4.0 pandas==3.1.1 \
     python-dateutil==4.0.0
+OPENRLHF_PACKAGES = openrlhf==0.11.2
 
 $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (Python packages; the first time takes a few minutes)"
@@ -45,13 +48,15 @@ $(STAMP): pyproject.toml
 	    --target $(VENV)/engines 'vllm==0.34.0' 'pybase64==1.5.1' 'cachetools==8.0.2' \
 	    'py-cpuinfo==9.0.0' 'sglang==0.5.23' 'triton==3.9.0' 'ipython==9.18.1' 'traitlets==5.16.1' \
 	    'pillow==12.3.0'
-	@echo "== installing TRL 1.16.0, AReaL 1.0.4 and SkyRL 0.3.0 into $(VENV)/frameworks/<name>/site-packages (their Python code without their GPU dependencies, and what their trainers' logging paths import, beside the CPU torch: the suite drives their own classes)"
+	@echo "== installing TRL 1.16.0, AReaL 1.0.4, SkyRL 0.3.0 and OpenRLHF 0.11.2 into $(VENV)/frameworks/<name>/site-packages (their Python code without their GPU dependencies, and what their trainers' logging paths import, beside the CPU torch: the suite drives their own classes)"
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps --upgrade \
 	    --target $(VENV)/frameworks/trl/site-packages $(TRL_PACKAGES)
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps --upgrade \
 	    --target $(VENV)/frameworks/areal/site-packages $(AREAL_PACKAGES)
 	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps --upgrade \
 	    --target $(VENV)/frameworks/skyrl/site-packages $(SKYRL_PACKAGES)
+	$(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar on --no-deps --upgrade \
+	    --target $(VENV)/frameworks/openrlhf/site-packages $(OPENRLHF_PACKAGES)
 	@echo "== downloading upstream rl-insight 0.3.0's wheel (not installed: the mixed-version tests unpack it in an environment of their own)"
 	$(BIN)/python -m pip download --disable-pip-version-check -q --progress-bar on --no-deps -d $(VENV)/upstream 'rl-insight==0.3.0'
 	@touch $(STAMP)

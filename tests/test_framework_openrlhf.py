@@ -351,8 +351,33 @@ def test_run_names(monkeypatch):
     assert adapter.run_names(SimpleNamespace()) == ("openrlhf", "ppo")
     monkeypatch.setenv("RL_INSIGHT_PROJECT", "team")
     assert adapter.run_names(args) == ("team", "ppo_1206T04:00")
-    assert adapter.plain(args) == {"logger": {"wandb": {
-        "project": "openrlhf_train_ppo", "run_name": "ppo_1206T04:00"}}}
+
+
+def test_the_run_ends_when_the_trainers_fit_closes_its_loggers(ppo_module, sent):
+    """Both trainers close their loggers when ``fit`` ends: the adapter's stand-in in the
+    TensorBoard slot ends the run there (and passes everything on to TensorBoard's
+    logger where the run has one)."""
+    ends: list = []
+    adapter._tracker.finish = lambda: ends.append(1)
+    adapter.patch_trainer(ppo_module)
+    t = _trainer(ppo_module)
+    board = MagicMock()
+    t.tensorboard_logger = board
+    t.vllm_engines = None
+    adapter.started(t)
+    assert isinstance(t.tensorboard_logger, adapter.RunEnd)
+    t.save_logs_and_checkpoints(1, {"policy_loss": 0.5})
+    board.log_train.assert_called_once_with(1, {"policy_loss": 0.5})
+    assert not ends
+    t.tensorboard_logger.close()
+    board.close.assert_called_once_with()
+    assert ends == [1]
+    none = _trainer(ppo_module)
+    adapter.started(none)
+    assert none.tensorboard_logger  # truthy: OpenRLHF calls its close
+    none.tensorboard_logger.log_train(1, {})
+    none.tensorboard_logger.close()
+    assert ends == [1, 1]
 
 
 def test_the_hook_patches_a_module_only_when_its_process_imports_it(tmp_path, monkeypatch):

@@ -25,12 +25,10 @@ replica's lane actor, as the replica's ``vllm`` series.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
 import time
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
 
 from rl_insight import frameworks
@@ -47,17 +45,6 @@ PATCHED = "_rl_insight"
 CLOCK = "_rl_insight_clock"  # a trainer's _Clock (below)
 
 _tracker: FrameworkTracker | None = None
-
-
-def plain(args: Any) -> Any:
-    """OpenRLHF's nested ``SimpleNamespace`` arguments (v0.10.2 on) as plain data."""
-    if isinstance(args, SimpleNamespace):
-        return {k: plain(v) for k, v in vars(args).items()}
-    if isinstance(args, Mapping):
-        return {str(k): plain(v) for k, v in args.items()}
-    if isinstance(args, (list, tuple)):
-        return [plain(v) for v in args]
-    return args if isinstance(args, (str, int, float, bool, type(None))) else str(args)
 
 
 def _get(args: Any, path: str) -> Any:
@@ -78,10 +65,37 @@ def tracker(trainer: Any) -> FrameworkTracker:
     """This process's tracker, named after the trainer's run."""
     global _tracker
     if _tracker is None:
-        _tracker = FrameworkTracker(FRAMEWORK, *run_names(trainer.args),
-                                    config=plain(trainer.args))
-        atexit.register(_tracker.finish)
+        _tracker = FrameworkTracker(FRAMEWORK, *run_names(trainer.args))
     return _tracker
+
+
+class RunEnd:
+    """Stands in the trainer's ``tensorboard_logger`` slot, around OpenRLHF's own logger
+    there (or none): ``log_train`` and ``log_eval`` go on to it; ``close``, which both
+    trainers call when their ``fit`` ends (ppo_trainer.py l.576-579,
+    ppo_trainer_async.py l.250-253), ends the run too. A process's exit cannot: Ray calls
+    do not complete in an actor's exit handlers."""
+
+    def __init__(self, inner: Any, tracker: FrameworkTracker) -> None:
+        self.inner, self.tracker = inner, tracker
+
+    def log_train(self, global_step: Any, logs_dict: Any) -> None:
+        if self.inner:
+            self.inner.log_train(global_step, logs_dict)
+
+    def log_eval(self, global_step: Any, logs_dict: Any) -> None:
+        if self.inner:
+            self.inner.log_eval(global_step, logs_dict)
+
+    def close(self) -> None:
+        try:
+            if self.inner:
+                self.inner.close()
+        finally:
+            self.tracker.finish()
+
+    def __getattr__(self, name: str) -> Any:  # anything else OpenRLHF's logger has
+        return getattr(self.inner, name)
 
 
 def relay_engine(engine: Any, replica: int) -> bool:
@@ -147,7 +161,8 @@ def is_async(trainer: Any) -> bool:
 def started(trainer: Any) -> None:
     """After ``BasePPOTrainer.__init__``: the run named, the engines relaying."""
     try:
-        tracker(trainer)
+        if not isinstance(trainer.tensorboard_logger, RunEnd):
+            trainer.tensorboard_logger = RunEnd(trainer.tensorboard_logger, tracker(trainer))
         relay_engines(getattr(trainer, "vllm_engines", None))
     except Exception:
         log.warning("rl-insight: attaching to OpenRLHF's trainer failed; training goes on "

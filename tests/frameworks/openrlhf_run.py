@@ -99,9 +99,13 @@ def main() -> None:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
         truth["modes"][mode] = {"t_start": t0, "t_done": time.time()}
         print(f"{mode}: {time.time() - t0:.1f}s", flush=True)
-    time.sleep(2)  # the workers' logs reach their files
+    deadline = time.monotonic() + 20  # the workers' logs reach their files
     for mode in truth["modes"]:
-        truth["modes"][mode]["steps"] = printed_steps(logs_dir, mode)
+        while True:
+            steps = truth["modes"][mode]["steps"] = printed_steps(logs_dir, mode)
+            if len(steps) >= a.steps or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     from importlib.metadata import version
 
     truth["openrlhf"] = version("openrlhf")
