@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from dashboards.panels import (
     RUN,
     SGLANG,
-    VLLM,
     TIMELINE_PROM,
+    VLLM,
     KeyGroup,
     M,
     Panel,

@@ -480,6 +480,8 @@ class _Families:
         "gpu_seconds": "GPU-seconds of the step per role, busy or idle (weight_sync: the "
                        "ranks' update_weights)",
         "tokens_per_gpu_second": "Tokens generated per GPU-second of the step",
+        "wait_seconds": "Time of the step the framework's own timers say it waited, per "
+                        "timing key (SkyRL's generation buffer, OpenRLHF's vLLM lock)",
         "bucket_seconds": "Time of the step the framework's own spans put in each goodput "
                           "bucket (productive, overhead, idle, wasted: NeMo-RL's rl.bucket)",
         "from_timing_keys": "1 when this step's anatomy comes from the framework's timing "
@@ -575,6 +577,9 @@ class _Families:
         for bucket, seconds in r.buckets.items():
             self.add("bucket_seconds", self.DOCS["bucket_seconds"], [*run, bucket], seconds,
                      ("bucket",), ts)
+        for key, seconds in r.waits.items():
+            self.add("wait_seconds", self.DOCS["wait_seconds"], [*run, key], seconds,
+                     ("wait",), ts)
         self.ranks(run, r, ts)
         for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
             self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
