@@ -114,6 +114,8 @@ def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
     if panel.options.get("thresholds"):
         defaults["thresholds"] = {"mode": "absolute", "steps": [
             {"value": v, "color": c} for v, c in panel.options["thresholds"]]}
+    if panel.quiet:  # Grafana's "No value" text, for every kind of panel
+        defaults["noValue"] = panel.quiet
     if custom:
         defaults["custom"] = custom
     options: dict = {"legend": {"displayMode": "list", "placement": "bottom",

@@ -40,6 +40,9 @@ class Panel:
     stack: bool = False
     needs: str = ""  # what must run for data: "", "node-exporter", "dcgm-exporter", ...
     repeat: str = ""  # a variable: Grafana draws the panel once per value of it
+    # what the panel says when its queries return nothing (Grafana's "No value" text): a
+    # quiet panel says it is quiet, not Grafana's bare "No data"
+    quiet: str = ""
     options: dict = field(default_factory=dict, hash=False, compare=False)
 
 
@@ -698,6 +701,8 @@ def per_step(metric: str, sel: str = RUN, by: str = "") -> str:
     return f"max by ({by}) ({expr})" if by else expr
 
 
+NOTHING_CHANGED = "nothing changed"
+NOTHING_FIRING = "nothing firing"
 ALERTS_RUN = f'ALERTS{{alertstate="firing",{RUN}}}'
 ALERT_PANELS = (
     ts("Alerts firing", Query(f"count({ALERTS_RUN}) or vector(0)", "firing"), kind="stat",
@@ -707,13 +712,13 @@ ALERT_PANELS = (
        options={"thresholds": ((None, "green"), (1, "red"))}),
     ts("Firing alerts", Query(f"max by (alertname, state_lane_id, replica, job) "
                               f"({ALERTS_RUN})", "{{alertname}}", table=True),
-       kind="table", width=18, needs="alerts",
+       kind="table", width=18, needs="alerts", quiet=NOTHING_FIRING,
        description="Each alert firing now, with the lane, replica or target it is about."),
 )
 ALL_ALERTS = ts("Firing alerts, every run",
                 Query('max by (alertname, project, experiment_name, state_lane_id, replica, '
                       'job) (ALERTS{alertstate="firing"})', "{{alertname}}", table=True),
-                kind="table", width=24, needs="alerts",
+                kind="table", width=24, needs="alerts", quiet=NOTHING_FIRING,
                 description="Every RL-Insight alert firing now, across runs; the monitoring's "
                             "own (dropped events) carry no run.")
 ANATOMY = (
@@ -814,8 +819,9 @@ REG = "rl_insight_step_regression_"
 
 
 def _changed(*args, **kw) -> Panel:
-    """A panel with data while a run's steps stay slower than their baseline."""
-    return ts(*args, needs="regression", **kw)
+    """A panel with data while a run's steps stay slower than their baseline; without
+    one it says so."""
+    return ts(*args, needs="regression", quiet=NOTHING_CHANGED, **kw)
 
 
 CHANGES = (

@@ -24,6 +24,28 @@ def test_checked_in_json_is_the_generated_output():
     assert set(all_models()) == set(build.render_all())
 
 
+def test_a_quiet_panel_says_so():
+    """With nothing regressed, the step anatomy's What changed panels say "nothing
+    changed", and with no alert firing every firing-alerts table says "nothing firing"
+    (Grafana's "No value" text), never a bare "No data"."""
+    models = all_models()
+
+    def quiet(model: dict, title: str) -> str | None:
+        panel = next(p for p in model["panels"] if p["title"] == title)
+        return panel["fieldConfig"]["defaults"].get("noValue")
+
+    anatomy = models["rl-insight-step-anatomy.json"]
+    for title in ("Open regressions", "Step time against its baseline", "What moved with it"):
+        assert quiet(anatomy, title) == "nothing changed", title
+    tables = [(name, p["title"]) for name, m in models.items() for p in m["panels"]
+              if p["title"] in ("Firing alerts", "Firing alerts, every run")]
+    assert len(tables) >= 5, tables
+    for name, title in tables:
+        assert quiet(models[name], title) == "nothing firing", (name, title)
+    # a panel that is never quiet keeps Grafana's own
+    assert quiet(anatomy, "Where each step's time went") is None
+
+
 @pytest.mark.parametrize("name", sorted(build.render_all()))
 def test_valid_grafana_model(name):
     d = all_models()[name]
