@@ -23,9 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import save  # noqa: E402
 from rl_insight.client import api  # noqa: E402
+from rl_insight.client.configuration import ClientConfig  # noqa: E402
 from rl_insight.client.core import Client  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
-from rl_insight.config import ClientSettings  # noqa: E402
+from rl_insight.config import ClientSettings, Settings  # noqa: E402
 from rl_insight.events import Identity, Span  # noqa: E402
 
 
@@ -38,8 +39,8 @@ async def replica(rank: int, concurrency: int, rng: random.Random) -> None:
 
 
 def run(per_request: bool, replicas: int, concurrency: int, steps: int) -> dict:
-    settings = ClientSettings(per_request_spans=per_request)
-    c = Client("http://127.0.0.1:1", "", "", settings)
+    settings = Settings(client=ClientSettings(per_request_spans=per_request))
+    c = Client(ClientConfig("http://127.0.0.1:1", settings=settings))
     got: list = []
     c.buffer.export = lambda items, dropped: got.extend(items)
     api._client, api._env_checked = c, True

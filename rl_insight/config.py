@@ -501,6 +501,20 @@ def _coerce(key: str, current: Any, raw: Any) -> Any:
     return str(raw).strip() if key in CHOICES else str(raw)
 
 
+def coerce_key(key: str, raw: Any) -> Any:
+    """``raw`` as the dotted setting ``key`` takes it (its type, range and choices), or
+    ConfigError saying what was wrong: a caller that checks values one by one (init's
+    config) keeps the good ones and warns of the rest."""
+    section, _, name = key.rpartition(".")
+    target: Any = Settings()
+    for part in section.split(".") if section else ():
+        target = getattr(target, part, None)
+    if target is None or name not in _fields(target) or \
+            dataclasses.is_dataclass(getattr(target, name)):
+        raise ConfigError(f"unknown setting {key!r}")
+    return _coerce(key, getattr(target, name), raw)
+
+
 def set_key(settings: Settings, key: str, raw: Any) -> None:
     """Set one dotted key, converting the value to the field's type."""
     parts = key.split(".")
@@ -629,9 +643,11 @@ def load(
     config_file: str | os.PathLike | None = None,
     overrides: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    layers: Sequence[Mapping[str, Any]] = (),
 ) -> Settings:
-    """Defaults, then a file (explicit, $RL_INSIGHT_CONFIG, or $HOME/config.yaml),
-    then the environment, then flags."""
+    """Defaults, then a file (explicit, $RL_INSIGHT_CONFIG, or $HOME/config.yaml), then
+    ``layers`` (dotted key -> value: a training process's ``init(config=...)``), then the
+    environment, then flags."""
     environ = os.environ if environ is None else environ
     settings = Settings()
     # The home decides where the default config file lives, so read it first.
@@ -644,6 +660,9 @@ def load(
         default = settings.home_path / "config.yaml"
         if default.is_file():
             apply_file(settings, default)
+    for layer in layers:
+        for key, value in layer.items():
+            set_key(settings, key, value)
     apply_env(settings, environ)
     apply_overrides(settings, overrides)
     return settings

@@ -287,6 +287,32 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return h
 
 
+@pytest.fixture
+def configured(home: Path, monkeypatch: pytest.MonkeyPatch):
+    """``configured(**env)``: this process's monitoring resolved anew from ``env`` (a
+    server on a closed port, nothing waited for at exit), as a training process starts
+    it; the client and the environment are restored after the test."""
+    from rl_insight.client import api
+
+    monkeypatch.setattr(api, "_client", None)
+    monkeypatch.setattr(api, "_env_checked", False)
+    monkeypatch.setattr(api, "_off", None)
+
+    def start(**env: str):
+        for k in [k for k in os.environ if k.startswith("RL_INSIGHT_") and
+                  k != "RL_INSIGHT_HOME"]:
+            monkeypatch.delenv(k)
+        env = {"RL_INSIGHT_SERVER_URL": "http://127.0.0.1:1",
+               "RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S": "0", **env}
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        api._client, api._env_checked, api._off = None, False, None
+        assert api.enabled()
+        return api.configuration()
+
+    return start
+
+
 def prom_query(prom: str, query: str) -> list[dict]:
     """An instant query through Prometheus' HTTP API; [] when it cannot answer."""
     import requests
@@ -325,10 +351,10 @@ def cli(home: Path) -> Cli:
 def recorded(monkeypatch):
     """The client API with a real Client whose exporter records instead of sending."""
     from rl_insight.client import api
+    from rl_insight.client.configuration import ClientConfig
     from rl_insight.client.core import Client
-    from rl_insight.config import ClientSettings
 
-    c = Client("http://127.0.0.1:1", "", "", ClientSettings())
+    c = Client(ClientConfig("http://127.0.0.1:1"))
     got: list = []
     c.buffer.export = lambda items, dropped: got.extend(items)
     monkeypatch.setattr(api, "_client", c)

@@ -6,6 +6,7 @@ environment is read, never written, except as the channel to Ray workers: the ru
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -102,7 +103,77 @@ def test_a_bare_init_resolves_again_only_when_the_environment_changed(fresh):
     seen = api._off
     api.init()  # the same environment: nothing resolved again (Uni-Agent's every emit)
     assert api._off is seen
+    fresh.setenv("OTHER_VARIABLE", "1")  # a variable that turns nothing on: still off
+    api.init()
+    assert api._off is seen
     fresh.setenv("RL_INSIGHT_SERVER_URL", "http://127.0.0.1:1")
     fresh.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "0")
     api.init()
     assert api._client is not None and api._client.server_url == "http://127.0.0.1:1"
+
+
+def test_the_environment_wins_over_init_config_for_client_settings(fresh, home):
+    """The documented order holds for the client's settings too: the environment's
+    ``RL_INSIGHT_CLIENT_*`` over ``init(config=...)``'s, that over the file's (the init
+    config used to be applied last, over all of them)."""
+    (home / "config.yaml").write_text("client:\n  flush_interval_s: 2.5\n  batch_size: 7\n"
+                                      "  hub_push_interval_s: 4\n")
+    fresh.setenv("RL_INSIGHT_CLIENT_FLUSH_INTERVAL_S", "0.7")
+    got = resolve(server_url="http://127.0.0.1:1", init_config={
+        "flush_interval_s": 30, "client": {"batch_size": 64}})
+    assert got.client.flush_interval_s == 0.7  # the environment
+    assert got.client.batch_size == 64  # init(config) over the file
+    assert got.client.hub_push_interval_s == 4  # the file over the default
+
+
+def test_the_resolved_configuration_is_never_changed(fresh):
+    """``resolve`` reads every source once; a later ``init(config=...)`` resolves a new
+    configuration that the running client takes whole, keeping where it sends (its
+    transport runs), and the one it had stays as it was."""
+    fresh.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "0")
+    api.init(config={"server": {"url": "http://127.0.0.1:1"}})
+    first = api.configuration()
+    was = (first.server_url, first.client.batch_size, first.bucket_map)
+    api.init(config={"batch_size": 64, "histogram_buckets": {"my_latency": [0.1, 1]}})
+    now = api.configuration()
+    assert now is not first and (first.server_url, first.client.batch_size,
+                                 first.bucket_map) == was
+    assert now.server_url == "http://127.0.0.1:1" and now.client.batch_size == 64
+    assert api._client.buffer.batch_size == 64
+    assert api._client.buckets_for("my_latency") == (0.1, 1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):  # nothing sets a field of it
+        now.server_url = "http://elsewhere:1"
+
+
+def test_an_adapters_follower_sends_where_init_config_said(fresh, tmp_path):
+    """ROLL passes its endpoint in ``tracker_kwargs`` (``init(config=...)``), with none in
+    the environment: the trace-file follower an adapter starts sends there, from the
+    configuration monitoring runs with, not from one read again (which found none)."""
+    from rl_insight import frameworks
+    from rl_insight.integrations import follow
+
+    fresh.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "0")
+    api.init(project="p", experiment_name="e",
+             config={"server": {"url": "http://127.0.0.1:1"}})
+    pattern = str(tmp_path / "traces-*.jsonl")
+    follower = follow.start(pattern, frameworks.named("roll"), "p", "e", interval_s=60)
+    try:
+        assert follower is not None  # with a resolved endpoint it follows
+        assert follower.send.__self__.server_url == "http://127.0.0.1:1"
+    finally:
+        loop = follow._running.pop(pattern, None)
+        if loop is not None:
+            loop.stop(1.0)
+
+
+def test_an_adapter_names_its_run_from_the_configuration(configured):
+    """Every adapter's run names come through ``kit.run_names`` from the resolved
+    configuration: the environment's names first where it had them when resolved."""
+    from rl_insight.integrations import kit
+
+    configured(RL_INSIGHT_PROJECT="team", RL_INSIGHT_EXPERIMENT_NAME="exp")
+    assert kit.run_names(("theirs",), ("their-run",), "fw", "run") == ("team", "exp")
+    configured()
+    assert kit.run_names(("theirs",), (None, "their-run"), "fw", "run") == \
+        ("theirs", "their-run")
+    assert kit.run_names((), (), "fw", "run") == ("fw", "run")

@@ -242,17 +242,24 @@ def test_buffer_drops_oldest_when_full_and_flushes_within_a_deadline():
 
 
 def test_settings_given_later_reach_the_buffer_and_silly_values_are_refused(home):
+    """A later ``init(config=...)`` is resolved anew and the client takes the new
+    configuration whole (its buffer too); a silly value is refused with a warning and the
+    value the other sources give holds. The configuration the client had is not changed."""
     from rl_insight import config
+    from rl_insight.client.configuration import resolve
     from rl_insight.client.core import Client
-    from rl_insight.client.options import apply_init_config
 
-    c = Client("http://127.0.0.1:1", "", "", config.ClientSettings())
-    apply_init_config(c, {"flush_interval_s": 30, "client": {"batch_size": 64,
-                                                              "buffer_max_events": 100}})
+    first = resolve(server_url="http://127.0.0.1:1")
+    c = Client(first)
+    before = config.as_dict(first.settings)
+    c.reconfigure(resolve(init_config={"flush_interval_s": 30, "client": {
+        "batch_size": 64, "buffer_max_events": 100}}))
     assert (c.buffer.interval, c.buffer.batch_size, c.buffer.max_events) == (30, 64, 100)
     assert c.buffer.queue.maxlen == 100
-    apply_init_config(c, {"batch_size": 0})  # refused with a warning, the old value kept
-    assert c.buffer.batch_size == 64
+    assert config.as_dict(first.settings) == before  # resolved once, never changed
+    assert c.server_url == c.config.server_url == "http://127.0.0.1:1"  # where it sends
+    c.reconfigure(resolve(init_config={"batch_size": 0}))  # refused: the default holds
+    assert c.buffer.batch_size == config.ClientSettings().batch_size
     with pytest.raises(config.ConfigError, match="client.batch_size: must be at least 1"):
         config.load(environ={"RL_INSIGHT_HOME": str(home), "RL_INSIGHT_CLIENT_BATCH_SIZE": "0"})
 

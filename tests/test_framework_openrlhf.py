@@ -340,16 +340,16 @@ def test_the_real_broadcast_and_train_step_feed_the_clock(ppo_module, sent):
     assert adapter.clock(t).weight_sync == 0 and adapter.clock(t).queue_wait > 0
 
 
-def test_run_names(monkeypatch):
-    """The environment's names first, else wandb's project and run name as OpenRLHF
-    sets them (with wandb on or off), else ``openrlhf`` / ``ppo``."""
-    monkeypatch.delenv("RL_INSIGHT_PROJECT", raising=False)
-    monkeypatch.delenv("RL_INSIGHT_EXPERIMENT_NAME", raising=False)
+def test_run_names(configured):
+    """The environment's names first (as the client's configuration read them), else
+    wandb's project and run name as OpenRLHF sets them (with wandb on or off), else
+    ``openrlhf`` / ``ppo``."""
+    configured()
     args = SimpleNamespace(logger=SimpleNamespace(wandb=SimpleNamespace(
         project="openrlhf_train_ppo", run_name="ppo_1206T04:00")))
     assert adapter.run_names(args) == ("openrlhf_train_ppo", "ppo_1206T04:00")
     assert adapter.run_names(SimpleNamespace()) == ("openrlhf", "ppo")
-    monkeypatch.setenv("RL_INSIGHT_PROJECT", "team")
+    configured(RL_INSIGHT_PROJECT="team")  # a project alone: the run keeps its own name
     assert adapter.run_names(args) == ("team", "ppo_1206T04:00")
 
 

@@ -291,18 +291,16 @@ def test_each_step_of_the_callback_carries_its_own_profile():
     assert sent == [({"train_runtime": 3.0, "total_flos": 0.0, "train_loss": 0.25}, None)]
 
 
-def test_run_names(monkeypatch):
-    """The environment's names first, else project ``trl`` and the run's name, else its
-    output folder's."""
-    monkeypatch.delenv("RL_INSIGHT_PROJECT", raising=False)
-    monkeypatch.delenv("RL_INSIGHT_EXPERIMENT_NAME", raising=False)
+def test_run_names(configured):
+    """The environment's names first (as the client's configuration read them), else
+    project ``trl`` and the run's name, else its output folder's."""
+    configured()
     args = SimpleNamespace(run_name=None, output_dir="/data/runs/grpo-7/")
     assert adapter.run_names(args) == ("trl", "grpo-7")
     assert adapter.run_names(SimpleNamespace(run_name="qwen-gsm8k",
                                              output_dir="/x")) == ("trl", "qwen-gsm8k")
     assert adapter.run_names(SimpleNamespace()) == ("trl", "run")
-    monkeypatch.setenv("RL_INSIGHT_PROJECT", "team")
-    monkeypatch.setenv("RL_INSIGHT_EXPERIMENT_NAME", "exp-1")
+    configured(RL_INSIGHT_PROJECT="team", RL_INSIGHT_EXPERIMENT_NAME="exp-1")
     assert adapter.run_names(args) == ("team", "exp-1")
 
 

@@ -22,8 +22,8 @@ from typing import Any
 from rl_insight import naming
 from rl_insight.client import engine_spans
 from rl_insight.client import transfer_queue as tq_units
-from rl_insight.client.configuration import ClientConfig, resolve
-from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV, Client, endpoints
+from rl_insight.client.configuration import ClientConfig, environ_key, resolve
+from rl_insight.client.core import Client
 from rl_insight.client.registration import (
     ROLLOUT_JOBS,
     TQ_JOB,
@@ -80,8 +80,8 @@ def _failed(what: str) -> None:
 
 
 # the configuration resolved when monitoring was last found off: a bare init() resolves
-# again only when the environment's size changed (a variable came or went; reading it
-# again is 2 µs, where this is 0.1), as Uni-Agent calls init() before every metric
+# again only when the variables that turn it on changed (three lookups, where resolving
+# reads the config file), as Uni-Agent calls init() before every metric
 _off: ClientConfig | None = None
 
 
@@ -97,7 +97,7 @@ def _enable(config: ClientConfig | None = None) -> Client | None:
         _off = config
         return None
     _off = None
-    _client = Client.from_config(config)
+    _client = Client(config)
     return _client
 
 
@@ -133,11 +133,8 @@ def is_platform_mode() -> bool:
     scrape-target registrations then (the platform scrapes by its own rule); calling
     ``update_prometheus_config`` anyway is a no-op that says so. Never raises."""
     try:
-        c = _client
-        if c is not None:
-            return not c.server_url and bool(c.otlp_url)
-        server, otlp = endpoints(warn=False)
-        return bool(otlp) and not server
+        c = _get()
+        return c is not None and not c.server_url and bool(c.otlp_url)
     except Exception:
         return False
 
@@ -152,34 +149,29 @@ def init(project: str | None = None, experiment_name: str | None = None,
     global _env_checked
     if project is None and experiment_name is None and not config and (
             _client is not None or (_env_checked and _off is not None and
-                                    _off.environ_size == len(os.environ))):
+                                    _off.environ_key == environ_key())):
         return  # nothing new to start: monitoring is on, or off with the same environment
     try:
         c = _client
-        if c is None:
+        if c is None or config:
             resolved = resolve(init_config=config)
-            c = _enable(resolved)
-            if c is not None and config and not _endpoint_in_env():
-                log.info("rl-insight: endpoint from init(config): %s",
-                         resolved.server_url or resolved.otlp_url)
+            if c is None:
+                c = _enable(resolved)
+                endpoint = resolved.server_url or resolved.otlp_url
+                if c is not None and config and endpoint not in environ_key()[:2]:
+                    log.info("rl-insight: endpoint from init(config): %s", endpoint)
+            else:  # a newer configuration for the running client, taken whole
+                c.reconfigure(resolved)
         if (project is None) != (experiment_name is None):
             log.warning("rl-insight: init() needs both project and experiment_name, or "
                         "neither; ignoring the identity given")
             return
-        if config:
-            from rl_insight.client.options import apply_init_config
-
-            apply_init_config(c, config)
         if c is None:
             return
         if project is not None:
             c.set_identity(Identity(str(project), str(experiment_name)))
     except Exception:
         _failed("init")
-
-
-def _endpoint_in_env() -> bool:
-    return bool(os.environ.get(SERVER_URL_ENV) or os.environ.get(OTLP_ENV))
 
 
 def configuration() -> ClientConfig | None:
@@ -190,8 +182,7 @@ def configuration() -> ClientConfig | None:
         return None
     from dataclasses import replace
 
-    base = c.config or ClientConfig(c.server_url, c.otlp_url, c.token)
-    return replace(base, identity=c.identity)
+    return replace(c.config, identity=c.identity)
 
 
 def finish() -> None:

@@ -18,6 +18,9 @@ Each value is taken from the first of, in this order:
 5. the defaults (``rl_insight/config.py``).
 
 A server URL wins over an OTLP endpoint where both are set (with a warning).
+
+``resolve`` is the one place that reads any of these; what it returns is never changed
+after (a later ``init(config=...)`` resolves a new one, which the client takes whole).
 """
 
 from __future__ import annotations
@@ -31,13 +34,20 @@ from urllib.parse import urlsplit
 
 from rl_insight import config as config_mod
 from rl_insight import secret
+from rl_insight.client.options import (
+    InitConfig,
+    otlp_endpoint_from,
+    read_init_config,
+    server_url_from,
+)
 from rl_insight.config import ENABLE_ENV, EXPERIMENT_ENV, OTLP_ENV, PROJECT_ENV, SERVER_URL_ENV
 from rl_insight.events import Identity
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ENABLE_ENV", "EXPERIMENT_ENV", "OTLP_ENV", "PROJECT_ENV", "SERVER_URL_ENV",
-           "ClientConfig", "endpoints", "env_identity", "load_settings", "resolve"]
+           "ClientConfig", "endpoints", "env_identity", "environ_key", "load_settings",
+           "resolve"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,14 @@ class ClientConfig:
     token: str = ""
     identity: Identity | None = None  # the run named by arguments or the environment
     settings: config_mod.Settings = field(default_factory=config_mod.Settings)
-    environ_size: int = -1  # the environment's size when resolved (see api.init)
+    # RL_INSIGHT_PROJECT and RL_INSIGHT_EXPERIMENT_NAME, each or none: an adapter names
+    # its run by them first (rl_insight/integrations/kit.py)
+    names: tuple[str, str] = ("", "")
+    # init(config=...)'s histogram bounds per metric name
+    bucket_map: tuple[tuple[str, tuple[float, ...] | None], ...] = ()
+    # what of the environment decides whether monitoring is on (environ_key), when
+    # resolved: a bare init() resolves again only when it changed
+    environ_key: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -82,15 +99,25 @@ def endpoints(environ: Mapping[str, str] = os.environ, warn: bool = True,
     return server, otlp
 
 
+def environ_key(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The variables that turn monitoring on or off, as they are now (three lookups: a
+    bare ``init()`` before every metric compares them)."""
+    return (environ.get(SERVER_URL_ENV, ""), environ.get(OTLP_ENV, ""),
+            environ.get(ENABLE_ENV, ""))
+
+
 def env_identity(environ: Mapping[str, str] = os.environ) -> Identity | None:
     p, e = environ.get(PROJECT_ENV, ""), environ.get(EXPERIMENT_ENV, "")
     return Identity(p, e) if p and e else None
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> config_mod.Settings:
-    """Settings for a training process; a broken config file must not stop training."""
+def load_settings(environ: Mapping[str, str] | None = None,
+                  init: InitConfig | None = None) -> config_mod.Settings:
+    """Settings for a training process: the file's, ``init(config=...)``'s client
+    settings, the environment's; a broken config file must not stop training."""
+    layers = [init.settings] if init is not None and init.settings else []
     try:
-        return config_mod.load(environ=environ)
+        return config_mod.load(environ=environ, layers=layers)
     except config_mod.ConfigError as exc:
         log.warning("rl-insight: %s; using defaults", exc)
         return config_mod.Settings()
@@ -101,16 +128,19 @@ def resolve(*, server_url: str | None = None, otlp_url: str | None = None,
             experiment_name: str | None = None, init_config: Any = None,
             environ: Mapping[str, str] = os.environ, warn: bool = True) -> ClientConfig:
     """The configuration in the module's documented order; never raises."""
-    from rl_insight.client.options import as_mapping, otlp_endpoint_from, server_url_from
+    from rl_insight.client.options import as_mapping
 
     mapping = as_mapping(init_config) if init_config else {}
+    init = read_init_config(mapping) if mapping else None
     server, otlp = endpoints(environ, warn, server_url or "", otlp_url or "")
     if not server and not otlp and mapping and environ.get(ENABLE_ENV, "").strip() != "0":
         server, otlp = endpoints({}, warn, server_url_from(mapping),
                                  otlp_endpoint_from(mapping))
-    settings = load_settings(environ)
+    settings = load_settings(environ, init)
     if server or otlp:  # RL_INSIGHT_TOKEN, the file's, or the one a local server made
         token = token or secret.client_token(settings)
     identity = Identity(str(project), str(experiment_name)) \
         if project and experiment_name else env_identity(environ)
-    return ClientConfig(server, otlp, token or "", identity, settings, len(environ))
+    return ClientConfig(server, otlp, token or "", identity, settings,
+                        (environ.get(PROJECT_ENV, ""), environ.get(EXPERIMENT_ENV, "")),
+                        init.bucket_map if init is not None else (), environ_key(environ))

@@ -14,9 +14,7 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any
 
-from rl_insight import config as config_mod
 from rl_insight.client import rank_evidence
 from rl_insight.client.buffer import EventBuffer
 from rl_insight.client.configuration import (
@@ -30,6 +28,7 @@ from rl_insight.client.configuration import (
     env_identity,
     load_settings,
 )
+from rl_insight.client.options import parse_buckets
 from rl_insight.client.steps import StepClock
 from rl_insight.client.transports import (
     DirectTransport,
@@ -46,15 +45,16 @@ __all__ = ["ENABLE_ENV", "EXPERIMENT_ENV", "OTLP_ENV", "PROJECT_ENV", "SERVER_UR
 
 
 class Client:
-    def __init__(self, server_url: str, otlp_url: str, token: str,
-                 settings: config_mod.ClientSettings,
-                 identity: Identity | None = None) -> None:
-        self.server_url = server_url
-        self.otlp_url = otlp_url
-        self.token = token
-        self.settings = settings
-        self.identity: Identity | None = identity or env_identity()
-        self.config: ClientConfig | None = None  # what from_config resolved it from
+    """One process's client, for one resolved configuration (``resolve``), which it takes
+    whole and never changes; ``reconfigure`` takes a newer one."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.server_url = config.server_url
+        self.otlp_url = config.otlp_url
+        self.token = config.token
+        settings = self.settings = config.client
+        self.identity: Identity | None = config.identity
         self.owner = False  # this process called init() with the identity: it finishes
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self.errors = 0
@@ -64,7 +64,9 @@ class Client:
                                   settings.batch_size, settings.flush_interval_s,
                                   idle=self._upkeep)
         self.default_buckets = parse_buckets(settings.histogram_buckets)
-        self.bucket_map: dict[str, tuple[float, ...]] = {}
+        # per metric name: the configuration's, and what a caller's module sets for its
+        # own metrics where the configuration names none (the agent loop's)
+        self.bucket_map: dict[str, tuple[float, ...] | None] = dict(config.bucket_map)
         self._registrar = None
         self._exit_deadline: float | None = None  # set by finish(): exit waits no longer
         self.add = self.buffer.add  # what every API call does: one O(1) append
@@ -73,17 +75,16 @@ class Client:
         self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
         os.register_at_fork(after_in_child=self._after_fork)
 
-    @classmethod
-    def from_config(cls, config: ClientConfig) -> Client:
-        """The client a resolved configuration describes (it must be enabled)."""
-        client = cls(config.server_url, config.otlp_url, config.token, config.client,
-                     config.identity)
-        client.config = config
-        return client
+    def reconfigure(self, config: ClientConfig) -> None:
+        """A newer configuration (a later ``init(config=...)``): its settings and bounds,
+        handed to what copied them. Where it sends stays: the transport is running."""
+        from dataclasses import replace
 
-    def apply_settings(self) -> None:
-        """Hand changed settings (``init(config=...)``) to what already copied them."""
-        s = self.settings
+        config = self.config = replace(config, server_url=self.server_url,
+                                       otlp_url=self.otlp_url, token=self.token)
+        s = self.settings = config.client
+        self.default_buckets = parse_buckets(s.histogram_buckets)
+        self.bucket_map.update(config.bucket_map)
         self.buffer.configure(s.buffer_max_events, s.batch_size, s.flush_interval_s)
 
     def _after_fork(self) -> None:
@@ -227,12 +228,3 @@ class Client:
                 self._transport.close(left())
         except Exception:
             pass
-
-
-def parse_buckets(spec: Any) -> tuple[float, ...] | None:
-    """Histogram bounds from "0.1,1,10" or a list; None for the defaults."""
-    if not spec:
-        return None
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    bounds = sorted({float(x) for x in items if str(x).strip()})
-    return tuple(b for b in bounds if b != float("inf")) or None

@@ -65,23 +65,28 @@ def otlp_endpoint_from(config: Mapping[str, Any]) -> str:
     return _nested(config, "otel", "exporter", "endpoint")
 
 
-def apply_buckets(client, value: Any) -> None:
-    """A list: the default bounds; a mapping: bounds per metric name."""
-    from rl_insight.client.core import parse_buckets
-
-    try:
-        if isinstance(value, Mapping):
-            for name, bounds in value.items():
-                client.bucket_map[str(name)] = parse_buckets(bounds)
-        else:
-            client.default_buckets = parse_buckets(value)
-    except (TypeError, ValueError) as exc:
-        log.warning("rl-insight: init(config): histogram_buckets %r: %s; keeping the "
-                    "defaults", value, exc)
+def parse_buckets(spec: Any) -> tuple[float, ...] | None:
+    """Histogram bounds from "0.1,1,10" or a list; None for the defaults."""
+    if not spec:
+        return None
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    bounds = sorted({float(x) for x in items if str(x).strip()})
+    return tuple(b for b in bounds if b != float("inf")) or None
 
 
-def _upstream(client, section: str, key: str, value: Any) -> bool:
-    """Apply one upstream key; False when it is not one."""
+@dataclasses.dataclass(frozen=True)
+class InitConfig:
+    """What an ``init(config=...)`` mapping says, read once and checked: the client
+    settings it sets (dotted keys, values converted), per-metric histogram bounds, the
+    keys it has that mean nothing here."""
+
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    bucket_map: tuple[tuple[str, tuple[float, ...] | None], ...] = ()
+    unknown: tuple[str, ...] = ()
+
+
+def _upstream(section: str, key: str, value: Any, out: dict[str, Any]) -> bool:
+    """Read one upstream key into ``out``; False when it is not one."""
     if (section, key) in (("server", "url"), ("otel", "exporter.endpoint")):
         return True  # resolved with the environment (client/configuration.py)
     if section == "otel" and key == "otel_port":
@@ -98,8 +103,7 @@ def _upstream(client, section: str, key: str, value: Any) -> bool:
                         "'ray' (the hub inside Ray, the server directly outside)", value)
         return True
     if section == "prometheus" and key == "metrics_report_port":
-        if client is not None:
-            _set(client, "metrics_port", value)
+        _take("metrics_port", value, out)
         return True
     return False
 
@@ -114,26 +118,27 @@ def _dotted(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _set(client, key: str, value: Any) -> None:
-    target = client.settings
-    if key == "histogram_buckets":
-        apply_buckets(client, value)
-        return
+def _take(name: str, value: Any, out: dict[str, Any]) -> None:
+    """One client setting, checked as the configuration checks it; a bad value is left
+    out with a warning (the other sources' value holds)."""
+    key = f"client.{name}"
     try:
-        setattr(target, key, config_mod._coerce(f"client.{key}", getattr(target, key), value))
+        out[key] = config_mod.coerce_key(key, value)
     except config_mod.ConfigError as exc:
-        log.warning("rl-insight: init(config): %s; keeping %r", exc, getattr(target, key))
+        log.warning("rl-insight: init(config): %s; ignored", exc)
 
 
-def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
-    """Apply known keys to ``client.settings`` (when there is a client); return the
-    unknown ones, dotted."""
+def read_init_config(mapping: Any) -> InitConfig:
+    """Read an ``init(config=...)`` mapping (a Mapping or an OmegaConf DictConfig); warns
+    once of the keys it ignores. Never raises."""
     known = {f.name for f in dataclasses.fields(config_mod.ClientSettings)}
-    unknown = []
+    settings: dict[str, Any] = {}
+    buckets: list[tuple[str, tuple[float, ...] | None]] = []
+    unknown: list[str] = []
     for key, value in as_mapping(mapping).items():
         if key in ("server", "prometheus", "otel") and isinstance(value, Mapping):
             for sub, v in _dotted(value).items():
-                if not _upstream(client, key, sub, v):
+                if not _upstream(key, sub, v, settings):
                     unknown.append(f"{key}.{sub}")
             continue
         items = value.items() if key == "client" and isinstance(value, Mapping) \
@@ -141,13 +146,26 @@ def apply_init_config(client, mapping: Mapping[str, Any]) -> list[str]:
         for name, v in items:
             if name not in known:
                 unknown.append(f"client.{name}" if key == "client" else str(name))
-            elif client is not None:
-                _set(client, name, v)
-    if client is not None:
-        client.apply_settings()
+            elif name == "histogram_buckets":
+                _buckets(v, settings, buckets)
+            else:
+                _take(name, v, settings)
     if unknown:
         log.warning("rl-insight: init(config) ignores unknown keys: %s (known: server.url, "
                     "server.namespace, server.backend, prometheus.metrics_report_port, "
                     "otel.exporter.endpoint, %s)",
                     ", ".join(sorted(unknown)), ", ".join(sorted(known)))
-    return unknown
+    return InitConfig(settings, tuple(buckets), tuple(unknown))
+
+
+def _buckets(value: Any, settings: dict[str, Any], per_metric: list) -> None:
+    """A list (or "0.1,1,10"): the default bounds; a mapping: bounds per metric name."""
+    try:
+        if isinstance(value, Mapping):
+            per_metric.extend((str(k), parse_buckets(v)) for k, v in value.items())
+        else:
+            bounds = parse_buckets(value)
+            settings["client.histogram_buckets"] = ",".join(map(str, bounds or ()))
+    except (TypeError, ValueError) as exc:
+        log.warning("rl-insight: init(config): histogram_buckets %r: %s; keeping the "
+                    "defaults", value, exc)

@@ -35,14 +35,16 @@ def start(pattern: str, framework: Framework, project: str, experiment_name: str
 
 def _start(pattern: str, framework: Framework, project: str, experiment_name: str,
            anchor_s: float | None, interval_s: float) -> Follower | None:
-    from rl_insight.client.configuration import resolve
+    from rl_insight.client import api
     from rl_insight.collector.loop import Periodic
     from rl_insight.collector.push import Sender
 
     if pattern in _running:
         return None
-    config = resolve(warn=False)
-    if not config.enabled:
+    # the configuration monitoring runs with here (an endpoint init(config=...) gave, as
+    # ROLL's tracker_kwargs do, included), never one read again
+    config = api.configuration()
+    if config is None or not config.enabled:
         return None
     sender = Sender(config.server_url, config.token, otlp_url=config.otlp_url)
     follower = Follower(pattern, Run(framework, project, experiment_name), sender.spans,

@@ -1,13 +1,12 @@
 """What every framework adapter does the same way: name the run (the environment's names
-first, then the framework's own, then its defaults) and tell this process's rank."""
+as the client's configuration read them, then the framework's own, then its defaults)
+and tell this process's rank."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterable
-
-from rl_insight.config import EXPERIMENT_ENV, PROJECT_ENV
 
 
 def first(*candidates: object) -> str | None:
@@ -18,12 +17,24 @@ def first(*candidates: object) -> str | None:
     return None
 
 
+def configured_names() -> tuple[str, str]:
+    """``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME`` as this process's resolved
+    configuration holds them (resolved now where nothing asked yet); empty when
+    monitoring is off, where no name is used."""
+    from rl_insight.client import api
+
+    api.enabled()
+    config = api.configuration()
+    return config.names if config is not None else ("", "")
+
+
 def run_names(projects: Iterable[object], experiments: Iterable[object], project: str,
               experiment: str) -> tuple[str, str]:
-    """``RL_INSIGHT_PROJECT`` / ``RL_INSIGHT_EXPERIMENT_NAME`` where set, else the first
-    of the framework's own names that says something, else its defaults."""
-    return (first(os.environ.get(PROJECT_ENV), *projects) or project,
-            first(os.environ.get(EXPERIMENT_ENV), *experiments) or experiment)
+    """The environment's names where set, else the first of the framework's own names
+    that says something, else its defaults."""
+    env_project, env_experiment = configured_names()
+    return (first(env_project, *projects) or project,
+            first(env_experiment, *experiments) or experiment)
 
 
 def process_rank() -> int:
