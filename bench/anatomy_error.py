@@ -70,7 +70,7 @@ def compare(rows: Sequence[dict], truth: dict) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rl_insight.api_client import ServerClient
+    from rl_insight.commands.api_client import ServerClient
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server-url", required=True)

@@ -18,6 +18,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from rl_insight import cli, config, laneid
+from rl_insight.commands import server
 from rl_insight.server.analyses import alert_rules, alerts, statuspage
 from rl_insight.server.app import create_app
 from rl_insight.server.services import SERVICES
@@ -477,7 +478,7 @@ def test_secrets_are_masked_in_server_config_and_passed_to_a_detached_server_as_
     assert out["alertmanager"]["smtp_auth_password"] == "***"
     parsed = cli.build_parser().parse_args(["server", "start", "--detach"] +
                                            [x for s in secrets for x in ("--set", s)])
-    flags, env = cli._passthrough(parsed)
+    flags, env = server.passthrough(parsed)
     assert not any("SECRET" in f for f in flags)
     assert env == {"RL_INSIGHT_ALERTMANAGER_SLACK_API_URL": "https://hooks.slack.com/SECRET1",
                    "RL_INSIGHT_ALERTMANAGER_SMTP_AUTH_PASSWORD": "SECRET2"}

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from rl_insight import cli, config
+from rl_insight.commands import server
 
 
 def test_defaults_are_the_documented_ports(home):
@@ -84,7 +85,7 @@ def test_remote_write_settings_from_the_environment_and_flags_with_secrets_maske
     assert "PW-1" not in out and "TOK-2" not in out
     assert yaml.safe_load(out)["prometheus"]["remote_write_password"] == "***"
     # a detached start passes them through its environment, never its command line
-    passed, environ = cli._passthrough(cli.build_parser().parse_args(
+    passed, environ = server.passthrough(cli.build_parser().parse_args(
         ["server", "start", "--detach", *flags,
          "--set", "prometheus.remote_write_urls=http://a:1/w"]))
     assert passed == ["--set", "prometheus.remote_write_urls=http://a:1/w"]

@@ -15,8 +15,8 @@ import requests
 
 from dashboards import build
 from rl_insight import cli, netaddr
-from rl_insight import dashboard_install as dash
-from rl_insight.dashboard_mapping import map_datasources, referenced
+from rl_insight.grafana import install as dash
+from rl_insight.grafana.mapping import map_datasources, referenced
 from rl_insight.server.services import grafana as managed
 from tests.conftest import Cli
 from tests.fakes.grafana_api import FakeGrafanaAPI

@@ -9,7 +9,8 @@ from concurrent import futures
 import grpc
 import pytest
 
-from rl_insight import doctor, netaddr
+from rl_insight import netaddr
+from rl_insight.commands import doctor
 
 
 @pytest.fixture

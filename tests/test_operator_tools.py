@@ -201,7 +201,7 @@ def test_doctor_names_each_problem_with_its_fix(healthy):
     assert "workers" not in problems(checks)
     script = cluster.workdir / "inside_job.py"
     script.write_text(
-        "import json, ray\nfrom rl_insight import doctor\n"
+        "import json, ray\nfrom rl_insight.commands import doctor\n"
         "ray.init(runtime_env={'env_vars': {'VERL_RL_INSIGHT_ENABLE': '0'}})\n"
         "print(json.dumps(doctor.as_json(doctor.run(project='doc', "
         "experiment='healthy'))))\n")

@@ -240,10 +240,10 @@ def test_rl_insight_profile_asks_waits_prints_the_top_frames_and_writes_the_file
     import socket
     import threading
 
-    from rl_insight.api_client import ServerClient
     from rl_insight.client import self_profile
     from rl_insight.collector.profiling import SELF, Captures
     from rl_insight.commands import profile
+    from rl_insight.commands.api_client import ServerClient
 
     me = f"{socket.gethostname()}:{os.getpid()}"
     c, state = served

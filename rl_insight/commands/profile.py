@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rl_insight.anatomy.ranks import frame_lines
-from rl_insight.api_client import ApiError, ServerClient
+from rl_insight.commands.api_client import ApiError, ServerClient
 
 POLL_S = 1.0
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_insight import grafana_api as api
 from rl_insight import resources
-from rl_insight.dashboard_mapping import map_datasources, referenced
+from rl_insight.grafana import api
+from rl_insight.grafana.mapping import map_datasources, referenced
 from rl_insight.version import __version__
 
 DEFAULT_FOLDER = "RL-Insight"  # the managed Grafana's folder too (uid rl-insight)
@@ -143,7 +143,7 @@ def install(url: str, auth: api.Auth, *, folder: str = DEFAULT_FOLDER,
             say: Say = print, warn: Say = print,
             dashboards: Mapping[str, dict] | None = None) -> list[Outcome]:
     """Every shipped dashboard into ``folder``, one line per dashboard. Credentials and
-    network failures raise :class:`~rl_insight.grafana_api.GrafanaError` at once; a
+    network failures raise :class:`~rl_insight.grafana.api.GrafanaError` at once; a
     dashboard Grafana refuses is reported and the rest go on."""
     mapping = dict(mapping or {})
     dashboards = shipped() if dashboards is None else dashboards
