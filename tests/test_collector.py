@@ -316,7 +316,8 @@ def test_group_path_keeps_any_value():
 
 def test_runtime_env_hook_adds_variables_and_worker_hook(monkeypatch):
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", "http://10.0.0.5:18080")
-    monkeypatch.delenv("RL_INSIGHT_TOKEN", raising=False)
+    for name in ("RL_INSIGHT_TOKEN", "RL_INSIGHT_PROJECT", "RL_INSIGHT_EXPERIMENT_NAME"):
+        monkeypatch.delenv(name, raising=False)  # a run named earlier in this process
     env = runtime_env_hook({"env_vars": {"A": "1", "VERL_RL_INSIGHT_ENABLE": "0"},
                             "pip": ["x"]})
     assert env["pip"] == ["x"]

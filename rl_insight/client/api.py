@@ -7,13 +7,10 @@ No call raises into the caller; failures are counted and logged once.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
-import itertools
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,15 +18,19 @@ from typing import Any
 
 from rl_insight import naming
 from rl_insight.client import engine_spans
-from rl_insight.client import transfer_queue as tq_units
+from rl_insight.client.arguments import _NO_DOC, _ONE, _REQUIRED
+from rl_insight.client.arguments import attributes_of as _attrs
+from rl_insight.client.arguments import labels_of as _labels
+from rl_insight.client.arguments import split_params as _params
 from rl_insight.client.configuration import ClientConfig, environ_key, resolve
 from rl_insight.client.core import Client
 from rl_insight.client.registration import (
     ROLLOUT_JOBS,
     TQ_JOB,
     check_rollout_stats,
-    registration_body,
+    register_targets,
 )
+from rl_insight.client.spancontext import _current, _new_id, _restore
 from rl_insight.client.steps import WATCHED
 from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
 
@@ -38,37 +39,11 @@ log = logging.getLogger(__name__)
 _client: Client | None = None
 _env_checked = False
 _errors = 0
-# span ids: a per-process random start below 2**62 (never 0), then a counter: cheaper than
-# random bits, and 2**62 spans from reaching 64 bits; re-seeded in a forked child
-_ids = itertools.count(random.SystemRandom().getrandbits(62) | 1)
 
 
-def _new_id() -> int:
-    return next(_ids)
-
-
-def _reseed() -> None:
-    global _ids
-    _ids = itertools.count(random.SystemRandom().getrandbits(62) | 1)
-
-
-os.register_at_fork(after_in_child=_reseed)
 # Events are built with tuple.__new__ (all fields given): a NamedTuple's own __new__ is a
 # Python function, and these are built on every call.
 _tnew = tuple.__new__
-# (trace_id, span_id) of the span the current code runs in, for nesting
-_current: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
-    "rl_insight_span", default=None)
-
-
-def _restore(token: contextvars.Token) -> None:
-    """Undo a block's span context. A block that exits in another context (an async
-    generator closed by the loop's finalizer after its consumer went away) has nothing
-    to undo there; that is not an error."""
-    try:
-        _current.reset(token)
-    except (ValueError, RuntimeError):
-        pass
 
 
 def _failed(what: str) -> None:
@@ -209,12 +184,6 @@ def flush(timeout: float = 5.0) -> bool:
         return False
 
 
-def _labels(labels: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    if not labels:
-        return ()
-    return tuple(sorted((naming.label_name(k), str(v)) for k, v in labels.items()))
-
-
 def _metric(kind: str, name: str, value: Any, documentation: str,
             labels: Mapping[str, Any]) -> None:
     c = _client
@@ -236,40 +205,6 @@ def _metric(kind: str, name: str, value: Any, documentation: str,
             c.steps.observe(exported, value)
     except Exception:
         _failed(f"recording metric {name!r}")
-
-
-class _Default(float):
-    """A default that reads as its value in signatures and can be told from a value
-    the caller passed (``is``)."""
-
-
-class _NoDoc(str):
-    pass
-
-
-class _Required:
-    def __repr__(self) -> str:
-        return "<required>"
-
-
-_ONE, _NO_DOC, _REQUIRED = _Default(1.0), _NoDoc(""), _Required()
-
-
-def _params(name: Any, value: Any, documentation: Any, labels: dict, value_key: str
-            ) -> tuple[Any, Any, str]:
-    """Positional arguments win; a keyword equal to a parameter name (``name=``,
-    ``value=``, ``amount=``, ``documentation=``: upstream's keyword calls) fills that
-    parameter when it was not given positionally and is a label otherwise, so no label
-    name makes a call raise."""
-    if name is _REQUIRED:
-        name = labels.pop("name", _REQUIRED)
-    if value is _ONE or value is _REQUIRED:
-        value = labels.pop(value_key, 1.0 if value is _ONE else value)
-    if documentation is _NO_DOC:
-        documentation = labels.pop("documentation", "")
-        if not isinstance(documentation, str):
-            labels["documentation"], documentation = documentation, ""
-    return name, value, documentation
 
 
 def metric_count(name: str = _REQUIRED, amount: float = _ONE, documentation: str = _NO_DOC, /,
@@ -297,23 +232,6 @@ def metric_histogram(name: str = _REQUIRED, value: float = _REQUIRED,
         return
     name, value, documentation = _params(name, value, documentation, labels, "value")
     _metric(HISTOGRAM, name, value, documentation, labels)
-
-
-_SCALARS = (str, bool, int, float)
-
-
-def _attrs(labels: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """Attributes as OpenTelemetry takes them: scalars, and sequences of scalars (kept as
-    a tuple, sent as an OTLP array: agent frameworks put tool lists there); anything else
-    as its text."""
-    out = []
-    for k, v in labels.items():
-        if isinstance(v, (list, tuple)):
-            v = tuple(x if isinstance(x, _SCALARS) else str(x) for x in v)
-        elif not isinstance(v, _SCALARS):
-            v = str(v)
-        out.append((str(k), v))
-    return tuple(out)
 
 
 def default_lane() -> str:
@@ -369,7 +287,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             key = self.key = (lane, self.state, _thread_id())
             entry = _open.get(key)
             if entry is None:  # the interval opens: a child of the caller's span, if any
-                span_id = next(_ids)  # as _new_id()
+                span_id = _new_id()
                 parent = _current.get()
                 start = time.time_ns()
                 entry = _open[key] = [
@@ -634,38 +552,7 @@ def update_prometheus_config(server_addresses: Sequence[str] | str,
     if c is None:
         return
     try:
-        if not c.server_url:  # platform mode: the platform scrapes by its own rule
-            targets = [server_addresses] if isinstance(server_addresses, str) \
-                else list(server_addresses)
-            log.warning("rl-insight: platform mode (no RL-Insight server): %s targets %s "
-                        "are not registered anywhere; the platform's Prometheus must "
-                        "scrape them by its own rule (docs/platform.md has a static "
-                        "config). verl skips this call when rl_insight.is_platform_mode() "
-                        "is true.", job_name or "rollout", targets)
-            return
-        if not server_addresses:
-            log.warning("rl-insight: update_prometheus_config(%r): no address to register",
-                        job_name)
-            return
-        if project is None and experiment_name is None and c.identity is not None:
-            project, experiment_name = c.identity
-        body = registration_body(server_addresses, job_name or "rollout", labels, project,
-                                 experiment_name)
-        body["owner"] = c.owner_key()
-        registrar = c.registrar()
-        if registrar.submit(body) and body["job_name"] == TQ_JOB:
-            # verl names only the controller; each storage unit serves its own metrics
-            def units(found: list[str], body: dict = body) -> None:
-                labels = body.get("labels")
-                unit = {k: v for k, v in body.items() if k != "labels"}
-                if isinstance(labels, list) and len(labels) == 1:
-                    labels = labels[0]
-                if isinstance(labels, dict):
-                    unit["labels"] = labels
-                registrar.submit({**unit, "job_name": tq_units.STORAGE_JOB,
-                                  "targets": found})
-
-            tq_units.register_storage_units_later(units)
+        register_targets(c, server_addresses, job_name, labels, project, experiment_name)
     except Exception:
         _failed("update_prometheus_config")
 

@@ -57,6 +57,47 @@ def registration_body(server_addresses: Sequence[str] | str, job_name: str,
     return body
 
 
+def register_targets(c: Any, server_addresses: Sequence[str] | str, job_name: str | None,
+                     labels: Any, project: str | None, experiment_name: str | None) -> None:
+    """``update_prometheus_config`` for the running client ``c``: the body handed to its
+    registrar, for the run it names unless told otherwise; TransferQueue's storage units
+    found and registered after their controller. Platform mode registers nothing."""
+    from rl_insight.client import transfer_queue as tq_units
+
+    if not c.server_url:  # platform mode: the platform scrapes by its own rule
+        targets = [server_addresses] if isinstance(server_addresses, str) \
+            else list(server_addresses)
+        log.warning("rl-insight: platform mode (no RL-Insight server): %s targets %s "
+                    "are not registered anywhere; the platform's Prometheus must "
+                    "scrape them by its own rule (docs/platform.md has a static "
+                    "config). verl skips this call when rl_insight.is_platform_mode() "
+                    "is true.", job_name or "rollout", targets)
+        return
+    if not server_addresses:
+        log.warning("rl-insight: update_prometheus_config(%r): no address to register",
+                    job_name)
+        return
+    if project is None and experiment_name is None and c.identity is not None:
+        project, experiment_name = c.identity
+    body = registration_body(server_addresses, job_name or "rollout", labels, project,
+                             experiment_name)
+    body["owner"] = c.owner_key()
+    registrar = c.registrar()
+    if registrar.submit(body) and body["job_name"] == TQ_JOB:
+        # verl names only the controller; each storage unit serves its own metrics
+        def units(found: list[str], body: dict = body) -> None:
+            labels = body.get("labels")
+            unit = {k: v for k, v in body.items() if k != "labels"}
+            if isinstance(labels, list) and len(labels) == 1:
+                labels = labels[0]
+            if isinstance(labels, dict):
+                unit["labels"] = labels
+            registrar.submit({**unit, "job_name": tq_units.STORAGE_JOB,
+                              "targets": found})
+
+        tq_units.register_storage_units_later(units)
+
+
 TARGETS_PATH = "/api/v1/prometheus/targets"
 BIND_PATH = "/api/v1/runs/bind"
 DONE_KEEP = 10_000
