@@ -79,3 +79,70 @@ def test_the_sender_speaks_http_through_one_library():
              if path.startswith("rl_insight/collector/") and
              re.search(r"^\s*(import requests|from requests)", text, re.M)]
     assert users == []
+
+
+def test_no_module_is_over_600_lines():
+    """A module holds one job: cli.py (802 lines) is the parser with its commands in
+    rl_insight/commands/, client/api.py (699) the public calls with their arguments and
+    span context apart, config.py (685) a package of the settings and their reading,
+    the anatomy's series a module of their own."""
+    long = {path: n for path, text in sources().items()
+            if (n := len(text.splitlines())) > 600}
+    assert long == {}
+
+
+def _imports(path: str, text: str) -> set[str]:
+    """The package's modules a module imports, anywhere in it (a lazy import too)."""
+    here = path[:-3].replace("/", ".").removesuffix(".__init__")
+    out = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = here.split(".")
+                parent = parts[:len(parts) - node.level + (path.endswith("__init__.py"))]
+                base = ".".join(parent + ([base] if base else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in out if m.startswith("rl_insight")}
+
+
+def test_no_modules_import_each_other_round_a_circle():
+    """The import picture has no circle (client/configuration.py -> options.py -> core.py
+    -> configuration.py was one): each module stands on the ones below it, lazy imports
+    counted."""
+    modules = {path[:-3].replace("/", ".").removesuffix(".__init__"): text
+               for path, text in sources().items()}
+    edges = {m: {t for t in _imports(f"{m.replace('.', '/')}.py", text) if t in modules
+                 and t != m and not m.startswith(t + ".")}
+             for m, text in modules.items()}
+    circles, index, low, stack, on, counter = [], {}, {}, [], set(), [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for m in sorted(modules):
+        if m not in index:
+            visit(m)
+    assert circles == []

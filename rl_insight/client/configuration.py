@@ -15,7 +15,7 @@ Each value is taken from the first of, in this order:
    environment wins, as upstream's does) and this package's client settings;
 4. the config file (``$RL_INSIGHT_HOME/config.yaml``), and the token a server on this
    machine made;
-5. the defaults (``rl_insight/config.py``).
+5. the defaults (``rl_insight/config/settings.py``).
 
 A server URL wins over an OTLP endpoint where both are set (with a warning).
 

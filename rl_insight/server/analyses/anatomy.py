@@ -26,14 +26,13 @@ from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
 from rl_insight.frameworks.table import parts
 from rl_insight.frameworks.wire import STEP_STATE, TRAINER_LANE
+from rl_insight.server.analyses.anatomy_series import Families
 
 # a lane has a handful of states per step and a step needs its own and the previous
 # window: 64 is a dozen steps, and bounds a run without step marks (nothing is ever
 # finalized, so nothing is pruned) to 64 spans a lane (~8 KB) whatever its lanes send
 # (4,128 lanes at 256 spans each held a quarter of the server's memory: scale_tier.py)
 MAX_SPANS_PER_LANE = 64
-MAX_PHASES = 32
-PREFIX = "rl_insight_step_"
 DROP_BUCKET_NS = 100_000_000
 RUN = ("project", "experiment_name")
 REDO_ROWS = 8  # final rows a late lane can still be put in (with max_wait_s)
@@ -416,7 +415,7 @@ class AnatomyStore:
         """The ``rl_insight_step_*`` families for the server's /metrics."""
         self.update()
         now = time.time()
-        fams = _Families()
+        fams = Families()
         with self._lock:
             runs = [(k, r.rows[-1] if r.rows else None, r.last_mark_end,
                      list(r.durations)[-self.settings.median_steps:])
@@ -435,173 +434,3 @@ class AnatomyStore:
         yield from fams.families.values()
 
 
-class _Families:
-    """Builds the families of :meth:`AnatomyStore.collect`, labels in a fixed order."""
-
-    DOCS = {
-        "number": "The step these step-anatomy samples describe",
-        "duration_seconds": "Wall time from the previous step mark to this one",
-        "generate_seconds": "Time any replica of the policy's rollout was generating",
-        "other_seconds": "Time no replica of any role generated and no trainer rank was "
-                         "busy (driver-side work: reward, advantages, logging)",
-        "replica_generate_seconds": "Time this replica was generating",
-        "replica_idle_seconds": "Time this replica was not generating",
-        "replica_idle_ratio": "Share of the step this replica was not generating",
-        "replica_wait_seconds": "Time from this replica's last generation to the slowest "
-                                "of its role's",
-        "straggler_ratio": "The policy's rollout: slowest replica's generating time over "
-                           "the median replica's",
-        "slowest_replica": "The policy's rollout replica that generated longest",
-        "median_generate_seconds": "The median rollout replica's generating time",
-        "role_generate_seconds": "Time any replica of this role was generating",
-        "role_straggler_ratio": "This role's slowest replica's generating time over its "
-                                "median replica's",
-        "role_slowest_replica": "The number of this role's replica that generated longest",
-        "role_replicas": "Replica lanes of this role in the step",
-        "weight_update_seconds": "Time any trainer rank was in update_weights",
-        "trainer_phase_seconds": "Time any trainer rank was in this phase",
-        "trainer_busy_seconds": "Time any trainer rank was in some phase",
-        "trainer_idle_seconds": "Time no trainer rank was in any phase",
-        "trainer_idle_ratio": "Share of the step no trainer rank was in any phase",
-        "overlap_seconds": "Time rollout and training ran at once (separate-async)",
-        "staleness": "Weight updates the batch the trainer consumed is behind",
-        "request_count": "Engine requests of this role that ended in the step",
-        "request_e2e_seconds": "End-to-end time of the step's engine requests of this "
-                               "role (quantile p50, p90, p99, max)",
-        "request_phase_seconds": "Mean time the step's engine requests of this role spent "
-                                 "in each phase (queue, prefill, decode)",
-        "request_completion_tokens": "Tokens the step's engine requests of this role "
-                                     "generated",
-        "request_preemptions": "Preemptions of the step's engine requests of this role",
-        "tail_share": "Share of the step after 90% of its engine requests had finished",
-        "requests_dropped": "Engine request spans of the step the server could not hold "
-                            "(over anatomy.max_requests_per_run): its request figures are "
-                            "short by these",
-        "gpu_seconds": "GPU-seconds of the step per role, busy or idle (weight_sync: the "
-                       "ranks' update_weights)",
-        "tokens_per_gpu_second": "Tokens generated per GPU-second of the step",
-        "wait_seconds": "Time of the step the framework's own timers say it waited, per "
-                        "timing key (SkyRL's generation buffer, OpenRLHF's vLLM lock)",
-        "bucket_seconds": "Time of the step the framework's own spans put in each goodput "
-                          "bucket (productive, overhead, idle, wasted: NeMo-RL's rl.bucket)",
-        "from_timing_keys": "1 when this step's anatomy comes from the framework's timing "
-                            "keys (no replica breakdown, no straggler), 0 from its lanes",
-        "rank_compute_seconds": "Time this trainer rank computed in the step's phases (its "
-                                "phase time less its wait; rank=median: the median rank)",
-        "rank_wait_seconds": "Time this trainer rank waited for others in the step's phases "
-                             "(at their collectives, from torch's Flight Recorder, or from "
-                             "the phases' boundaries; rank=median: the median rank)",
-        "culprit_rank": "The trainer rank the step waited for (rl_insight/anatomy/ranks.py)",
-        "culprit_lead_seconds": "How much longer the culprit rank took than the median other "
-                                "rank in its phase",
-        "culprit_waited_seconds": "What the median other rank waited for the culprit rank",
-    }
-
-    def __init__(self) -> None:
-        self.families: dict[str, GaugeMetricFamily] = {}
-
-    def add(self, name: str, doc: str, labels: list[str], value: float,
-            extra: tuple[str, ...] = (), ts: float | None = None) -> None:
-        fam = self.families.get(name)
-        if fam is None:
-            fam = self.families[name] = GaugeMetricFamily(PREFIX + name, doc,
-                                                          labels=[*RUN, *extra])
-        fam.add_metric(labels, value, timestamp=ts)
-
-    def row(self, run: list[str], r: StepRow) -> None:
-        ts = r.end_ns / 1e9
-        one = {"number": r.step, "duration_seconds": r.duration_s,
-               "generate_seconds": r.generate_s,
-               "other_seconds": max(0.0, r.other_s),
-               "weight_update_seconds": r.weight_update_s,
-               "trainer_busy_seconds": r.trainer_busy_s,
-               "trainer_idle_seconds": r.trainer_idle_s,
-               "trainer_idle_ratio": r.trainer_idle_s / r.duration_s if r.duration_s else 0,
-               "overlap_seconds": r.overlap_s,
-               "from_timing_keys": float(r.source == "timing_keys")}
-        if r.straggler_ratio is not None:
-            one["straggler_ratio"] = r.straggler_ratio
-            one["median_generate_seconds"] = r.median_generate_s
-            number = r.slowest_replica.rpartition("_")[2] if r.slowest_replica else ""
-            if number.isdigit():
-                one["slowest_replica"] = int(number)
-        if r.staleness is not None:
-            one["staleness"] = r.staleness
-        if r.requests_dropped:
-            one["requests_dropped"] = r.requests_dropped
-        for name, value in one.items():
-            self.add(name, self.DOCS[name], run, float(value), ts=ts)
-        for rep, v in r.replicas.items():
-            for name, value in (("replica_generate_seconds", v.generate_s),
-                                ("replica_idle_seconds", v.idle_s),
-                                ("replica_idle_ratio",
-                                 v.idle_s / r.duration_s if r.duration_s else 0.0),
-                                ("replica_wait_seconds", v.wait_s)):
-                self.add(name, self.DOCS[name], [*run, rep, v.role], value,
-                         ("replica", "role"), ts)
-        for role, v in r.roles.items():
-            per_role = {"role_generate_seconds": v.generate_s, "role_replicas": v.replicas}
-            if v.straggler_ratio is not None:
-                per_role["role_straggler_ratio"] = v.straggler_ratio
-            slowest = v.slowest_replica.rpartition("_")[2] if v.slowest_replica else ""
-            if slowest.isdigit():
-                per_role["role_slowest_replica"] = int(slowest)
-            for name, value in per_role.items():
-                self.add(name, self.DOCS[name], [*run, role], float(value), ("role",), ts)
-        for role, q in r.requests.items():
-            self.add("request_count", self.DOCS["request_count"], [*run, role],
-                     q["requests"], ("role",), ts)
-            self.add("request_completion_tokens", self.DOCS["request_completion_tokens"],
-                     [*run, role], q["completion_tokens"], ("role",), ts)
-            self.add("request_preemptions", self.DOCS["request_preemptions"],
-                     [*run, role], q["preemptions"], ("role",), ts)
-            for quant in ("p50", "p90", "p99", "max"):
-                v = q[f"e2e_{quant}_s"]
-                if v is not None:
-                    self.add("request_e2e_seconds", self.DOCS["request_e2e_seconds"],
-                             [*run, role, quant], v, ("role", "quantile"), ts)
-            for phase in ("queue", "prefill", "decode"):
-                v = q[f"{phase}_s_mean"]
-                if v is not None:
-                    self.add("request_phase_seconds", self.DOCS["request_phase_seconds"],
-                             [*run, role, phase], v, ("role", "phase"), ts)
-        if r.tail_share is not None:
-            self.add("tail_share", self.DOCS["tail_share"], run, r.tail_share, ts=ts)
-        if r.tokens_per_gpu_second is not None:
-            self.add("tokens_per_gpu_second", self.DOCS["tokens_per_gpu_second"], run,
-                     r.tokens_per_gpu_second, ts=ts)
-        for role, g in r.gpu_seconds.items():
-            for use, v in g.items():
-                self.add("gpu_seconds", self.DOCS["gpu_seconds"], [*run, role, use], v,
-                         ("role", "use"), ts)
-        for bucket, seconds in r.buckets.items():
-            self.add("bucket_seconds", self.DOCS["bucket_seconds"], [*run, bucket], seconds,
-                     ("bucket",), ts)
-        for key, seconds in r.waits.items():
-            self.add("wait_seconds", self.DOCS["wait_seconds"], [*run, key], seconds,
-                     ("wait",), ts)
-        self.ranks(run, r, ts)
-        for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
-            self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
-                     [*run, phase], seconds, ("phase",), ts)
-
-    def ranks(self, run: list[str], r: StepRow, ts: float) -> None:
-        """Each kept rank's compute and wait, the median rank's, and the culprit (its
-        phase, kind, role, node and GPU as labels: one series per culprit seen)."""
-        figures = {**r.ranks, **({"median": r.rank_median} if r.rank_median else {})}
-        for rank, v in figures.items():
-            for name, key in (("rank_compute_seconds", "compute_s"),
-                              ("rank_wait_seconds", "wait_s")):
-                self.add(name, self.DOCS[name], [*run, rank], v[key], ("rank",), ts)
-        c = r.culprit
-        if not c or not str(c.get("rank", "")).isdigit():
-            return
-        labels = [*run, c["rank"], c.get("phase", ""), c.get("kind", ""),
-                  c.get("role", ""), c.get("node", ""), c.get("gpu", "")]
-        extra = ("rank", "phase", "kind", "role", "node", "gpu")
-        self.add("culprit_rank", self.DOCS["culprit_rank"], labels, float(c["rank"]),
-                 extra, ts)
-        self.add("culprit_lead_seconds", self.DOCS["culprit_lead_seconds"], labels,
-                 c["lead_s"], extra, ts)
-        self.add("culprit_waited_seconds", self.DOCS["culprit_waited_seconds"], labels,
-                 c["waited_s"], extra, ts)

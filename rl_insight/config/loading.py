@@ -1,0 +1,304 @@
+"""How settings are read: the defaults, then a YAML file (ours, or upstream rl-insight's
+server config read as ours), then layers a caller gives (a training process's
+``init(config=...)``), then the environment, then ``--set`` flags; each key checked
+against its type, range and choices."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rl_insight.config.settings import (
+    CONFIG_ENV,
+    ConfigError,
+    Settings,
+)
+
+log = logging.getLogger(__name__)
+
+
+# Documented short environment names; everything else is RL_INSIGHT_<SECTION>_<FIELD>.
+_ENV_ALIASES = {
+    "RL_INSIGHT_HOME": "home",
+    "RL_INSIGHT_HOST": "host",
+    "RL_INSIGHT_TOKEN": "server.token",
+}
+
+
+def _fields(obj: Any) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(obj)}
+
+
+def all_keys(settings: Settings | None = None) -> list[str]:
+    """Every dotted setting name, e.g. ``prometheus.port``."""
+    settings = settings or Settings()
+    keys = []
+    for name, f in _fields(settings).items():
+        value = getattr(settings, name)
+        if dataclasses.is_dataclass(value):
+            keys += [f"{name}.{sub}" for sub in _fields(value)]
+        else:
+            keys.append(f.name)
+    return keys
+
+
+def env_name(key: str) -> str:
+    """The environment variable that sets a dotted key."""
+    for env, aliased in _ENV_ALIASES.items():
+        if aliased == key:
+            return env
+    return "RL_INSIGHT_" + key.replace(".", "_").upper()
+
+
+# Lower bounds of numeric settings whose zero or negative value would make a loop spin
+# or a buffer useless (a batch of 0 wakes the sender millions of times a second)
+MINIMUMS: dict[str, float] = {
+    "client.buffer_max_events": 1, "client.batch_size": 1, "client.flush_interval_s": 0.01,
+    "client.exit_flush_timeout_s": 0, "client.hub_push_interval_s": 0.05,
+    "client.max_series_per_run": 1, "client.lane_exit_grace_s": 0,
+    "client.forget_after_s": 0,
+    "client.lane_flush_interval_s": 0.01, "client.lane_batch_size": 1,
+    "client.lane_max_pending_spans": 1, "client.registration_retry_max_s": 0.1,
+    "client.resend_max_events": 0, "server.max_intake_inflight": 1,
+    "anatomy.settle_s": 0, "anatomy.max_wait_s": 0, "anatomy.keep_steps": 1,
+    "anatomy.max_runs": 1, "anatomy.median_steps": 1, "anatomy.expose_s": 0,
+    "anatomy.gpus_per_replica": 0, "anatomy.gpus_per_rank": 0,
+    "anatomy.max_requests_per_run": 1, "traces.text_max_bytes": 0,
+    "alerts.stall_factor": 1, "alerts.stall_min_s": 1, "alerts.state_stuck_factor": 1,
+    "alerts.state_stuck_min_s": 1, "alerts.kv_cache_usage_max": 0.01,
+    "alerts.preemptions_per_s_max": 0,
+}
+
+
+# settings that take one of a few words
+CHOICES: dict[str, tuple[str, ...]] = {"traces.text_policy": ("off", "redacted", "full"),
+                                     "client.profile_method": ("py-spy", "self")}
+
+
+def _check_range(key: str, value: float) -> float:
+    low = MINIMUMS.get(key)
+    if low is not None and value < low:
+        raise ConfigError(f"{key}: must be at least {low:g}, got {value:g}")
+    return value
+
+
+def _coerce(key: str, current: Any, raw: Any) -> Any:
+    if isinstance(current, bool):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {raw!r}")
+    if isinstance(current, int):
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected a whole number, got {raw!r}") from None
+        if key.endswith("port") and not 0 <= value <= 65535:
+            raise ConfigError(f"{key}: a port is 0..65535, got {value}")
+        return _check_range(key, value)
+    if isinstance(current, float):
+        try:
+            value = float(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+        return _check_range(key, value)
+    if isinstance(raw, (dict, list)):
+        raise ConfigError(f"{key}: expected a single value, got {type(raw).__name__}")
+    if key in CHOICES and str(raw).strip() not in CHOICES[key]:
+        raise ConfigError(f"{key}: one of {', '.join(CHOICES[key])}, got {raw!r}")
+    return str(raw).strip() if key in CHOICES else str(raw)
+
+
+def coerce_key(key: str, raw: Any) -> Any:
+    """``raw`` as the dotted setting ``key`` takes it (its type, range and choices), or
+    ConfigError saying what was wrong: a caller that checks values one by one (init's
+    config) keeps the good ones and warns of the rest."""
+    section, _, name = key.rpartition(".")
+    target: Any = Settings()
+    for part in section.split(".") if section else ():
+        target = getattr(target, part, None)
+    if target is None or name not in _fields(target) or \
+            dataclasses.is_dataclass(getattr(target, name)):
+        raise ConfigError(f"unknown setting {key!r}")
+    return _coerce(key, getattr(target, name), raw)
+
+
+def set_key(settings: Settings, key: str, raw: Any) -> None:
+    """Set one dotted key, converting the value to the field's type."""
+    parts = key.split(".")
+    target: Any = settings
+    for part in parts[:-1]:
+        if part not in _fields(target) or not dataclasses.is_dataclass(getattr(target, part)):
+            raise ConfigError(f"unknown setting {key!r}; known: {', '.join(all_keys())}")
+        target = getattr(target, part)
+    last = parts[-1]
+    if last not in _fields(target) or dataclasses.is_dataclass(getattr(target, last)):
+        raise ConfigError(f"unknown setting {key!r}; known: {', '.join(all_keys())}")
+    setattr(target, last, _coerce(key, getattr(target, last), raw))
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in mapping.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            flat.update(_flatten(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
+
+
+# Upstream rl-insight 0.3.0's server config (its rl_insight/config/config.yaml): each
+# key is read as the setting here that means the same, or ignored with a warning saying
+# why; a value this server cannot honour is refused with what to write instead.
+_UPSTREAM_SAME = {
+    "server.enable": None, "server.backend": None, "service_root": None,
+    "otel.otel_port": None,
+    "prometheus.binary_path": "prometheus.binary", "prometheus.enable": "prometheus.enabled",
+    "prometheus.install_version": "prometheus.version",
+    "prometheus.prometheus_port": "prometheus.port",
+    "prometheus.retention_time": "prometheus.retention",
+    "tempo.binary_path": "tempo.binary", "tempo.enable": "tempo.enabled",
+    "tempo.install_version": "tempo.version", "tempo.query_port": "tempo.port",
+    "tempo.retention_time": "tempo.block_retention",
+    "grafana.binary_path": "grafana.binary", "grafana.enable": "grafana.enabled",
+    "grafana.install_version": "grafana.version",
+    "prometheus.config_file": None, "tempo.config_file": None, "grafana.config_file": None,
+    "grafana.provisioning_dir": None,
+}
+_UPSTREAM_WHY = {
+    "server.enable": "this server is enabled by starting it",
+    "server.backend": "this server runs its services itself, as upstream's `local`",
+    "otel.otel_port": "spans come in on the server's own port (server.port) here",
+    "service_root": "services live under $RL_INSIGHT_HOME here",
+    "config_file": "this server writes its services' configs itself (under "
+                   "$RL_INSIGHT_HOME/generated)",
+    "provisioning_dir": "this server provisions Grafana itself",
+}
+
+
+def upstream_setting(key: str, value: Any) -> tuple[str | None, Any, str]:
+    """(this project's key or None, the value, a note) for a key of upstream's server
+    config; ConfigError for a value that cannot be honoured here."""
+    target = _UPSTREAM_SAME.get(key, key)
+    if key == "server.backend" and str(value) != "local":
+        raise ConfigError(f"server.backend={value!r} (upstream rl-insight): this server "
+                          "runs Prometheus, Tempo and Grafana itself, as upstream's `local` "
+                          "backend; remove the key")
+    if key == "server.enable" and str(value).lower() in ("false", "0", "no", "off"):
+        raise ConfigError("server.enable=false (upstream rl-insight): there is nothing to "
+                          "start then; remove the key and do not run `rl-insight server "
+                          "start`")
+    if key == "tempo.retention_time":  # upstream writes days (30d); Tempo takes hours
+        m = re.fullmatch(r"\s*(\d+)\s*d\s*", str(value))
+        value = f"{int(m.group(1)) * 24}h" if m else value
+    if isinstance(value, str) and "${" in value:  # upstream's own interpolated defaults
+        return None, value, "an upstream default path; this server chooses its own"
+    if target is None:
+        return None, value, _UPSTREAM_WHY.get(key, _UPSTREAM_WHY.get(key.rsplit(".", 1)[-1],
+                                                                     "not needed here"))
+    if key.endswith("binary_path") and not value:
+        return None, value, "empty, so found as usual"
+    return target, value, ""
+
+
+def apply_file(settings: Settings, path: str | os.PathLike) -> None:
+    """Overlay a YAML file; unknown keys are an error so typos do not pass silently."""
+    p = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist; check --config") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {p} must hold a mapping of sections")
+    notes = []
+    for key, value in _flatten(data).items():
+        try:
+            if key in _UPSTREAM_SAME or (isinstance(value, str) and "${service_root}" in value):
+                theirs = key
+                key, value, note = upstream_setting(key, value)
+                notes.append(f"{theirs} {'read as ' + key if key else 'ignored: ' + note}")
+                if key is None:
+                    continue
+            set_key(settings, key, value)
+        except ConfigError as exc:
+            raise ConfigError(f"{p}: {exc}") from None
+    if notes:
+        log.warning("%s is upstream rl-insight's server config; %s", p, "; ".join(notes))
+
+
+def apply_env(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Overlay the environment: aliases first, then the full RL_INSIGHT_* names."""
+    for key in all_keys(settings):
+        full = "RL_INSIGHT_" + key.replace(".", "_").upper()
+        for name in dict.fromkeys([full, env_name(key)]):  # the short alias wins
+            if name in environ:
+                set_key(settings, key, environ[name])
+
+
+def apply_overrides(settings: Settings, overrides: Sequence[str]) -> None:
+    """Overlay ``section.field=value`` strings from the command line."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected section.field=value")
+        set_key(settings, key.strip(), value)
+
+
+def load(
+    config_file: str | os.PathLike | None = None,
+    overrides: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+    layers: Sequence[Mapping[str, Any]] = (),
+) -> Settings:
+    """Defaults, then a file (explicit, $RL_INSIGHT_CONFIG, or $HOME/config.yaml), then
+    ``layers`` (dotted key -> value: a training process's ``init(config=...)``), then the
+    environment, then flags."""
+    environ = os.environ if environ is None else environ
+    settings = Settings()
+    # The home decides where the default config file lives, so read it first.
+    if "RL_INSIGHT_HOME" in environ:
+        settings.home = environ["RL_INSIGHT_HOME"]
+    path = config_file or environ.get(CONFIG_ENV)
+    if path:
+        apply_file(settings, path)
+    else:
+        default = settings.home_path / "config.yaml"
+        if default.is_file():
+            apply_file(settings, default)
+    for layer in layers:
+        for key, value in layer.items():
+            set_key(settings, key, value)
+    apply_env(settings, environ)
+    apply_overrides(settings, overrides)
+    return settings
+
+
+def as_dict(settings: Settings, *, redact: bool = True) -> dict[str, Any]:
+    """Plain data for display; secrets are masked unless asked otherwise."""
+    data = dataclasses.asdict(settings)
+    if redact:
+        if data["server"]["token"]:
+            data["server"]["token"] = "***"
+        if data["grafana"]["admin_password"]:
+            data["grafana"]["admin_password"] = "***"
+        for key in ("slack_api_url", "smtp_auth_password"):
+            if data["alertmanager"][key]:
+                data["alertmanager"][key] = "***"
+        for key in ("remote_write_password", "remote_write_bearer_token"):
+            if data["prometheus"][key]:
+                data["prometheus"][key] = "***"
+    return data
