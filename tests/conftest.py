@@ -113,8 +113,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(SETUP_TIMEOUT_S))
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     order = {id(item): i for i, item in enumerate(items)}
+    # within a world, the modules that read a run started beside its tests go last: the
+    # run has had the group's other modules' time to finish (OpenRLHF's waited 30 s)
+    from tests import worlds
+
+    readers = {module for module, _ in worlds.BACKGROUND.values()}
     items.sort(key=lambda item: (rank.get(group[item.nodeid.split("::", 1)[0]],
-                                          len(rank)), order[id(item)]))
+                                          len(rank)),
+                                 item.nodeid.split("::", 1)[0] in readers, order[id(item)]))
 
 
 def examples(full: int) -> int:

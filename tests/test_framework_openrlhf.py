@@ -42,7 +42,7 @@ OPENRLHF_PATH = REPO / ".venv" / "frameworks" / "openrlhf" / "site-packages"
 OVERLAY = REPO / "tests" / "frameworks" / "stand_ins" / "openrlhf_cpu"
 DRIVER = REPO / "tests" / "frameworks" / "openrlhf_run.py"
 PROJECT = "framework-openrlhf"
-STEPS, SLOW, SLEEP = 6, 4, 1.0
+STEPS, SLOW, SLEEP = 6, 4, 1.5
 
 
 def _command(url: str, work) -> tuple[list[str], dict, object]:
@@ -87,7 +87,7 @@ def _explained(url: str, run: str, step: int) -> dict:
 
 @pytest.mark.integration
 def test_openrlhf_runs_report_their_steps_parts_and_engines(route_server):
-    """OpenRLHF's sync and async GRPO runs, 6 steps each, step 4's generation 1 s slow:
+    """OpenRLHF's sync and async GRPO runs, 6 steps each, step 4's generation 1.5 s slow:
     every number OpenRLHF printed is a series at its last value; a row per step from its
     timing keys; why step 4 was slow (sync: generation) and, in the async run, the step
     that waited for it (step 3's broadcast waits on vLLM's lock while step 4's batch
@@ -141,9 +141,12 @@ def test_openrlhf_runs_report_their_steps_parts_and_engines(route_server):
         assert not row.get("waits"), row  # the synchronous trainer waits for nothing
     gen = {row["step"]: row["generate_s"] for row in steps}
     others = [v for n, v in gen.items() if n != SLOW]
-    assert gen[SLOW] - statistics.median(others) == pytest.approx(SLEEP, abs=0.3), gen
+    # the slow step's generation holds the reward function's whole sleep, and stands out
+    assert gen[SLOW] >= SLEEP and gen[SLOW] - statistics.median(others) > SLEEP / 2, gen
+    # over the steps before it (on a loaded machine their generation is slower, and the
+    # reward function's sleep overlaps some of it)
     top = _explained(url, "grpo-sync", SLOW)["contributions"][0]
-    assert top["part"] == "generate:rollout" and top["over_s"] > SLEEP - 0.3, top
+    assert top["part"] == "generate:rollout" and top["over_s"] > SLEEP / 2, top
 
     # c. async: the generation overlaps the step before (no part of its step); the
     # broadcast is its weight sync and its wait on vLLM's lock; the queue wait its own
