@@ -134,6 +134,24 @@ def running_server(code: Path, sink: Sink, plain_http: bool = False):
         shutil.rmtree(home, ignore_errors=True)
 
 
+SPANS_PER_EXPORT = 512  # the engines' BatchSpanProcessor sends at 512 spans
+
+
+def engine_requests(n: int) -> list[list[tuple[str, str, bytes, str]]]:
+    """Per connection, one engine's export of request spans (``llm_request``, its
+    ``gen_ai.*`` attributes, as vLLM's exporter sends them: bench/request_spans.py
+    builds them), 512 a request: ``--load requests``."""
+    from bench.request_spans import Replica
+
+    out = []
+    for i in range(n):
+        t = time.time_ns()
+        batch = [(t - 2 * 10**9, t - k * 10**6, 200 + k, k) for k in range(SPANS_PER_EXPORT)]
+        body = Replica(Identity("bench", f"requests-{i % 8}"), i).body(batch)
+        out.append([("POST", "/v1/traces", body, "application/x-protobuf")])
+    return out
+
+
 def lane_requests(n: int, route: str = "pushgateway"
                   ) -> list[list[tuple[str, str, bytes, str]]]:
     """Per connection, the requests of one lane actor's tick, its own bodies: its spans,
@@ -221,12 +239,14 @@ async def _drive(url: str, reqs, seconds: float, probe: bool, scrape_s: float) -
 
 
 def drive(url: str, pid: int, connections: int, lanes: int, seconds: float,
-          scrape_s: float, probe: bool = False, route: str = "pushgateway") -> dict:
+          scrape_s: float, probe: bool = False, route: str = "pushgateway",
+          load: str = "lanes") -> dict:
     """Closed loop on ``connections``, each cycling over its share of ``lanes`` lane
-    actors' requests; the server's /metrics read every ``scrape_s``."""
+    actors' requests (``load="requests"``: engines' request-span exports); the server's
+    /metrics read every ``scrape_s``."""
     os.sched_setaffinity(0, {1})  # the load on the other core
     proc = psutil.Process(pid)
-    each = lane_requests(lanes, route)
+    each = engine_requests(lanes) if load == "requests" else lane_requests(lanes, route)
     reqs = [[r for plan in each[c::connections] for r in plan] for c in range(connections)]
     cpu0 = sum(proc.cpu_times()[:2])
     t0 = time.monotonic()
@@ -244,12 +264,15 @@ def measure(code: Path, label: str, args, sink: Sink, overload: bool) -> dict:
     with running_server(code, sink, plain_http=code != REPO) as (url, pid):
         # warm-up: imports, and every lane's groups exist before the measurement
         drive(url, pid, args.connections, args.lanes, max(3.0, args.lanes / 200), 0,
-              route=args.route)
+              route=args.route, load=args.load)
         row = {"code": label, **drive(url, pid, args.connections, args.lanes, args.seconds,
-                                      args.scrape_interval, route=args.route)}
+                                      args.scrape_interval, route=args.route,
+                                      load=args.load)}
+        if args.load == "requests":
+            row["request spans/s"] = row["ok"] * SPANS_PER_EXPORT
         print(json.dumps(row), flush=True)
         rows = [row]
-        if overload:
+        if overload and args.load == "lanes":
             over = {"code": label + ", 8x connections",
                     **drive(url, pid, args.connections * 8, args.lanes, args.seconds,
                             args.scrape_interval, probe=True, route=args.route)}
@@ -270,6 +293,9 @@ def main() -> int:
     ap.add_argument("--route", choices=["pushgateway", "batch"], default="pushgateway",
                     help="the lanes' groups as Pushgateway pushes, or in one batch push a "
                          "tick (the lane Sender's path; the baseline must have the route)")
+    ap.add_argument("--load", choices=["lanes", "requests"], default="lanes",
+                    help="lane actors' ticks, or engines' request-span exports (512 "
+                         "llm_request spans each, one engine a connection)")
     args = ap.parse_args()
     if not shutil.which("taskset"):
         print("bench/intake.py needs taskset (util-linux)", file=sys.stderr)
@@ -286,6 +312,8 @@ def main() -> int:
     print(f"\nrequests answered per second: checkout {rows[0]['ok']:.0f}, baseline "
           f"{rows[-1]['ok']:.0f}: {ratio:.1f} times")
     name = f"intake_{args.lanes}_lanes" + ("_batch" if args.route == "batch" else "")
+    if args.load == "requests":
+        name = f"intake_request_spans_{args.lanes}_engines"
     path = save(name, {"args": vars(args), "rows": rows, "ratio": ratio})
     print(f"saved {path}")
     return 0

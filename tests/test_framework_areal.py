@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from rl_insight import frameworks
 from rl_insight.integrations import tracefiles
-from rl_insight.server.ingest import framework_spans
+from rl_insight.server.ingest import framework_spans, spanwalk
 from rl_insight.server.ingest.otlp import value_of
 from tests import framework_checks as checks
 from tests import worlds
@@ -360,8 +360,8 @@ def test_chrome_export_places_events_at_the_anchor_and_maps_them_at_the_server()
     assert tracefiles.chrome_export([], run, ANCHOR) is None
     # the server's mapping of the same export: the trainer's scopes on the driver lane,
     # the actor's on rank 0's, the rest (train.log_stats, nested helpers) kept, counted
-    found = framework_spans.read(ExportTraceServiceRequest.FromString(
-        tracefiles.chrome_export(events, run, ANCHOR)))
+    found = framework_spans.read(spanwalk.walk(ExportTraceServiceRequest.FromString(
+        tracefiles.chrome_export(events, run, ANCHOR))).spans)
     lanes = {(row[2], row[3]) for row in found.rows}
     assert ("driver", "generate") in lanes and ("driver", "update_weights") in lanes
     assert ("rank_0", "actor_update") in lanes and ("rank_0", "update_weights") in lanes

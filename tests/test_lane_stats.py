@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from rl_insight.server.ingest import otlp
+from rl_insight.server.ingest import spanwalk
 from rl_insight.server.ingest.lane_stats import LaneStats
 
 
@@ -24,8 +24,8 @@ def request(span_ids: list[bytes]) -> ExportTraceServiceRequest:
 def test_a_batch_received_twice_counts_once():
     stats = LaneStats(max_lanes=10)
     first = request([bytes([i]) * 8 for i in range(1, 4)])
-    stats.observe(otlp.iter_lane_fields(first))
-    stats.observe(otlp.iter_lane_fields(first))  # the same request again
-    stats.observe(otlp.iter_lane_fields(request([b"\x09" * 8])))  # a new span
+    stats.observe(map(spanwalk.lane_at, spanwalk.walk(first).spans))
+    stats.observe(map(spanwalk.lane_at, spanwalk.walk(first).spans))  # the same request again
+    stats.observe(map(spanwalk.lane_at, spanwalk.walk(request([b"\x09" * 8])).spans))  # a new span
     (row,) = stats.list("p", "e")
     assert row["states"] == {"update_weights": 4} and row["spans"] == 4

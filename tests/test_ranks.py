@@ -136,7 +136,7 @@ def test_a_rank_phase_reaches_the_row_and_metrics_through_the_server():
     from rl_insight.config import AnatomySettings
     from rl_insight.events import Identity, Span
     from rl_insight.server.analyses.anatomy import AnatomyStore
-    from rl_insight.server.ingest import otlp
+    from rl_insight.server.ingest import otlp, spanwalk
 
     ident = Identity("p", "e")
     spans = []
@@ -151,7 +151,7 @@ def test_a_rank_phase_reaches_the_row_and_metrics_through_the_server():
                           (("step", step),), ends_state=True))
     req = otlp.decode(encode((ident, "1234", s) for s in spans), otlp.PROTOBUF)
     store = AnatomyStore(AnatomySettings(), finished=lambda p, e: True)
-    store.add(otlp.iter_state_rows(req))
+    store.add(r for s in spanwalk.walk(req).spans if (r := spanwalk.state_row(s)))
     store.update(now=base + 100)
     (row,) = [r for r in store.rows("p", "e") if r.step == 2]  # the newest: on /metrics
     assert row.culprit["rank"] == "1" and row.culprit["node"] == "n0"

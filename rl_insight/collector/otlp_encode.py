@@ -8,25 +8,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from rl_insight.events import Identity, Span
+from rl_insight.otlp_values import any_value
 
 SERVICE_NAME = "rl_insight_monitor"
 RUN_KEYS = ("project", "experiment_name")
 _rand = random.Random(int.from_bytes(os.urandom(8), "little"))
-
-
-def any_value(v: Any) -> AnyValue:
-    if isinstance(v, bool):
-        return AnyValue(bool_value=v)
-    if isinstance(v, int):
-        return AnyValue(int_value=v)
-    if isinstance(v, float):
-        return AnyValue(double_value=v)
-    if isinstance(v, (tuple, list)):  # a sequence attribute: an OTLP array
-        return AnyValue(array_value=ArrayValue(values=[any_value(x) for x in v]))
-    return AnyValue(string_value=str(v))
 
 
 _KV: dict[tuple[str, Any], KeyValue] = {}  # attribute messages, built once each

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from rl_insight import otlp_json
 from rl_insight.frameworks.table import STEP, Framework
 from rl_insight.frameworks.wire import IMPORT_SCOPE, RESOURCE_FRAMEWORK_ATTR
+from rl_insight.otlp_values import any_value
 
 WALL_US = 1e15  # a timestamp in µs above this is unix time (2001 on)
 FRAMEWORK_ATTR = RESOURCE_FRAMEWORK_ATTR
@@ -48,18 +49,8 @@ class TraceFileError(ValueError):
     """A file that is no trace this reader knows; the message says what it is not."""
 
 
-def _value(v: Any) -> AnyValue:
-    if isinstance(v, bool):
-        return AnyValue(bool_value=v)
-    if isinstance(v, int):
-        return AnyValue(int_value=v)
-    if isinstance(v, float):
-        return AnyValue(double_value=v)
-    return AnyValue(string_value=v if isinstance(v, str) else json.dumps(v))
-
-
 def _kvs(attrs: Mapping[str, Any]) -> list[KeyValue]:
-    return [KeyValue(key=str(k), value=_value(v)) for k, v in attrs.items()]
+    return [KeyValue(key=str(k), value=any_value(v)) for k, v in attrs.items()]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rl_insight.config import PushSettings
-from rl_insight.server.ingest import otlp
+from rl_insight.server.ingest import otlp, spanwalk
 from rl_insight.server.ingest.grouping import PushError
 from rl_insight.server.ingest.pushstore import PushStore
 from rl_insight.server.ingest.store import Store
@@ -151,7 +151,7 @@ def test_valid_expositions_round_trip(samples):
 def test_otlp_decoder_only_ever_refuses_with_a_reason(body, ctype):
     try:
         req = otlp.decode(body, ctype)
-        list(otlp.iter_lane_fields(req))
+        [spanwalk.lane_at(s) for s in spanwalk.walk(req).spans]
     except otlp.OtlpError as exc:
         assert 400 <= exc.status < 500
 
@@ -165,7 +165,7 @@ def test_otlp_decoder_only_ever_refuses_with_a_reason(body, ctype):
 def test_otlp_json_decoder_with_shaped_garbage(doc):
     try:
         req = otlp.decode(json.dumps(doc).encode(), "application/json")
-        list(otlp.iter_lane_fields(req))
+        [spanwalk.lane_at(s) for s in spanwalk.walk(req).spans]
     except otlp.OtlpError:
         pass
 

@@ -14,13 +14,14 @@ engine's process: rl_insight/client/engine_spans.py) or its resource's
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from rl_insight import laneid
 from rl_insight.anatomy.requests import Request
 from rl_insight.server.ingest.otlp import value_of
+from rl_insight.server.ingest.spanwalk import SpanAt, decoded
 
 REQUEST_SPANS = ("llm_request",)
 MARK = "gen_ai.latency.e2e"  # an engine's request span, whatever its name
@@ -66,20 +67,16 @@ def is_request(span) -> bool:
     return any(kv.key == MARK for kv in span.attributes)
 
 
-def iter_requests(req) -> Iterator[tuple[str, str, Request]]:
-    """(project, experiment_name, request) of every engine request span of an OTLP
-    export; spans without a run are yielded with an empty project."""
-    for rs in req.resource_spans:
-        resource = None
-        for ss in rs.scope_spans:
-            for span in ss.spans:
-                if not is_request(span):
-                    continue
-                if resource is None:
-                    resource = {kv.key: value_of(kv.value) for kv in rs.resource.attributes
-                                if kv.key in IDENTITY}
-                attrs = {kv.key: value_of(kv.value) for kv in span.attributes}
-                yield request_of(span, resource, attrs)
+def request_at(s: SpanAt, resources: dict[int, dict]) -> tuple[str, str, Request] | None:
+    """The span's request, when it is an engine's request span; ``resources`` keeps each
+    resource's identity decoded once."""
+    if not is_request(s.span):
+        return None
+    resource = resources.get(id(s.resource))
+    if resource is None:
+        resource = resources[id(s.resource)] = {
+            k: value_of(v) for k, v in s.resource.items() if k in IDENTITY}
+    return request_of(s.span, resource, decoded(s.attrs))
 
 
 def request_of(span, resource: dict, attrs: dict) -> tuple[str, str, Request]:

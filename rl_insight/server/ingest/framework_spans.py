@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from rl_insight import frameworks
 from rl_insight.frameworks.table import DRIVER, RANK, STEP, Framework
@@ -39,7 +39,8 @@ from rl_insight.frameworks.wire import (
     TIMING_PREFIX,
     TRAINER_LANE,
 )
-from rl_insight.server.ingest.otlp import value_of
+from rl_insight.otlp_values import any_value
+from rl_insight.server.ingest.spanwalk import SpanAt, StateRow, decoded
 
 RUN_KEYS = ("project", "experiment_name")
 
@@ -53,16 +54,14 @@ class Found:
 
     # (project, experiment, framework, step, sent at ns, {key: seconds})
     timings: list[tuple] = field(default_factory=list)
-    # state rows, as otlp.iter_state_rows yields them
-    rows: list[tuple] = field(default_factory=list)
+    # the state rows its spans make
+    rows: list[StateRow] = field(default_factory=list)
     # (project, experiment, bucket, start, end)
     buckets: list[tuple] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)  # (framework, outcome) -> spans
     annotated: bool = False  # spans were given attributes: re-encode the export
-
-
-def _attrs(kvs) -> dict:
-    return {kv.key: value_of(kv.value) for kv in kvs}
+    # each resource's attributes decoded once, with the framework it names
+    resources: dict[int, tuple[dict, Framework | None]] = field(default_factory=dict)
 
 
 def _int(v) -> int | None:
@@ -72,35 +71,39 @@ def _int(v) -> int | None:
         return None
 
 
-def imported(req) -> bool:
+def imported(spans: list[SpanAt]) -> bool:
     """Whether an export comes from ``rl-insight import`` (a file, a step at a time)."""
-    return any(ss.scope.name.startswith(IMPORT_SCOPE)
-               for rs in req.resource_spans for ss in rs.scope_spans)
+    return any(s.scope.startswith(IMPORT_SCOPE) for s in spans)
 
 
-def read(req) -> Found:
+def read(spans: list[SpanAt]) -> Found:
     """Every span without a ``state_lane_id``: step timings and framework spans."""
     found = Found()
-    for rs in req.resource_spans:
-        resource = None
-        for ss in rs.scope_spans:
-            for span in ss.spans:
-                if span.name == STEP_TIMING:
-                    _timing(span, found)
-                    continue
-                if resource is None:
-                    resource = _attrs(rs.resource.attributes)
-                    rfw = frameworks.get(resource.get(RESOURCE_FRAMEWORK_ATTR))
-                fw = rfw or frameworks.by_scope(ss.scope.name)
-                if fw is not None:
-                    _framework_span(fw, resource, span, found)
+    for s in spans:
+        take(s, found)
     return found
 
 
-def _timing(span, found: Found) -> None:
-    attrs = _attrs(span.attributes)
-    if LANE_ATTR in attrs:
+def take(s: SpanAt, found: Found) -> None:
+    """One span of an export, into ``found`` if it is a step timing or a framework's own
+    span (annotated in place with its lane, state and run where its table maps it)."""
+    if LANE_ATTR in s.attrs:
         return
+    if s.span.name == STEP_TIMING:
+        _timing(s, found)
+        return
+    known = found.resources.get(id(s.resource))
+    if known is None:
+        resource = decoded(s.resource)
+        known = found.resources[id(s.resource)] = (
+            resource, frameworks.get(resource.get(RESOURCE_FRAMEWORK_ATTR)))
+    fw = known[1] or frameworks.by_scope(s.scope)
+    if fw is not None:
+        _framework_span(fw, known[0], s, found)
+
+
+def _timing(s: SpanAt, found: Found) -> None:
+    attrs, span = decoded(s.attrs), s.span
     step = _int(attrs.get(STEP_ATTR))
     fw = attrs.get(FRAMEWORK_ATTR)
     if step is None or not fw:
@@ -115,12 +118,8 @@ def _timing(span, found: Found) -> None:
                               span.end_time_unix_nano, values))
 
 
-def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> None:
-    attrs = None
-    for kv in span.attributes:
-        if kv.key == LANE_ATTR:  # one of ours after all
-            return
-    attrs = _attrs(span.attributes)
+def _framework_span(fw: Framework, resource: Mapping, s: SpanAt, found: Found) -> None:
+    attrs, span = decoded(s.attrs), s.span
     service = resource.get("service.name")
     project = attrs.get("project", resource.get("project"))
     experiment = attrs.get("experiment_name", resource.get("experiment_name"))
@@ -152,8 +151,8 @@ def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> Non
     else:
         lane, state = DRIVER, rule.state
     process = str(resource.get("service.instance.id") or service or fw.name)
-    found.rows.append((str(project), str(experiment), lane, state, start, end, process,
-                       step))
+    found.rows.append(StateRow(str(project), str(experiment), lane, state, start, end,
+                               process, step))
     found.counts[(fw.name, MAPPED)] += 1
     # Tempo holds it as this package's own state span: on its lane, in its run
     extra = {LANE_ATTR: lane, STATE_ATTR: state, SEGMENT_ATTR: STATE_INTERVAL,
@@ -163,7 +162,7 @@ def _framework_span(fw: Framework, resource: Mapping, span, found: Found) -> Non
         extra[STEP_ATTR] = step
     for k, v in extra.items():
         if k not in attrs or k in (LANE_ATTR, STATE_ATTR):
-            span.attributes.append(KeyValue(
-                key=k, value=AnyValue(int_value=v) if isinstance(v, int)
-                else AnyValue(string_value=v)))
+            value = any_value(v)
+            span.attributes.append(KeyValue(key=k, value=value))
+            s.attrs[k] = value  # what reads the span after (its lane's figures) sees it
     found.annotated = True

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from rl_insight.config import Settings
 from rl_insight.frameworks.wire import TRAINER_LANE
 from rl_insight.server.httpio import ClientGone, HttpError, read_asgi_body, text_body
-from rl_insight.server.ingest import engine_requests, framework_spans, otlp, textpolicy
+from rl_insight.server.ingest import engine_requests, framework_spans, otlp, spanwalk
 from rl_insight.server.ingest.grouping import PushError, parse_grouping_key
 from rl_insight.server.ingest.otlp import OtlpError
 
@@ -71,33 +71,45 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
     limit = state.settings.traces.max_body_bytes
     raw = otlp.decompress(body, encoding, limit)
     req = otlp.decode(raw, ctype)
-    n = otlp.count_spans(req)
     traces = state.settings.traces
-    texts = textpolicy.apply(req, traces.text_policy, traces.text_max_bytes)
+    # one walk: each span once, its texts put to the policy, its attributes read once,
+    # then handed to what wants it: its state row, else a framework's meaning (which may
+    # put it on a lane), its lane's figures, an engine's request
+    spans, texts = spanwalk.walk(req, traces.text_policy, traces.text_max_bytes)
+    n = len(spans)
     if texts:
         state.metrics.span_texts.labels(traces.text_policy).inc(texts)
-    rows = list(otlp.iter_state_rows(req))
-    annotated = False
-    if len(rows) < n:  # spans that are no state: step timings, a framework's own spans?
-        found = framework_spans.read(req)
-        rows += found.rows
-        annotated = found.annotated
-        state.anatomy.add_timings(found.timings)
-        state.anatomy.add_buckets(found.buckets)
-        for (framework, outcome), count in found.counts.items():
-            state.metrics.framework_spans.labels(framework, outcome).inc(count)
-    for project, experiment in state.lanes.observe(otlp.iter_lane_fields(req)):
+    rows: list[spanwalk.StateRow] = []
+    lanes: list[tuple] = []
+    engine: list[tuple] = []
+    found = framework_spans.Found()
+    known: dict[int, dict] = {}
+    for s in spans:
+        row = spanwalk.state_row(s)
+        if row is not None:
+            rows.append(row)
+        else:
+            framework_spans.take(s, found)
+            request = engine_requests.request_at(s, known)
+            if request is not None:
+                engine.append(request)
+        lanes.append(spanwalk.lane_at(s))
+    rows += found.rows
+    state.anatomy.add_timings(found.timings)
+    state.anatomy.add_buckets(found.buckets)
+    for (framework, outcome), count in found.counts.items():
+        state.metrics.framework_spans.labels(framework, outcome).inc(count)
+    for project, experiment in state.lanes.observe(lanes):
         state.experiments.touch(project, experiment)
     state.recent.add(rows)
     state.anatomy.add(rows)
-    if framework_spans.imported(req) and \
-            any(r[2] == TRAINER_LANE for r in rows):
+    if any(r.lane == TRAINER_LANE for r in rows) and framework_spans.imported(spans):
         state.anatomy.update()  # an imported step's mark: its row now, before the next's
-    if len(rows) < n:  # spans that are no state: an engine's requests among them?
-        engine = state.requests.observe(engine_requests.iter_requests(req))
-        if engine:
-            state.anatomy.add_requests(engine)
-            state.recent.add_requests(engine)
+    engine = state.requests.observe(engine) if engine else []
+    if engine:
+        state.anatomy.add_requests(engine)
+        state.recent.add_requests(engine)
+    annotated = found.annotated
     plain = ctype.split(";")[0].strip().lower() == otlp.PROTOBUF and not (texts or annotated)
     payload = raw if plain else req.SerializeToString()
     if n:

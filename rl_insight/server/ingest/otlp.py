@@ -16,7 +16,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from rl_insight import otlp_json
-from rl_insight.anatomy.ranks import EVIDENCE_KEYS
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -73,10 +72,6 @@ def response(content_type: str) -> tuple[bytes, str]:
     return ExportTraceServiceResponse().SerializeToString(), PROTOBUF
 
 
-def count_spans(req: ExportTraceServiceRequest) -> int:
-    return sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
-
-
 def value_of(v: AnyValue) -> Any:
     kind = v.WhichOneof("value")
     if kind is None:
@@ -96,51 +91,3 @@ def iter_spans(req: ExportTraceServiceRequest) -> Iterator[tuple[dict[str, Any],
                 attrs.update({kv.key: value_of(kv.value) for kv in span.attributes})
                 yield attrs, span
 
-
-
-LANE_KEYS = ("project", "experiment_name", "state_lane_id", "state_name")
-
-
-def iter_lane_fields(req: ExportTraceServiceRequest
-                     ) -> Iterator[tuple[str, str, str | None, str, int, bytes]]:
-    """(project, experiment_name, state_lane_id, state_name, end ns, span id) per span,
-    reading only those four attributes (span first, then resource): the hot path of
-    intake."""
-    wanted = LANE_KEYS
-    for rs in req.resource_spans:
-        base = {kv.key: str(value_of(kv.value)) for kv in rs.resource.attributes
-                if kv.key in wanted}
-        for ss in rs.scope_spans:
-            for span in ss.spans:
-                found = dict(base)
-                for kv in span.attributes:
-                    if kv.key in wanted:
-                        v = kv.value
-                        found[kv.key] = v.string_value if v.HasField("string_value") \
-                            else str(value_of(v))
-                yield (found.get("project", ""), found.get("experiment_name", ""),
-                       found.get("state_lane_id"), found.get("state_name") or span.name,
-                       span.end_time_unix_nano, span.span_id)
-
-
-def iter_state_rows(req: ExportTraceServiceRequest
-                    ) -> Iterator[tuple[str, str, str, str, int, int, str, object, dict | None]]:
-    """(project, experiment, lane, state, start, end, process_id, step, evidence) of every
-    span that belongs to a state lane; evidence: what a rank's client measured of its
-    phase (rl_insight.anatomy.ranks.EVIDENCE_KEYS), else None."""
-    keep = LANE_KEYS + ("process_id", "step") + EVIDENCE_KEYS
-    for rs in req.resource_spans:
-        for ss in rs.scope_spans:
-            for span in ss.spans:
-                found = {}
-                for kv in span.attributes:
-                    if kv.key in keep:
-                        found[kv.key] = value_of(kv.value)
-                lane = found.get("state_lane_id")
-                if lane is None:
-                    continue
-                evidence = {k: found[k] for k in EVIDENCE_KEYS if k in found} or None
-                yield (str(found.get("project", "")), str(found.get("experiment_name", "")),
-                       str(lane), str(found.get("state_name") or span.name),
-                       span.start_time_unix_nano, span.end_time_unix_nano,
-                       str(found.get("process_id", "")), found.get("step"), evidence)
