@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from rl_insight import laneid
 from rl_insight.anatomy.requests import Request
 from rl_insight.server.ingest.otlp import value_of
-from rl_insight.server.ingest.spanwalk import SpanAt, decoded
+from rl_insight.server.ingest.spanwalk import SpanAt
 
 REQUEST_SPANS = ("llm_request",)
 MARK = "gen_ai.latency.e2e"  # an engine's request span, whatever its name
@@ -75,8 +75,8 @@ def request_at(s: SpanAt, resources: dict[int, dict]) -> tuple[str, str, Request
     resource = resources.get(id(s.resource))
     if resource is None:
         resource = resources[id(s.resource)] = {
-            k: value_of(v) for k, v in s.resource.items() if k in IDENTITY}
-    return request_of(s.span, resource, decoded(s.attrs))
+            k: v for k, v in s.resource.items() if k in IDENTITY}
+    return request_of(s.span, resource, s.attrs)
 
 
 def request_of(span, resource: dict, attrs: dict) -> tuple[str, str, Request]:

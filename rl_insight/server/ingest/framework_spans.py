@@ -40,7 +40,7 @@ from rl_insight.frameworks.wire import (
     TRAINER_LANE,
 )
 from rl_insight.otlp_values import any_value
-from rl_insight.server.ingest.spanwalk import SpanAt, StateRow, decoded
+from rl_insight.server.ingest.spanwalk import SpanAt, StateRow
 
 RUN_KEYS = ("project", "experiment_name")
 
@@ -94,16 +94,15 @@ def take(s: SpanAt, found: Found) -> None:
         return
     known = found.resources.get(id(s.resource))
     if known is None:
-        resource = decoded(s.resource)
         known = found.resources[id(s.resource)] = (
-            resource, frameworks.get(resource.get(RESOURCE_FRAMEWORK_ATTR)))
+            s.resource, frameworks.get(s.resource.get(RESOURCE_FRAMEWORK_ATTR)))
     fw = known[1] or frameworks.by_scope(s.scope)
     if fw is not None:
         _framework_span(fw, known[0], s, found)
 
 
 def _timing(s: SpanAt, found: Found) -> None:
-    attrs, span = decoded(s.attrs), s.span
+    attrs, span = s.attrs, s.span
     step = _int(attrs.get(STEP_ATTR))
     fw = attrs.get(FRAMEWORK_ATTR)
     if step is None or not fw:
@@ -119,7 +118,7 @@ def _timing(s: SpanAt, found: Found) -> None:
 
 
 def _framework_span(fw: Framework, resource: Mapping, s: SpanAt, found: Found) -> None:
-    attrs, span = decoded(s.attrs), s.span
+    attrs, span = s.attrs, s.span
     service = resource.get("service.name")
     project = attrs.get("project", resource.get("project"))
     experiment = attrs.get("experiment_name", resource.get("experiment_name"))
@@ -162,7 +161,6 @@ def _framework_span(fw: Framework, resource: Mapping, s: SpanAt, found: Found) -
         extra[STEP_ATTR] = step
     for k, v in extra.items():
         if k not in attrs or k in (LANE_ATTR, STATE_ATTR):
-            value = any_value(v)
-            span.attributes.append(KeyValue(key=k, value=value))
-            s.attrs[k] = value  # what reads the span after (its lane's figures) sees it
+            span.attributes.append(KeyValue(key=k, value=any_value(v)))
+            s.attrs[k] = v  # what reads the span after (its lane's figures) sees it
     found.annotated = True

@@ -1,8 +1,8 @@
-"""One walk over a decoded OTLP export: every span visited once, its text attributes put
-to the server's text policy, its attributes read once into a mapping of their raw values
-(decoded by whoever wants one, never twice), handed on with its resource's and its
-scope's. What the intake makes of a span (its state row, its lane's figures, a
-framework's meaning, an engine's request) reads these, never the export again."""
+"""One walk over a decoded OTLP export: every span visited once, its attributes decoded
+once (its resource's once a resource), its text attributes put to the server's text
+policy where it has any, handed on with its resource's and its scope's. What the intake
+makes of a span (its state row, its lane's figures, a framework's meaning, an engine's
+request) reads these, never the export again."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ LANE_KEYS = ("project", "experiment_name", "state_lane_id", "state_name")
 
 
 class SpanAt(NamedTuple):
-    """A span with where it came from: its resource's attributes and its own (raw
-    ``AnyValue``s by key: ``value_of`` decodes one), its instrumentation scope's name."""
+    """A span with where it came from: its own attributes and its resource's (decoded,
+    by key), its instrumentation scope's name."""
 
     span: Any  # opentelemetry.proto.trace.v1.trace_pb2.Span
     attrs: dict[str, Any]
@@ -46,23 +46,25 @@ class Walk(NamedTuple):
 
 
 def walk(req: Any, policy: str = "full", limit: int = 1 << 62) -> Walk:
-    """Every span of ``req`` once, the text policy applied to it first (in place)."""
+    """Every span of ``req`` once, the text policy applied (in place) to a span that
+    holds a text attribute or events."""
     spans: list[SpanAt] = []
     texts = 0
+    enforced = textpolicy.enforced(policy, limit)
+    is_text = textpolicy.is_text_key
     for rs in req.resource_spans:
-        resource = {kv.key: kv.value for kv in rs.resource.attributes}
+        resource = {kv.key: value_of(kv.value) for kv in rs.resource.attributes}
         for ss in rs.scope_spans:
             scope = ss.scope.name
             for span in ss.spans:
-                texts += textpolicy.apply_span(span, policy, limit)
-                spans.append(SpanAt(span, {kv.key: kv.value for kv in span.attributes},
-                                    resource, scope))
+                attrs = {kv.key: value_of(kv.value) for kv in span.attributes}
+                if enforced and (len(span.events) or any(map(is_text, attrs))):
+                    changed = textpolicy.apply_span(span, policy, limit)
+                    if changed:
+                        texts += changed
+                        attrs = {kv.key: value_of(kv.value) for kv in span.attributes}
+                spans.append(SpanAt(span, attrs, resource, scope))
     return Walk(spans, texts)
-
-
-def text(value: Any) -> str:
-    """An attribute's value as text (a string's own, without decoding others twice)."""
-    return value.string_value if value.HasField("string_value") else str(value_of(value))
 
 
 def state_row(s: SpanAt) -> StateRow | None:
@@ -71,15 +73,11 @@ def state_row(s: SpanAt) -> StateRow | None:
     lane = a.get("state_lane_id")
     if lane is None:
         return None
-    evidence = {k: value_of(a[k]) for k in EVIDENCE_KEYS if k in a} or None
-    step = a.get("step")
-    return StateRow(str(value_of(a["project"])) if "project" in a else "",
-                    str(value_of(a["experiment_name"])) if "experiment_name" in a else "",
-                    str(value_of(lane)),
-                    str(value_of(a["state_name"])) if "state_name" in a else s.span.name,
+    evidence = {k: a[k] for k in EVIDENCE_KEYS if k in a} or None
+    return StateRow(str(a.get("project", "")), str(a.get("experiment_name", "")), str(lane),
+                    str(a.get("state_name") or s.span.name),
                     s.span.start_time_unix_nano, s.span.end_time_unix_nano,
-                    str(value_of(a["process_id"])) if "process_id" in a else "",
-                    None if step is None else value_of(step), evidence)
+                    str(a.get("process_id", "")), a.get("step"), evidence)
 
 
 def lane_at(s: SpanAt) -> tuple[str, str, str | None, str, int, bytes]:
@@ -91,12 +89,8 @@ def lane_at(s: SpanAt) -> tuple[str, str, str | None, str, int, bytes]:
         if v is None:
             v = s.resource.get(key)
         if v is not None:
-            found[key] = text(v)
+            found[key] = str(v)
     return (found.get("project", ""), found.get("experiment_name", ""),
             found.get("state_lane_id"), found.get("state_name") or s.span.name,
             s.span.end_time_unix_nano, s.span.span_id)
 
-
-def decoded(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A mapping of raw attribute values, decoded (a span that needs all of them)."""
-    return {k: value_of(v) for k, v in values.items()}

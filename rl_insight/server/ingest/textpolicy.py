@@ -18,6 +18,7 @@ empty.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 POLICIES = ("off", "redacted", "full")
@@ -30,8 +31,14 @@ SUFFIXES = (".text", "_text", ".content", ".prompt", ".completion")
 TRUNCATED = "text_truncated"
 
 
+@functools.lru_cache(maxsize=4096)  # the same few dozen keys on every span
 def is_text_key(key: str) -> bool:
     return key in TEXT_KEYS or key.endswith(SUFFIXES)
+
+
+def enforced(policy: str, limit: int) -> bool:
+    """Whether the policy changes anything (``full`` with no limit keeps every text)."""
+    return not (policy == "full" and limit >= 1 << 62)
 
 
 def _redact(value: str) -> str:
@@ -74,8 +81,6 @@ def _apply_to(attributes, policy: str, limit: int) -> tuple[int, bool]:
 
 def apply_span(span, policy: str, limit: int) -> int:
     """Enforce the policy on one span and its events, in place; the attributes changed."""
-    if policy == "full" and limit >= 1 << 62:
-        return 0  # nothing to enforce (the walk's default)
     n, cut = _apply_to(span.attributes, policy, limit)
     for event in span.events:
         m, c = _apply_to(event.attributes, policy, limit)
