@@ -48,7 +48,7 @@ FAST_TIER = os.environ.get(FAST_TIER_ENV) == "1"
 # tests, put the one-test heavyweights last). A module not named here is light.
 HEAVY_FIRST = (
     "ray_world",  # 675 s, and the frameworks' runs (tests/test_simulation_frameworks.py)
-    "route_server",  # 113 s, and TRL's, AReaL's and SkyRL's own runs: about 200 s
+    "route_server",  # 142 s with TRL's, AReaL's, SkyRL's and OpenRLHF's own runs beside it
     "tests/reliability/test_faults.py",  # 209 s
     "tests/test_multihost.py",  # 196 s
     "tests/test_verl_run.py",  # 126 s
