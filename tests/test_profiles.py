@@ -190,11 +190,12 @@ class _Edge:
         return r.status_code, r.json()
 
 
-def hot_loop(seconds: float) -> None:
+def hot_loop(seconds: float, until=None) -> None:
+    """Busy for ``seconds``, or (``until``) as long as that thread lives, within them."""
     import time
 
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    while time.perf_counter() < end and (until is None or until.is_alive()):
         pass
 
 
@@ -220,7 +221,9 @@ def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(served):
     (ask,) = cap.asks_for(me)  # what LaneActor.confirmed hands the process
     assert cap.asks_for(me) == []  # once
     thread = self_profile.answer(ask, cap.answered)
-    hot_loop(1.2)  # the rank's work while it samples itself
+    # the rank's work for as long as it samples itself (on a loaded machine the sampler
+    # may start late: a fixed 1.2 s once left it nothing to see)
+    hot_loop(10.0, until=thread)
     thread.join(10)
     cap.tick(True)  # the answer goes to the server
     got = state.profiles.get(pid)
