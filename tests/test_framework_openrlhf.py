@@ -60,7 +60,9 @@ def _command(url: str, work) -> tuple[list[str], dict, object]:
              str(STEPS), "--slow-step", str(SLOW)], env, work)
 
 
-worlds.background("openrlhf", "tests/test_framework_openrlhf.py", _command)
+# at the lowest priority: its two trainers on a Ray cluster of their own (about 50
+# CPU-seconds) run beside the Ray world's timing-sensitive drift run on the other worker
+worlds.background("openrlhf", "tests/test_framework_openrlhf.py", _command, nice=19)
 
 
 def _numeric(value) -> bool:

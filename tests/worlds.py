@@ -166,13 +166,14 @@ BACKGROUND_NICE = 10
 BACKGROUND_DELAY_S = 45.0  # past the suite's first, saturated minute (Background)
 
 
-def yield_cpu() -> None:
-    os.nice(BACKGROUND_NICE)
+def yield_cpu(nice: int = BACKGROUND_NICE) -> None:
+    os.nice(nice)
 
 
-def background(name: str, module: str, command) -> None:
-    """Register a run for the route server to start as soon as it is up."""
-    BACKGROUND[name] = (module, command)
+def background(name: str, module: str, command, nice: int = BACKGROUND_NICE) -> None:
+    """Register a run for the route server to start as soon as it is up; ``nice``: how
+    far it yields the CPU to the tests running meanwhile."""
+    BACKGROUND[name] = (module, command, nice)
 
 
 class Background:
@@ -181,7 +182,9 @@ class Background:
     their first simulations starting at once saturate the machine), or when a test asks
     for its result first."""
 
-    def __init__(self, argv: list[str], env: dict, cwd: Path, delay_s: float = 0.0) -> None:
+    def __init__(self, argv: list[str], env: dict, cwd: Path, delay_s: float = 0.0,
+                 nice: int = BACKGROUND_NICE) -> None:
+        self.nice = nice
         self.argv, self.env, self.cwd = argv, env, cwd
         self.proc: subprocess.Popen | None = None
         self.t_start = 0.0
@@ -198,7 +201,8 @@ class Background:
             self.log = (self.cwd / "background.log").open("w+")
             self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd,
                                          stdout=self.log, stderr=subprocess.STDOUT,
-                                         text=True, preexec_fn=yield_cpu)
+                                         text=True,
+                                         preexec_fn=lambda: yield_cpu(self.nice))
 
     def result(self, timeout: float = 300) -> tuple[int, str]:
         """(exit code, output)."""
@@ -232,12 +236,13 @@ def route_server(request):
                         f"traces.relay_url={tempo.url}")
         world = RouteServer(cli, url, tempo)
         selected = {item.nodeid.split("::", 1)[0] for item in request.session.items}
-        for name, (module, command) in BACKGROUND.items():
+        for name, (module, command, nice) in BACKGROUND.items():
             if module in selected:  # only for the tests that will read it
                 work = _workdir(name)
                 stack.callback(shutil.rmtree, work, True)
                 run = world.background[name] = Background(*command(url, work),
-                                                           delay_s=BACKGROUND_DELAY_S)
+                                                           delay_s=BACKGROUND_DELAY_S,
+                                                           nice=nice)
                 stack.callback(run.stop)
     except BaseException:
         close("route_server")
