@@ -75,15 +75,6 @@ def relay_registry(job: str, lane: str, labels: Mapping[str, Any],
         return False
 
 
-def stop_all() -> None:
-    """Stop every relay of this process, each sending once more (tests, shutdown)."""
-    with _lock:
-        relays = list(_relays.values())
-        _relays.clear()
-    for periodic in relays:
-        periodic.stop(1.0)
-
-
 def _forget() -> None:
     _relays.clear()  # threads do not cross a fork: the child relays nothing of its own
 

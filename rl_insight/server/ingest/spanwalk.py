@@ -45,7 +45,7 @@ class Walk(NamedTuple):
     texts: int  # text attributes the policy changed (0: the payload is as it came)
 
 
-def walk(req: Any, policy: str = "full", limit: int = 1 << 62) -> Walk:
+def walk(req: Any, policy: str = "full", limit: int = textpolicy.NO_LIMIT) -> Walk:
     """Every span of ``req`` once, the text policy applied (in place) to a span that
     holds a text attribute or events."""
     spans: list[SpanAt] = []

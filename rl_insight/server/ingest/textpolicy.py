@@ -29,6 +29,7 @@ TEXT_KEYS = frozenset({
     "llm.prompts", "llm.completions", "input.value", "output.value"})
 SUFFIXES = (".text", "_text", ".content", ".prompt", ".completion")
 TRUNCATED = "text_truncated"
+NO_LIMIT = 1 << 62  # full text, uncut: the policy changes nothing
 
 
 @functools.lru_cache(maxsize=4096)  # the same few dozen keys on every span
@@ -38,7 +39,7 @@ def is_text_key(key: str) -> bool:
 
 def enforced(policy: str, limit: int) -> bool:
     """Whether the policy changes anything (``full`` with no limit keeps every text)."""
-    return not (policy == "full" and limit >= 1 << 62)
+    return not (policy == "full" and limit >= NO_LIMIT)
 
 
 def _redact(value: str) -> str:
