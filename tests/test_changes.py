@@ -127,6 +127,30 @@ def test_a_change_recovers_and_a_lasting_one_becomes_the_new_level():
     assert [(c.onset_step, c.open, c.headline.end) for c in found] == [(31, False, "new_level")]
 
 
+def test_a_part_that_moved_on_its_own_is_a_change_apart_from_a_later_slowdown():
+    """The drifting run on a busy host (tests/test_changes_e2e.py): the driver's own time
+    up from step 16 (1.5 % of the step: a part's change, not the step's), its generation
+    a third slower from step 26. Two changes: the slowdown's onset, the step it was found
+    at and its alert's key are its own, not the earlier part's."""
+    import random
+
+    rng = random.Random(5)
+    rows = []
+    for s in range(1, 45):
+        gen = 6.0 * (1 + rng.gauss(0, 0.01)) * (1.3 if s >= 26 else 1.0)
+        other = 1.0 * (1 + rng.gauss(0, 0.01)) + (0.15 if 16 <= s <= 32 else 0.0)
+        rows.append({"step": s, "duration_s": gen + other + 3.0, "other_s": other,
+                     "roles": {"rollout": {"generate_s": gen}},
+                     "phases": {"actor_update": 3.0}})
+    found = [c.as_dict() for c in changes.analyze(rows).report()]
+    assert [(c["signal"], c["first_onset_step"]) for c in found] == \
+        [("other", 16), ("step_time", 26)], found
+    slow = found[1]
+    assert slow["detected_step"] >= 26 and slow["id"].endswith("@26"), slow
+    assert {s["signal"] for s in slow["signals"]} == {"step_time", "generate:rollout"}
+    assert slow["parts"][0]["part"] == "generate:rollout"
+
+
 def test_too_small_a_change_is_none_however_sure():
     rows = steady(60, noise=0.001)
     for r in rows[30:]:

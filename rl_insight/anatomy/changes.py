@@ -334,17 +334,28 @@ class RunChanges:
         return [r for r in self.regressions if r.open]
 
     def report(self) -> list[Change]:
-        """The run's changes, oldest first: the regressions of its signals whose spans
-        overlap are one change (a creeping generation shows in its part before the step
-        time confirms it: the change is found when the first of them is)."""
+        """The run's changes, oldest first: the regressions of the step time and the
+        throughput whose spans overlap are one change, and a part's joins it where the
+        part holds it (a creeping generation shows in its part before the step time
+        confirms it: the change is found when the first of them is). A part that moved
+        at the time on its own (the driver's overhead on a busy host, beside a slower
+        generation) is a change of its own: it lends the other neither its onset nor
+        the step it was found at."""
         regs = sorted(self.regressions, key=lambda r: (r.onset_step, r.detected_step))
-        groups: list[list[Regression]] = []
+        heads = _by_overlap([r for r in regs if r.signal in HEADLINES])
+        loose = []
         for reg in regs:
-            if groups and any(_overlaps(reg, other) for other in groups[-1]):
-                groups[-1].append(reg)
+            if reg.signal in HEADLINES:
+                continue
+            home = next((g for g in heads if any(
+                _overlaps(reg, h) and reg.signal in {p["part"] for p in h.parts}
+                for h in g)), None)
+            if home is None:
+                loose.append(reg)
             else:
-                groups.append([reg])
-        return [Change.of(g) for g in groups]
+                home.append(reg)
+        changes = [Change.of(g) for g in heads + _by_overlap(loose)]
+        return sorted(changes, key=lambda c: (c.first.onset_step, c.detected_step))
 
 
 @dataclass
@@ -421,6 +432,17 @@ class Change:
                 "unit": "tokens/GPU-s" if head.signal == THROUGHPUT else "s",
                 "parts": self.parts(), "candidates": self.candidates, "scope": self.scope,
                 "signals": [r.as_dict() for r in self.regressions]}
+
+
+def _by_overlap(regs: list[Regression]) -> list[list[Regression]]:
+    """Regressions in onset order, grouped where each overlaps one of its group's."""
+    groups: list[list[Regression]] = []
+    for reg in regs:
+        if groups and any(_overlaps(reg, other) for other in groups[-1]):
+            groups[-1].append(reg)
+        else:
+            groups.append([reg])
+    return groups
 
 
 def _overlaps(a: Regression, b: Regression) -> bool:
