@@ -167,9 +167,11 @@ BACKGROUND_DELAY_S = 45.0  # past the suite's first, saturated minute (Backgroun
 
 
 # how far the Ray world's processes come before the other tests while a run that times
-# its steps against their noise runs (AFTER_THE_OTHERS): a burst of three busy processes
-# beside the drifting run, at steps 13 to 20, moved its steps' `other` time 60 % with the
-# driver at nice 0 (the test saw a change five steps before the drift's); at -10, none
+# its steps against their noise runs (AFTER_THE_OTHERS). Ray starts its workers at nice
+# 15 (RAY_worker_niceness), so the actors a driver waits on yield to every test beside
+# them: three busy processes for 15 s beside the drifting run, from its step 10, moved its
+# steps' `other` time 100 % with its driver at nice 10, 60 % at 0 (the test saw a change
+# five steps before the drift's); with all of them at -10, not at all (2026-12-06)
 FAVOURED_NICE = -10
 
 
