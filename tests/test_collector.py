@@ -574,3 +574,28 @@ def test_a_relayed_engine_exposition_is_pushed_as_the_engines_group_and_forgotte
     core.forget_after_s = 0
     core.forget(time.monotonic() + 1)
     assert len(core.relayed) == 0
+
+
+def test_an_engine_relays_its_text_at_once_when_asked(configured, monkeypatch):
+    """The trainer asks each engine to relay (OpenRLHF's, rl_insight/integrations/
+    openrlhf.py): its first text is handed to the client at once, not a tick later (a
+    run of a few steps on a busy CI host ended before one engine's first tick)."""
+    from rl_insight.client import api, relay
+
+    configured(RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="60")
+    client = api._get()
+    added: list = []
+    monkeypatch.setattr(client, "add", added.append)
+    monkeypatch.setattr(relay, "_relays", {})
+    registry = CollectorRegistry()
+    Gauge("vllm:num_requests_running", "running", registry=registry).set(2)
+    assert relay.relay_registry("vllm", "replica_0", {"replica": 0}, ("vllm:",), registry)
+    try:
+        (item,) = added
+        assert (item.lane, item.job, item.labels) == ("replica_0", "vllm", (("replica", "0"),))
+        assert "vllm:num_requests_running 2.0" in item.text
+        assert relay.relay_registry("vllm", "replica_0", {"replica": 0}, ("vllm:",),
+                                    registry)
+        assert len(added) == 1  # asked again: the same relay, nothing more at once
+    finally:
+        relay._relays[("vllm", "replica_0")].stop(5)

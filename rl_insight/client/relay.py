@@ -46,7 +46,8 @@ def relay_registry(job: str, lane: str, labels: Mapping[str, Any],
                    prefixes: tuple[str, ...] = (), registry: Any = None,
                    interval_s: float | None = None) -> bool:
     """Relay this process's registry (``prefixes``: those families) as ``job`` with
-    ``labels`` through ``lane``'s actor, every ``interval_s`` (the client's lane tick).
+    ``labels`` through ``lane``'s actor: at once, then every ``interval_s`` (the client's
+    lane tick; a run of a few steps on a busy host ended before its engines' first tick).
     Once per (job, lane) and process; returns whether it relays. Never raises."""
     try:
         from rl_insight.client import api
@@ -68,6 +69,7 @@ def relay_registry(job: str, lane: str, labels: Mapping[str, Any],
 
             every = interval_s or client.settings.lane_flush_interval_s
             _relays[key] = Periodic(every, tick, f"rl-insight-relay-{lane}").start()
+        tick()  # the lane actor paces the pushes: engines asked together send apart
         return True
     except Exception:
         log.warning("rl-insight: relaying %s metrics of %s failed; training goes on",
