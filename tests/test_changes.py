@@ -151,6 +151,18 @@ def test_a_part_that_moved_on_its_own_is_a_change_apart_from_a_later_slowdown():
     assert slow["parts"][0]["part"] == "generate:rollout"
 
 
+def test_a_part_that_held_a_change_stays_in_it_once_it_is_its_own_new_level():
+    """Responses growing from step 30 (the virtual run of seed 1049): the generation's
+    regression, called from step 21, becomes its own new level at step 70 while the step
+    time's is open; measured from its new baseline it holds nothing, yet it held the
+    change: it stays in it (bench/changes.py, one run in 200 before)."""
+    run = drifts.virtual_run(70, [drifts.parse("response-length:30")], seed=1049)
+    (c,) = [c for c in changes.analyze(run.rows).report()
+            if c.headline.signal == changes.STEP_TIME]
+    assert {r.signal: r.end for r in c.regressions} == \
+        {"step_time": None, "generate:rollout": "new_level"}
+
+
 def test_too_small_a_change_is_none_however_sure():
     rows = steady(60, noise=0.001)
     for r in rows[30:]:

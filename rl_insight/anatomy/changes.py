@@ -86,6 +86,9 @@ class Regression:
     statistic: float = 0.0  # the test statistic when it was called
     kind: str = "ramp"  # "ramp" (a creep) or "shift" (a step change)
     parts: list[dict] = field(default_factory=list)  # where it lives (headlines)
+    # every part that held it while it was open (headlines): they join its change, also
+    # once a part's own regression became its new level and it holds it no more
+    held: set[str] = field(default_factory=set)
 
     @property
     def open(self) -> bool:
@@ -103,6 +106,7 @@ class Regression:
         out = asdict(self)
         out.update(id=self.id, open=self.open, size_pct=self.size_pct)
         out.pop("parts")
+        out.pop("held")
         return out
 
 
@@ -303,6 +307,7 @@ class RunChanges:
         for reg in self.regressions:
             if reg.open and reg.signal in HEADLINES:
                 reg.parts = self._where(reg)
+                reg.held.update(p["part"] for p in reg.parts)
         self._bound()
         return changed
 
@@ -348,7 +353,7 @@ class RunChanges:
             if reg.signal in HEADLINES:
                 continue
             home = next((g for g in heads if any(
-                _overlaps(reg, h) and reg.signal in {p["part"] for p in h.parts}
+                _overlaps(reg, h) and reg.signal in h.held
                 for h in g)), None)
             if home is None:
                 loose.append(reg)
