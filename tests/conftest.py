@@ -117,7 +117,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # run has had the group's other modules' time to finish (OpenRLHF's waited 30 s)
     from tests import worlds
 
-    readers = {entry[0] for entry in worlds.BACKGROUND.values()}
+    readers = {module for module, _ in worlds.BACKGROUND.values()}
     items.sort(key=lambda item: (rank.get(group[item.nodeid.split("::", 1)[0]],
                                           len(rank)),
                                  item.nodeid.split("::", 1)[0] in readers, order[id(item)]))

@@ -60,9 +60,6 @@ def _command(url: str, work) -> tuple[list[str], dict, object]:
              str(STEPS), "--slow-step", str(SLOW)], env, work)
 
 
-# yields the CPU as the other background runs do (at nice 19 beside the Ray world's drift
-# run, which now comes first itself: tests/worlds.py FAVOURED_NICE, one engine of its
-# short sync run had relayed nothing by its end in one CI run)
 worlds.background("openrlhf", "tests/test_framework_openrlhf.py", _command)
 
 

@@ -175,8 +175,8 @@ BACKGROUND_DELAY_S = 45.0  # past the suite's first, saturated minute (Backgroun
 FAVOURED_NICE = -10
 
 
-def yield_cpu(nice: int = BACKGROUND_NICE) -> None:
-    os.nice(nice)
+def yield_cpu() -> None:
+    os.nice(BACKGROUND_NICE)
 
 
 def set_nice(pids: list[int], nice: int) -> bool:
@@ -193,10 +193,9 @@ def set_nice(pids: list[int], nice: int) -> bool:
     return done
 
 
-def background(name: str, module: str, command, nice: int = BACKGROUND_NICE) -> None:
-    """Register a run for the route server to start as soon as it is up; ``nice``: how
-    far it yields the CPU to the tests running meanwhile."""
-    BACKGROUND[name] = (module, command, nice)
+def background(name: str, module: str, command) -> None:
+    """Register a run for the route server to start as soon as it is up."""
+    BACKGROUND[name] = (module, command)
 
 
 class Background:
@@ -205,9 +204,7 @@ class Background:
     their first simulations starting at once saturate the machine), or when a test asks
     for its result first."""
 
-    def __init__(self, argv: list[str], env: dict, cwd: Path, delay_s: float = 0.0,
-                 nice: int = BACKGROUND_NICE) -> None:
-        self.nice = nice
+    def __init__(self, argv: list[str], env: dict, cwd: Path, delay_s: float = 0.0) -> None:
         self.argv, self.env, self.cwd = argv, env, cwd
         self.proc: subprocess.Popen | None = None
         self.t_start = 0.0
@@ -224,8 +221,7 @@ class Background:
             self.log = (self.cwd / "background.log").open("w+")
             self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd,
                                          stdout=self.log, stderr=subprocess.STDOUT,
-                                         text=True,
-                                         preexec_fn=lambda: yield_cpu(self.nice))
+                                         text=True, preexec_fn=yield_cpu)
 
     def result(self, timeout: float = 300) -> tuple[int, str]:
         """(exit code, output)."""
@@ -259,13 +255,12 @@ def route_server(request):
                         f"traces.relay_url={tempo.url}")
         world = RouteServer(cli, url, tempo)
         selected = {item.nodeid.split("::", 1)[0] for item in request.session.items}
-        for name, (module, command, nice) in BACKGROUND.items():
+        for name, (module, command) in BACKGROUND.items():
             if module in selected:  # only for the tests that will read it
                 work = _workdir(name)
                 stack.callback(shutil.rmtree, work, True)
                 run = world.background[name] = Background(*command(url, work),
-                                                           delay_s=BACKGROUND_DELAY_S,
-                                                           nice=nice)
+                                                           delay_s=BACKGROUND_DELAY_S)
                 stack.callback(run.stop)
     except BaseException:
         close("route_server")
@@ -334,8 +329,8 @@ class FrameworkRuns:
                         self._start(name)
         later = [self.procs[n][0] for n in AFTER_THE_OTHERS if n in self.procs]
         # they time their steps against 1 % noise: the Ray world's processes (their
-        # drivers, actors and engines; workers the raylet starts inherit it) come first
-        # while they run, checked again for processes started since
+        # drivers, actors and engines) come first while they run; again every 2 s for the
+        # workers started since (the raylet starts each at Ray's own nice 15)
         while not self._stopped and (running := [p for p in later if p.poll() is None]):
             self.favoured = set_nice(self.world.cluster.pids(), FAVOURED_NICE)
             with contextlib.suppress(subprocess.TimeoutExpired):

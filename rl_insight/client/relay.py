@@ -67,9 +67,9 @@ def relay_registry(job: str, lane: str, labels: Mapping[str, Any],
                 if text:
                     client.add(Exposition(lane, job, pairs, text))
 
+            tick()  # at once: the lane actor paces the pushes, engines asked together
             every = interval_s or client.settings.lane_flush_interval_s
             _relays[key] = Periodic(every, tick, f"rl-insight-relay-{lane}").start()
-        tick()  # the lane actor paces the pushes: engines asked together send apart
         return True
     except Exception:
         log.warning("rl-insight: relaying %s metrics of %s failed; training goes on",
