@@ -71,7 +71,8 @@ def test_the_regression_is_found_within_five_steps_with_the_kv_cache_first(
     early = [c for c in got["changes"] if c["detected_step"] < truth["onset"]]
     assert not early, (f"changes before replica 1 preempted (step {truth['onset']}; the "
                        f"Ray world favoured over the tests beside it: "
-                       f"{framework_runs.favoured}): {early}")
+                       f"{framework_runs.favoured and framework_runs.favoured.done}): "
+                       f"{early}")
     c = found(ray_world.url, truth)
     assert truth["onset"] - 2 <= c["onset_step"] <= truth["onset"] + 5, (c, truth)
     assert c["detected_step"] <= truth["onset"] + 5, (c, truth)

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, wait_for
+from tests.worlds import Favoured
 
 pytestmark = pytest.mark.integration
 
@@ -31,13 +32,17 @@ EXAMPLE = REPO / "examples" / "straggler_ranks.py"  # the same job a user can ru
 @pytest.fixture(scope="module")
 def world(ray_world):
     (rank, steps), (late, late_steps) = COMPUTE_STRAGGLER, INPUT_STRAGGLER
-    r = ray_world.cluster.run_driver(
-        EXAMPLE.read_text(), "--project", RUN["project"], "--experiment-name",
-        RUN["experiment_name"], "--ranks", str(RANKS), "--steps", str(STEPS),
-        "--compute", f"{rank}:{steps[0]}:{steps[-1] + 1}",
-        "--input", f"{late}:{late_steps[0]}:{late_steps[-1] + 1}",
-        "--micro-s", str(MICRO_S), "--extra-s", str(EXTRA_S), "--late-s", str(LATE_S),
-        "--profile-at", str(steps[0]), "--profile-s", str(PROFILE_S), timeout=420)
+    # the ranks' leads are what the test checks against the busy loop and the stall: the
+    # ranks (Ray workers, at Ray's nice 15) come first over the tests beside them, or a
+    # straggler's wake-up waits behind them (its lead 0.77 s for a 0.48-s loop, on CI)
+    with Favoured(ray_world.cluster) as favoured:
+        r = ray_world.cluster.run_driver(
+            EXAMPLE.read_text(), "--project", RUN["project"], "--experiment-name",
+            RUN["experiment_name"], "--ranks", str(RANKS), "--steps", str(STEPS),
+            "--compute", f"{rank}:{steps[0]}:{steps[-1] + 1}",
+            "--input", f"{late}:{late_steps[0]}:{late_steps[-1] + 1}",
+            "--micro-s", str(MICRO_S), "--extra-s", str(EXTRA_S), "--late-s", str(LATE_S),
+            "--profile-at", str(steps[0]), "--profile-s", str(PROFILE_S), timeout=420)
     assert r.returncode == 0 and "STRAGGLERS" in r.stdout, r.stderr[-4000:]
     url = ray_world.url
 
@@ -47,11 +52,11 @@ def world(ray_world):
         return steps if len({s["step"] for s in steps}) >= STEPS - 1 else None
 
     steps = wait_for(rows, 120, f"the anatomy of {STEPS - 1} steps")
-    return ray_world, {s["step"]: s for s in steps}
+    return ray_world, {s["step"]: s for s in steps}, favoured.done
 
 
 def test_each_straggler_is_named_from_its_first_step_with_its_kind(world):
-    _, rows = world
+    _, rows, favoured = world
     for steps, rank, kind in ((COMPUTE_STRAGGLER[1], COMPUTE_STRAGGLER[0], "compute"),
                               (INPUT_STRAGGLER[1], INPUT_STRAGGLER[0], "input")):
         for step in steps:
@@ -62,13 +67,13 @@ def test_each_straggler_is_named_from_its_first_step_with_its_kind(world):
             assert c["collectives"] == 4 and c.get("node"), c
             # what it took longer: the busy loop's seconds per micro-batch, or the stall
             want = 4 * EXTRA_S if kind == "compute" else LATE_S
-            assert 0.6 * want <= c["lead_s"] <= 1.6 * want, (step, c)
+            assert 0.6 * want <= c["lead_s"] <= 1.6 * want, (step, c, f"ranks favoured: {favoured}")
             assert rows[step]["ranks"][str(rank)]["wait_s"] < \
                 rows[step]["rank_median"]["wait_s"], rows[step]["ranks"]
 
 
 def test_a_balanced_step_names_no_rank(world):
-    _, rows = world
+    _, rows, _ = world
     strays = set(COMPUTE_STRAGGLER[1]) | set(INPUT_STRAGGLER[1])
     balanced = [s for s in rows if s not in strays and s > 1]
     assert len(balanced) >= 4
@@ -80,7 +85,7 @@ def test_a_balanced_step_names_no_rank(world):
 
 
 def test_the_report_says_which_rank_why_and_the_dashboard_series_hold_it(world):
-    ray_world, rows = world
+    ray_world, rows, _ = world
     cli, url = ray_world.cli, ray_world.url
     step = COMPUTE_STRAGGLER[1][1]
     text = cli.run("report", "--server-url", url, "--project", RUN["project"],
@@ -115,7 +120,7 @@ def test_the_culprits_profile_shows_the_function_it_spent_its_time_in(world):
     """Asked for while rank 2 straggled: its node's lane actor sampled that rank's own
     process (py-spy), and its top frames name the busy loop; the report of a straggling
     step shows them under the rank."""
-    ray_world, rows = world
+    ray_world, rows, _ = world
     url = ray_world.url
 
     def done():

@@ -193,6 +193,33 @@ def set_nice(pids: list[int], nice: int) -> bool:
     return done
 
 
+class Favoured:
+    """The Ray world's processes at FAVOURED_NICE while a timed run on it runs (its
+    driver, actors, engines and lane actors); again every ``every_s`` for the workers the
+    raylet starts since, at Ray's own nice 15; back to 0 after. ``done``: whether the OS
+    let us (None until the first pass), for a failing test's message."""
+
+    def __init__(self, cluster, every_s: float = 2.0) -> None:
+        self.cluster, self.every_s = cluster, every_s
+        self.done: bool | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.done = set_nice(self.cluster.pids(), FAVOURED_NICE)
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> Favoured:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        set_nice(self.cluster.pids(), 0)
+
+
 def background(name: str, module: str, command) -> None:
     """Register a run for the route server to start as soon as it is up."""
     BACKGROUND[name] = (module, command)
@@ -308,7 +335,7 @@ class FrameworkRuns:
         self._results: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._stopped = False
-        self.favoured: bool | None = None  # the runs after the others: could come first
+        self.favoured: Favoured | None = None  # the runs after the others': could they come first
         for name in FRAMEWORK_RUNS:
             if name not in AFTER_THE_OTHERS:
                 self._start(name)
@@ -328,14 +355,12 @@ class FrameworkRuns:
                     if name in FRAMEWORK_RUNS:
                         self._start(name)
         later = [self.procs[n][0] for n in AFTER_THE_OTHERS if n in self.procs]
-        # they time their steps against 1 % noise: the Ray world's processes (their
-        # drivers, actors and engines) come first while they run; again every 2 s for the
-        # workers started since (the raylet starts each at Ray's own nice 15)
-        while not self._stopped and (running := [p for p in later if p.poll() is None]):
-            self.favoured = set_nice(self.world.cluster.pids(), FAVOURED_NICE)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                running[0].wait(timeout=2)
-        set_nice(self.world.cluster.pids(), 0)
+        # they time their steps against 1 % noise: the Ray world's processes come first
+        with Favoured(self.world.cluster) as favoured:
+            self.favoured = favoured
+            while not self._stopped and (running := [p for p in later if p.poll() is None]):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    running[0].wait(timeout=2)
 
     def _start(self, name: str) -> None:
         driver, args, on_ray, packages = FRAMEWORK_RUNS[name]
