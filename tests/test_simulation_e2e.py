@@ -37,8 +37,10 @@ RUNS = {  # name -> (backend, mode, experiment, more arguments)
     "diffusion_v1": ("vllm_omni", "async", "e2e-verl-omni-diffusion-v1",
                      ("--trainer", "diffusion-v1"))}
 # TransferQueue's controller is one named actor per cluster ("TransferQueueController" in
-# namespace "transfer_queue"): two runs with it cannot overlap, a run without it can
-BATCHES = (("vllm", "sglang", "diffusion", "omni"), ("diffusion_v1",))
+# namespace "transfer_queue"): two runs with it cannot overlap, a run without it can. The
+# runs without it split between the two batches: four at once, then one alone, left the
+# second batch's CPU idle
+BATCHES = (("sglang", "vllm", "diffusion"), ("diffusion_v1", "omni"))
 TQ_RUN = "sglang"  # the run the TransferQueue dashboard and its test read
 DASHBOARD_RUNS = {  # a dashboard's uid, as far as it names the run it shows
     "verl-omni-diffusion-v1": "diffusion_v1", "verl-omni-diffusion": "diffusion",

@@ -68,6 +68,7 @@ class RayWorld:
     cluster: RayCluster
     tempo: FakeTempo  # FAKE Tempo: the relay's receiver, real OTLP decoding
     hook: WebhookReceiver
+    framework_runs: FrameworkRuns | None = None  # started with it, where tests read them
 
 
 @dataclass
@@ -104,6 +105,9 @@ def tidy(name: str) -> None:
     stack = OPEN.get(name)
     cluster = getattr(stack, "cluster", None)
     # a driver only when a named actor is alive (the state API: a request, not a driver)
+    runs = getattr(stack, "framework_runs", None)
+    if runs is not None and runs.running_on_ray():
+        return  # a framework's run on the cluster goes on across modules: the next one tidies
     if cluster is not None and any(a.get("name") for a in cluster.alive("actors")):
         r = cluster.run_driver(TIDY)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -117,7 +121,7 @@ def close(name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def ray_world():
+def ray_world(request):
     stack = OPEN["ray_world"] = contextlib.ExitStack()
     try:
         hook = WebhookReceiver().start()
@@ -145,6 +149,13 @@ def ray_world():
                      cluster.start)
         stack.cluster = cluster  # for tidy()
         world = RayWorld(cli, url, cluster, tempo, hook)
+        # the frameworks' replays go on beside the world's first modules, past the suite's
+        # busy start, done by the time their readers come (the drift's module waited 40 s
+        # for them when it asked first)
+        if any("framework_runs" in item.fixturenames for item in request.session.items):
+            world.framework_runs = FrameworkRuns(world, delay_s=BACKGROUND_DELAY_S)
+            stack.callback(world.framework_runs.stop)
+            stack.framework_runs = world.framework_runs  # for tidy()
     except BaseException:
         close("ray_world")
         raise
@@ -315,40 +326,54 @@ FRAMEWORK_RUNS = {  # name -> (driver, its arguments, on the Ray cluster, site-p
 FRAMEWORK_PROJECT = "e2e-frameworks"
 
 
-# runs started only once the others have ended: the drifting simulation measures its
-# steps' times against their noise, and the frameworks' replays their anatomy against
-# their own clocks; started together on two cores, each disturbed the other's figures.
+# runs started only once the others have ended, and once a test asks for them: the
+# drifting simulation measures its steps' times against their noise, and the frameworks'
+# replays their anatomy against their own clocks; started together on two cores, each
+# disturbed the other's figures (and the Ray world's other modules, the culprit ranks'
+# busy loops on the same cluster, disturb the drift: it runs while its module waits).
 # They do not yield the CPU as the others do: the Ray world comes first while they run
 # (FAVOURED_NICE)
 AFTER_THE_OTHERS = ("drift",)
 
 
 class FrameworkRuns:
-    """Each framework's run started at once (they wait on their own clocks more than they
-    compute), then the runs of AFTER_THE_OTHERS; each read when a test first needs it:
-    ``results(names)`` waits for those."""
+    """Each framework's run started ``delay_s`` after it is made, or when a test first
+    asks for one (they wait on their own clocks more than they compute: the Ray world's
+    first modules go on meanwhile), then the runs of AFTER_THE_OTHERS once those are done
+    and a test asks; ``results(names)`` waits for those."""
 
-    def __init__(self, world: RayWorld) -> None:
+    def __init__(self, world: RayWorld, delay_s: float = 0.0) -> None:
         self.world = world
         self.work = _workdir("frameworks")
         self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
         self._results: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._stopped = False
+        self._first_started = threading.Event()
+        self._later_asked = threading.Event()
         self.favoured: Favoured | None = None  # the runs after the others': could they come first
-        for name in FRAMEWORK_RUNS:
-            if name not in AFTER_THE_OTHERS:
-                self._start(name)
-        first = [proc for proc, _ in self.procs.values()]
-        self._later = threading.Thread(target=self._start_after, args=(first,), daemon=True)
+        self._timer = threading.Timer(delay_s, self._start_first)
+        self._timer.daemon = True
+        self._timer.start()
+        self._later = threading.Thread(target=self._start_after, daemon=True)
         self._later.start()
 
-    def _start_after(self, first: list[subprocess.Popen]) -> None:
-        for proc in first:
-            try:
-                proc.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                pass
+    def _start_first(self) -> None:
+        with self._lock:
+            if self._first_started.is_set() or self._stopped:
+                return
+            for name in FRAMEWORK_RUNS:
+                if name not in AFTER_THE_OTHERS:
+                    self._start(name)
+            self._first_started.set()
+
+    def _start_after(self) -> None:
+        self._first_started.wait()
+        for name in FRAMEWORK_RUNS:
+            if name not in AFTER_THE_OTHERS and name in self.procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.procs[name][0].wait(timeout=300)
+        self._later_asked.wait()
         with self._lock:
             if not self._stopped:
                 for name in AFTER_THE_OTHERS:
@@ -361,6 +386,11 @@ class FrameworkRuns:
             while not self._stopped and (running := [p for p in later if p.poll() is None]):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     running[0].wait(timeout=2)
+
+    def running_on_ray(self) -> bool:
+        """Whether a run on the Ray world's cluster is going (tidy() spares its actors)."""
+        return any(FRAMEWORK_RUNS[name][2] and proc.poll() is None
+                   for name, (proc, _) in list(self.procs.items()))
 
     def _start(self, name: str) -> None:
         driver, args, on_ray, packages = FRAMEWORK_RUNS[name]
@@ -389,7 +419,9 @@ class FrameworkRuns:
         """name -> the driver's RUN (or SIMULATION) line, its ground truth and when it was
         done: of ``names`` (every run when None), waiting for them."""
         wanted = tuple(FRAMEWORK_RUNS) if names is None else names
+        self._start_first()
         if any(n in AFTER_THE_OTHERS for n in wanted):
+            self._later_asked.set()
             self._later.join(timeout=400)
         for name in wanted:
             if name not in self._results:
@@ -411,8 +443,11 @@ class FrameworkRuns:
         return run
 
     def stop(self) -> None:
+        self._timer.cancel()
         with self._lock:
             self._stopped = True
+        self._first_started.set()  # the waiting thread goes on, and starts nothing
+        self._later_asked.set()
         for proc, _ in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
@@ -423,8 +458,9 @@ class FrameworkRuns:
 @pytest.fixture(scope="session")
 def framework_runs(ray_world):
     """The frameworks' runs (slime on the Ray world's cluster, the others beside it),
-    started once, for the all-panels runs and the frameworks' own tests."""
-    runs = FrameworkRuns(ray_world)
-    OPEN["ray_world"].callback(runs.stop)
-    yield runs
-    runs.stop()
+    started once with the Ray world (``RayWorld.framework_runs``), for the all-panels
+    runs, the drift's module and the frameworks' own tests."""
+    if ray_world.framework_runs is None:
+        ray_world.framework_runs = FrameworkRuns(ray_world)
+        OPEN["ray_world"].callback(ray_world.framework_runs.stop)
+    return ray_world.framework_runs
