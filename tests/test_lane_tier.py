@@ -2,10 +2,13 @@
 and 8 replica lanes from processes on 4 nodes (the shared cluster's head and 3 nodes
 joined for this module) give a lane actor per replica and one per node, never one per
 rank; every state and span reaches the server under its run (the dashboards' timeline
-queries and the trace receiver); no lane actor is left a minute after the job ends."""
+queries and the trace receiver); no lane actor is left a minute after the job ends (its
+grace after the job set to 5 s here: the default 20 s plus the 10-s check is what the
+minute allows, tests/test_lifetime.py)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -13,7 +16,7 @@ import pytest
 import requests
 
 from dashboards import build
-from tests.conftest import prom_query, wait_equal, wait_for
+from tests.conftest import prom_query, side_by_side, wait_equal, wait_for
 from tests.test_simulation_e2e import query_range, substitute
 
 pytestmark = pytest.mark.integration
@@ -27,6 +30,7 @@ DRIVER = r'''
 import asyncio, json, sys, time, ray, rl_insight
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 RANKS, REPLICAS, STATES = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(",")
+EXIT_GRACE_S = 5  # the lane actors' grace after the job (client.lane_exit_grace_s)
 SECONDS = 4.0  # a state spans several 1 s scrapes: on a loaded machine half of them
 # time out (measured in CI: 31 of 67 of the server's)
 # the job's own namespace for its hub and lane actors, in every worker too; lanes
@@ -35,7 +39,8 @@ SECONDS = 4.0  # a state spans several 1 s scrapes: on a loaded machine half of 
 att = rl_insight.ray.attach(project="lane-tier", experiment_name="64-ranks",
                             runtime_env_base={"env_vars": {
                                 "RL_INSIGHT_CLIENT_RAY_NAMESPACE": "lane_tier",
-                                "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1"}})
+                                "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1",
+                                "RL_INSIGHT_CLIENT_LANE_EXIT_GRACE_S": str(EXIT_GRACE_S)}})
 assert att.ok, att.message
 nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
 
@@ -96,7 +101,8 @@ print("RESULT " + json.dumps({"nodes": nodes, "placed": sorted(set(placed)),
 def tier(ray_world, tmp_path_factory):
     """Three more nodes join the shared cluster for this module, and leave after it."""
     cluster = ray_world.cluster
-    marks = [cluster.add_node(tmp_path_factory.mktemp(f"node{i}")) for i in range(NODES - 1)]
+    homes = [tmp_path_factory.mktemp(f"node{i}") for i in range(NODES - 1)]
+    marks = side_by_side(*(functools.partial(cluster.add_node, h) for h in homes))
     try:
         t0 = time.time()
         r = cluster.run_driver(DRIVER, str(RANKS), str(REPLICAS), ",".join(STATES),

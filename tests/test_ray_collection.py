@@ -341,7 +341,12 @@ import json, time, ray, rl_insight
 ray.init()
 with rl_insight.trace_state("vllm_generate", state_lane_id="replica_0"):
     time.sleep(0.2)
-print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id()}))
+# handed over before it exits: the exit's own 3 s (client.exit_flush_timeout_s) were once
+# too few for a lane actor this job had to start on a loaded machine, and parking is what
+# this job is for
+handed = rl_insight.flush(60)
+print("RESULT " + json.dumps({"job": ray.get_runtime_context().get_job_id(),
+                              "handed": handed}))
 '''  # and exits: no process of this job ever names a run
 
 
@@ -518,8 +523,9 @@ def test_lane_events_of_a_job_that_names_no_run_are_filed_under_default_after_30
     log.seek(0)
     out = log.read()
     assert proc.returncode == 0, out[-6000:]
-    job = last_json(out)["job"]
-    q = f'rl_insight_monitor_lane_state{{project="default",experiment_name="{job}"}}'
+    res = last_json(out)
+    assert res["handed"], out[-6000:]
+    q = f'rl_insight_monitor_lane_state{{project="default",experiment_name="{res["job"]}"}}'
     # collector/parking.py: PARK_S (30 s) for a name, then the lane actor's next tick
     wait_for(lambda: prom_query(cli.prometheus, q),
              max(5.0, 60 - (time.monotonic() - started)), "the lane under project default")

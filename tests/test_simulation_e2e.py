@@ -74,10 +74,10 @@ def output(proc: subprocess.Popen) -> str:
 
 @pytest.fixture(scope="module")
 def world(ray_world, framework_runs):
-    """The three runs, two batches one after another, on the shared server and Ray
-    cluster (tests/worlds.py), plus Debian's node_exporter registered as node-a's; the
-    other frameworks' runs (tests/test_simulation_frameworks.py reads them) go on beside
-    them."""
+    """The five runs (RUNS), in two batches one after another (BATCHES), on the shared
+    server and Ray cluster (tests/worlds.py), plus Debian's node_exporter registered as
+    node-a's; the other frameworks' runs (tests/test_simulation_frameworks.py reads them)
+    started with the Ray world."""
     cli, url, cluster = ray_world.cli, ray_world.url, ray_world.cluster
     node_exporter = None
     if shutil.which("prometheus-node-exporter"):
