@@ -102,17 +102,26 @@ class RayCluster:
 
     def add_node(self, workdir: Path, num_cpus: int = 1) -> str:
         """Another raylet joining this cluster on this machine (a node of its own id);
-        returns the marker its processes carry, for :meth:`remove_nodes`."""
-        mark = uuid.uuid4().hex
-        env = self.env(**{MARK: mark})
-        env.pop("RAY_ADDRESS")
-        r = subprocess.run([str(Path(sys.executable).parent / "ray"), "start",
-                            f"--address={self.address}", f"--num-cpus={num_cpus}",
-                            "--node-ip-address=127.0.0.1", "--disable-usage-stats", *QUIET],
-                           env=env, cwd=workdir, capture_output=True, text=True, timeout=180)
-        if r.returncode != 0:
-            raise RuntimeError(f"ray start (a worker node) failed: {r.stderr[-3000:]}")
-        return mark
+        returns the marker its processes carry, for :meth:`remove_nodes`. A raylet that
+        does not register within Ray's 30 s (a loaded GCS) is killed, and one more tried,
+        as :meth:`start` does for the head."""
+        for _ in range(2):
+            mark = uuid.uuid4().hex
+            env = self.env(**{MARK: mark})
+            env.pop("RAY_ADDRESS")
+            r = subprocess.run([str(Path(sys.executable).parent / "ray"), "start",
+                                f"--address={self.address}", f"--num-cpus={num_cpus}",
+                                "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+                                *QUIET], env=env, cwd=workdir, capture_output=True, text=True,
+                               timeout=180)
+            if r.returncode == 0:
+                return mark
+            for pid in processes_with_env(MARK, mark):  # nothing of it stays half-joined
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        raise RuntimeError(f"ray start (a worker node) failed twice: {r.stderr[-3000:]}")
 
     def remove_nodes(self, marks: list[str], timeout: float = 60) -> None:
         """Nodes added with :meth:`add_node` leave: their raylets are told to stop (so the

@@ -8,7 +8,6 @@ minute allows, tests/test_lifetime.py)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 
@@ -16,7 +15,7 @@ import pytest
 import requests
 
 from dashboards import build
-from tests.conftest import prom_query, side_by_side, wait_equal, wait_for
+from tests.conftest import prom_query, wait_equal, wait_for
 from tests.test_simulation_e2e import query_range, substitute
 
 pytestmark = pytest.mark.integration
@@ -101,9 +100,12 @@ print("RESULT " + json.dumps({"nodes": nodes, "placed": sorted(set(placed)),
 def tier(ray_world, tmp_path_factory):
     """Three more nodes join the shared cluster for this module, and leave after it."""
     cluster = ray_world.cluster
-    homes = [tmp_path_factory.mktemp(f"node{i}") for i in range(NODES - 1)]
-    marks = side_by_side(*(functools.partial(cluster.add_node, h) for h in homes))
+    marks: list[str] = []
     try:
+        # one after the other: three raylets registering at once with a loaded GCS, one
+        # missed Ray's 30 s (RAY_raylet_start_wait_time_s) once, 2026-12-06
+        for i in range(NODES - 1):
+            marks.append(cluster.add_node(tmp_path_factory.mktemp(f"node{i}")))
         t0 = time.time()
         r = cluster.run_driver(DRIVER, str(RANKS), str(REPLICAS), ",".join(STATES),
                                timeout=300, RL_INSIGHT_CLIENT_RAY_NAMESPACE=NAMESPACE)

@@ -104,10 +104,10 @@ def tidy(name: str) -> None:
     """Between two modules of the open world ``name``: its Ray cluster's actors go."""
     stack = OPEN.get(name)
     cluster = getattr(stack, "cluster", None)
-    # a driver only when a named actor is alive (the state API: a request, not a driver)
     runs = getattr(stack, "framework_runs", None)
     if runs is not None and runs.running_on_ray():
         return  # a framework's run on the cluster goes on across modules: the next one tidies
+    # a driver only when a named actor is alive (the state API: a request, not a driver)
     if cluster is not None and any(a.get("name") for a in cluster.alive("actors")):
         r = cluster.run_driver(TIDY)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -351,7 +351,7 @@ class FrameworkRuns:
         self._stopped = False
         self._first_started = threading.Event()
         self._later_asked = threading.Event()
-        self.favoured: Favoured | None = None  # the runs after the others': could they come first
+        self.favoured: Favoured | None = None  # while the runs after the others ran
         self._timer = threading.Timer(delay_s, self._start_first)
         self._timer.daemon = True
         self._timer.start()
@@ -375,10 +375,11 @@ class FrameworkRuns:
                     self.procs[name][0].wait(timeout=300)
         self._later_asked.wait()
         with self._lock:
-            if not self._stopped:
-                for name in AFTER_THE_OTHERS:
-                    if name in FRAMEWORK_RUNS:
-                        self._start(name)
+            if self._stopped:
+                return
+            for name in AFTER_THE_OTHERS:
+                if name in FRAMEWORK_RUNS:
+                    self._start(name)
         later = [self.procs[n][0] for n in AFTER_THE_OTHERS if n in self.procs]
         # they time their steps against 1 % noise: the Ray world's processes come first
         with Favoured(self.world.cluster) as favoured:
