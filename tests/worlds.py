@@ -177,8 +177,9 @@ BACKGROUND_NICE = 10
 BACKGROUND_DELAY_S = 45.0  # past the suite's first, saturated minute (Background)
 
 
-# how far the Ray world's processes come before the other tests while a run that times
-# its steps against their noise runs (AFTER_THE_OTHERS). Ray starts its workers at nice
+# how far the Ray world's processes come before the other tests while a run whose test
+# checks its timing runs (Favoured: the drifting run of AFTER_THE_OTHERS, the culprit
+# ranks' run). Ray starts its workers at nice
 # 15 (RAY_worker_niceness), so the actors a driver waits on yield to every test beside
 # them: three busy processes for 15 s beside the drifting run, from its step 10, moved its
 # steps' `other` time 100 % with its driver at nice 10, 60 % at 0 (the test saw a change
