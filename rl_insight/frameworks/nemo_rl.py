@@ -44,6 +44,17 @@ TABLE = Framework(
              "timing/train/checkpointing": t(CHECKPOINT),
              "timing/train/offload_before_refit": t(OFFLOAD),
              "timing/train/idle/*": t(IDLE)},
+    # timers inside others in its async GRPO (grpo.py async_grpo_train at 7ea279ab; a
+    # step logs each label's timings summed, l.5286-5288): the refit bubble (timer.start
+    # l.4942 to timer.stop l.4976) holds the weight sync (l.4959-4974) and the wait for
+    # the generation in flight before it (exposed_generation l.4946), whose label also
+    # times the sampling from the buffer (l.4528-4654) and the colocated engine's pause
+    # (l.4764): all of it is taken off, so the bubble's own share is a lower bound (its
+    # logger-metrics call, l.4952-4955, falls to `other`); the sampling's exposed_generation
+    # holds the buffer's starvation sleeps (l.4618, only there)
+    encloses={"timing/train/idle/refit_bubble": ("timing/train/weight_sync",
+                                                 "timing/train/exposed_generation"),
+              "timing/train/exposed_generation": ("timing/train/idle/buffer_starvation",)},
     # dynamic_sampling (DAPO's filter, grpo.py l.1752) runs inside reward_calculation's
     # timer (l.3036-3089): a scalar, not a part of its own
     containers=frozenset({"timing/train/dynamic_sampling",

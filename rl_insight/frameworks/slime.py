@@ -42,6 +42,15 @@ TABLE = Framework(
              # ref_update_interval rollouts, after the train timer and before the perf
              # dict (slime/backends/megatron_utils/actor.py l.554-562)
              "perf/ref_model_update_time": t("update_ref")},
+    # timers inside others (slime/backends/megatron_utils/actor.py at 624b824a; its Timer
+    # adds up a name's timings until log_perf_data resets it): save_model (@timer l.570)
+    # wakes the offloaded model and puts it back to sleep inside it (l.577, l.593, with
+    # --offload-train, the only setting that times wake_up and sleep), as train() does
+    # outside any part (l.379, l.392): all of them are taken off, so the save's own share
+    # is a lower bound by one wake-up and sleep. update_weights (l.595) holds them only
+    # with a critic on engines of its own (l.614-655): not declared, or a colocated run's
+    # weight sync would lose train()'s wake-up and sleep
+    encloses={"perf/save_model_time": ("perf/wake_up_time", "perf/sleep_time")},
     # train_time holds the log-probs and the actor train; train_wait_time is the gap
     # between two train blocks (the rollout, the weight sync, the save)
     containers=frozenset({"perf/train_time", "perf/train_wait_time"}),

@@ -84,6 +84,11 @@ class Framework:
     # (SkyRL's fully-async trainer, told by its own timer, saves after its step timer
     # ends; its synchronous trainer inside it): marker -> those keys, kept as scalars
     outside_step: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # timing keys timed inside another part's timer, as the framework's source nests them:
+    # the enclosing key -> the keys it encloses. The enclosing key is a part only for what
+    # it holds beyond them (its own share), so a step's parts add up to the step and what
+    # grew inside it is told once, as itself (NeMo-RL's refit bubble holds its weight sync)
+    encloses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     spans: Mapping[str, SpanRule] = field(default_factory=dict)
     scopes: frozenset[str] = frozenset()  # OTLP instrumentation scopes that name it
     # (resource attribute, pattern with one group) giving a span's trainer rank
@@ -184,11 +189,24 @@ class Parts:
     step_s: float | None = None
 
 
+def own_shares(fw: Framework, values: Mapping[str, float]) -> dict[str, float]:
+    """Each timing key's seconds, an enclosing key's (:attr:`Framework.encloses`) only
+    what it holds beyond the keys it encloses, never below 0: the time inside it is the
+    inner keys' own. Where an inner key is also timed outside it (the framework sums its
+    timers), all of it is taken off: the enclosing key's share is then a lower bound, and
+    what it held of its own the row's ``other``."""
+    out = dict(values)
+    for outer, inner in fw.encloses.items():
+        if outer in values:
+            out[outer] = max(0.0, values[outer] - sum(values.get(k, 0.0) for k in inner))
+    return out
+
+
 def parts(fw: Framework, values: Mapping[str, float]) -> Parts:
     """Sum each key's seconds into its part (several keys may make one part, e.g. a
-    data domain each)."""
+    data domain each), an enclosing key's own share only (:func:`own_shares`)."""
     out = Parts()
-    for key, seconds in values.items():
+    for key, seconds in own_shares(fw, values).items():
         if key == fw.step_time_key:
             out.step_s = seconds
             continue
