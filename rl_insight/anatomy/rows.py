@@ -35,7 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rl_insight import laneid
+from rl_insight.anatomy import bound as accounting
 from rl_insight.anatomy import ranks as rank_figures
+from rl_insight.anatomy.intervals import Interval, clip, intersect, length, union
 from rl_insight.anatomy.requests import (
     Request,
     last_to_finish,
@@ -45,7 +47,8 @@ from rl_insight.anatomy.requests import (
 )
 from rl_insight.frameworks.table import Parts
 
-Interval = tuple[int, int]  # (start_ns, end_ns), start <= end
+__all__ = ["Interval", "clip", "intersect", "length", "union", "step_row", "timing_row",
+           "StepRow", "ReplicaRow", "RoleRow"]
 
 WEIGHT_UPDATE = "update_weights"
 IDLE = "idle"  # a driver's waiting, as the framework names it
@@ -56,42 +59,6 @@ NS = 1e9
 def is_generation(state: str) -> bool:
     """vllm_generate, sglang_generate (verl's rollout servers) and the like."""
     return state == "generate" or state.endswith("_generate")
-
-
-def union(intervals: Iterable[Interval]) -> list[Interval]:
-    """Sorted, disjoint intervals covering the same time."""
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def clip(intervals: Iterable[Interval], lo: int, hi: int) -> list[Interval]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
-
-
-def length(intervals: Iterable[Interval]) -> int:
-    return sum(e - s for s, e in intervals)
-
-
-def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
-    """The overlap of two sorted, disjoint interval lists."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if s < e:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
 
 
 @dataclass
@@ -164,9 +131,14 @@ class StepRow:
     rank_count: int = 0
     culprit: dict | None = None
     rank_evidence: dict[str, str] = field(default_factory=dict)
+    # what the step's wall time waited on and its GPU-seconds by role and cause
+    # (rl_insight.anatomy.bound): the bound, its verdict and the what-if read it
+    bound: accounting.StepBound | None = None
 
     def as_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("replicas", "roles")}
+        d = {k: v for k, v in self.__dict__.items()
+             if k not in ("replicas", "roles", "bound")}
+        d["bound"] = None if self.bound is None else self.bound.as_dict()
         d["replicas"] = {r: v.__dict__ for r, v in sorted(self.replicas.items(),
                                                           key=lambda kv: _num(kv[0]))}
         d["roles"] = {r: v.__dict__ for r, v in sorted(self.roles.items())}
@@ -194,9 +166,10 @@ def _straggler(busy: Mapping[str, float]) -> tuple[float | None, str | None, flo
 
 def step_row(step: int, start_ns: int, end_ns: int,
              lanes: Mapping[str, Iterable[tuple[str, int, int]]],
-             requests: Sequence[Request] = (), gpus_per_replica: float = 1.0,
-             gpus_per_rank: float = 1.0,
-             buckets: Mapping[str, Iterable[Interval]] | None = None) -> StepRow:
+             requests: Sequence[Request] = (), gpus_per_replica: float = 0.0,
+             gpus_per_rank: float = 0.0,
+             buckets: Mapping[str, Iterable[Interval]] | None = None,
+             first_seen: Mapping[str, int] | None = None) -> StepRow:
     """The anatomy of one step. ``lanes``: lane id -> (state, start, end) intervals; they
     may reach outside the window (sums are clipped to it) and should include the
     previous step's, which staleness looks back into. Replica lanes of every role count
@@ -207,7 +180,9 @@ def step_row(step: int, start_ns: int, end_ns: int,
     count ``gpus_per_replica`` per replica lane and ``gpus_per_rank`` per rank lane;
     ``buckets``: goodput bucket -> its spans' intervals. A rank lane's interval may carry
     a fourth item, what its client measured (rl_insight.anatomy.ranks): the ranks'
-    compute, wait and culprit come from it."""
+    compute, wait and culprit come from it. ``first_seen``: when each lane's first state
+    began (the GPU accounting's ``startup`` before it); GPUs per lane of 0 or less are
+    not told (one assumed, said so in ``bound``)."""
     window = end_ns - start_ns
     sorted_ = _Lanes.of(lanes)
     gen_by_replica, role_of = sorted_.gen_by_replica, sorted_.role_of
@@ -242,8 +217,11 @@ def step_row(step: int, start_ns: int, end_ns: int,
         seconds = length(clip(union(iv), start_ns, end_ns)) / NS
         if seconds > 0:
             row.buckets[bucket] = seconds
-    _goodput(row, per_rank, requests, gpus_per_replica, gpus_per_rank)
+    _goodput(row, per_rank, requests, max(gpus_per_replica, 0.0) or 1.0,
+             max(gpus_per_rank, 0.0) or 1.0)
     _ranks(row, sorted_.rank_lanes)
+    row.bound = accounting.step_bound(start_ns, end_ns, lanes, requests, first_seen,
+                                      gpus_per_replica, gpus_per_rank)
     return row
 
 
@@ -257,7 +235,8 @@ def _ranks(row: StepRow, lanes: Mapping[str, list[tuple]]) -> None:
 
 
 def timing_row(step: int, end_ns: int, parts: Parts, framework: str,
-               start_ns: int | None = None) -> StepRow:
+               start_ns: int | None = None,
+               wait_causes: Mapping[str, str] | None = None) -> StepRow:
     """A step's anatomy from its timing keys (a framework that logs no spans): the
     rollout's generation, each phase, the weight sync; ``other`` what the parts leave of
     the step. Parts that add up to more than the step ran at once (an asynchronous
@@ -282,6 +261,9 @@ def timing_row(step: int, end_ns: int, parts: Parts, framework: str,
     work = parts.generate_s + busy
     row.other_s = max(0.0, duration - work - sum(row.waits.values()))
     row.overlap_s = max(0.0, work - duration)
+    row.bound = accounting.timing_bound(duration, row.generate_s, row.phases,
+                                        row.weight_update_s, row.waits, row.other_s,
+                                        row.overlap_s, wait_causes)
     return row
 
 

@@ -215,10 +215,11 @@ class AnatomySettings:
     max_runs: int = 200  # runs followed at once; the least recently active is dropped
     median_steps: int = 20  # the recent steps the median step time is taken over
     expose_s: float = 3600.0  # a run's newest row stays on /metrics this long after its end
-    # goodput (GPU-seconds per role): GPUs behind each replica lane (its tensor-parallel
-    # size) and each rank lane
-    gpus_per_replica: float = 1.0
-    gpus_per_rank: float = 1.0
+    # goodput and the GPU accounting (GPU-seconds per role and cause): GPUs behind each
+    # replica lane (its tensor-parallel size) and each rank lane; 0: not told (one is
+    # assumed, and the accounting says so; a rank that names its device counts one)
+    gpus_per_replica: float = 0.0
+    gpus_per_rank: float = 0.0
     # engine request spans held per run until their step is final (the oldest dropped,
     # counted): 128 replicas x 256 requests in flight is 32,768
     max_requests_per_run: int = 65_536

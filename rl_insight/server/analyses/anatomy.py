@@ -71,6 +71,7 @@ class RunAnatomy:
         self.requests_late = 0
         self.lanes: dict[str, deque] = {}  # lane -> (state, start, end[, evidence])
         self.last_end: dict[str, int] = {}
+        self.first_start: dict[str, int] = {}  # a lane's first state: `startup` before it
         self.rows: deque[StepRow] = deque(maxlen=keep_steps)
         self.durations: deque[float] = deque(maxlen=1000)  # of every mark, final or not
         self.last_mark_end = 0
@@ -196,6 +197,8 @@ class RunAnatomy:
         q.append((state, start, end, ranks.pack(evidence)) if evidence else (state, start, end))
         if end > self.last_end.get(lane, 0):
             self.last_end[lane] = end
+        if start < self.first_start.get(lane, 1 << 62):
+            self.first_start[lane] = start
 
     def add_request(self, r: Request) -> None:
         if r.end_ns <= self.final_end:
@@ -236,7 +239,7 @@ class RunAnatomy:
         """Rows of the steps whose spans are in: every lane active around the step has
         reported past its end, or the run finished, or max_wait_s passed; and settle_s
         passed in any case (spans of different lanes arrive through different actors)."""
-        out = self._redo_late()
+        out = self._redo_late(settings)
         out += self._timing_rows(now_ns, settings, finished)
         settle, wait = int(settings.settle_s * 1e9), int(settings.max_wait_s * 1e9)
         while self.prunes and (self.prunes[0][0] <= now_ns or
@@ -254,7 +257,8 @@ class RunAnatomy:
             del self.marks[end]
             row = step_row(step, start, end, {lane: list(q) for lane, q in self.lanes.items()},
                            self._take_requests(start, end), settings.gpus_per_replica,
-                           settings.gpus_per_rank, self._buckets(start, end))
+                           settings.gpus_per_rank, self._buckets(start, end),
+                           self.first_start)
             row.requests_dropped = self._take_dropped(start, end)
             self.final_end = end
             self.windows[step] = (start, end)
@@ -270,7 +274,7 @@ class RunAnatomy:
             self.prunes.append((now_ns + wait, start - (end - start)))
         return out
 
-    def _redo_late(self) -> list[StepRow]:
+    def _redo_late(self, settings: AnatomySettings) -> list[StepRow]:
         """Rows of final steps that a late span overlaps, computed again (a lane actor
         that restarted sends what it had not delivered, after newer spans; a framework's
         own spans come seconds after its step's mark), as long as their spans are still
@@ -284,7 +288,9 @@ class RunAnatomy:
         for step, (start, end) in self.windows.items():
             if start < self.horizon or not (start < late[1] and late[0] < end):
                 continue
-            new = step_row(step, start, end, lanes, (), 1.0, 1.0, self._buckets(start, end))
+            new = step_row(step, start, end, lanes, (), settings.gpus_per_replica,
+                           settings.gpus_per_rank, self._buckets(start, end),
+                           self.first_start)
             if not _from_lanes(new):
                 continue
             row = rows.get(step)
@@ -296,6 +302,15 @@ class RunAnatomy:
                 total = sum(g["busy"] + g["idle"] for g in new.gpu_seconds.values())
                 if new.generated_tokens is not None and total > 0:
                     new.tokens_per_gpu_second = new.generated_tokens / total
+                if row.bound is not None and row.bound.inputs is not None and \
+                        new.bound is not None and new.bound.inputs is not None:
+                    old = row.bound.inputs  # what its requests told of it stays too
+                    new.bound.inputs = new.bound.inputs._replace(
+                        longest_s=old.longest_s, work_s=old.work_s,
+                        tail_cut_s=old.tail_cut_s, samples=old.samples, tokens=old.tokens)
+                    if old.samples is not None:
+                        new.bound.missing = tuple(m for m in new.bound.missing
+                                                  if not m.startswith("no engine request"))
             self.lane_rows = True
             self._replace_or_append(new)
             redone.append(new)

@@ -1,0 +1,571 @@
+"""Where a step's GPU-seconds went, by role and cause, and what its wall time waited on.
+
+Plain data in (the step's window, its lanes' state intervals, its engine requests), plain
+data out (:class:`StepBound`); no clock, no I/O. Two views of one step:
+
+- **the path**: the window cut by what ran, each instant counted once: the policy's rollout
+  alone (the trainer waits for samples; its ``tail`` is what ran after the median replica
+  of a generation burst had finished), training alone (the rollout waits for the trainer),
+  both at once (``overlap``), other replica roles alone (a teacher, a reward model), the
+  weight sync alone, validation, and ``other`` (nothing of these: the driver's own work).
+  The what-if (:mod:`rl_insight.anatomy.whatif`) works on it: a side made faster saves at
+  most the time the other side waited for it;
+- **the GPUs**: every lane's window split by cause, times the GPUs behind the lane, so the
+  causes of a role add up to its GPUs times the wall time: ``busy`` (a replica generating,
+  a rank computing), ``waiting_for_samples`` (a rank with nothing to train on),
+  ``waiting_for_slowest`` (a replica done before its role's slowest, a rank waiting at a
+  collective or for a slower rank), ``waiting_for_trainer`` (a replica awake and idle while
+  the trainer works), ``weight_sync`` (in or paused for it), ``asleep`` (the hybrid engine's
+  offload, from a sleep to the next wake-up: in a colocated run the trainer has those GPUs),
+  ``startup`` (before the lane's first state), ``validation`` and ``other``.
+
+GPUs behind a lane: ``gpus_per_replica`` and ``gpus_per_rank`` where the operator told them
+(``anatomy.gpus_per_replica``), one per rank where the ranks name their device, else one
+assumed and said so (``gpus_known`` false).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from rl_insight import laneid
+from rl_insight.anatomy import ranks as rank_figures
+from rl_insight.anatomy.intervals import Interval, clip, intersect, length, subtract, union
+from rl_insight.anatomy.requests import Request
+from rl_insight.frameworks.phases import VALIDATION as VALIDATION_PHASE
+
+NS = 1e9
+
+# causes, in the order a lane's time is given to them (a cause takes only what the ones
+# before it left)
+BUSY = "busy"
+SAMPLES = "waiting_for_samples"
+SLOWEST = "waiting_for_slowest"
+TRAINER_WAIT = "waiting_for_trainer"
+SYNC = "weight_sync"
+ASLEEP = "asleep"
+STARTUP = "startup"
+VALIDATION = "validation"
+OTHER = "other"
+CAUSES = (BUSY, SAMPLES, SLOWEST, TRAINER_WAIT, SYNC, ASLEEP, STARTUP, VALIDATION, OTHER)
+_C = {c: i for i, c in enumerate(CAUSES)}
+
+# the path: the step's wall time by what ran
+ROLLOUT, TAIL, TRAINING, OVERLAP, OTHER_ROLES = (
+    "rollout", "tail", "training", "overlap", "other_roles")
+PATH = (ROLLOUT, TAIL, TRAINING, OVERLAP, OTHER_ROLES, SYNC, VALIDATION, OTHER)
+_P = {p: i for i, p in enumerate(PATH)}
+
+TRAINER = "trainer"  # the role of the rank lanes (or of a driver lane without ranks)
+TAIL_CUT = 0.01  # the share of a step's longest responses the tail what-if cuts
+
+# states, by their place in the RL step (verl's and the frameworks' names)
+_RANK_SYNC = ("update_weights", "switch_to_trainer", "switch_to_rollout")
+_REPLICA_SYNC_WORDS = ("wake_up", "resume", "switch_wait", "update_weights", "weight")
+_SLEEP_WORDS = ("sleep", "release_kv_cache", "offload")
+_DRIVER_SYNC = "update_weights"
+_IDLE = "idle"
+
+
+def is_generation(state: str) -> bool:
+    return state == "generate" or state.endswith("_generate")
+
+
+def _is_rank_sync(state: str) -> bool:
+    return state in _RANK_SYNC or state.startswith("switch_")
+
+
+def _is_sleep(state: str) -> bool:
+    return any(w in state for w in _SLEEP_WORDS) and "wake" not in state
+
+
+def _is_replica_sync(state: str) -> bool:
+    return any(w in state for w in _REPLICA_SYNC_WORDS)
+
+
+class Inputs(NamedTuple):
+    """What the what-if needs of a step beyond its path (seconds unless said)."""
+
+    replicas: int  # the policy's rollout replicas
+    ranks: int
+    gen_s: float  # any policy replica generating
+    straggler_gain_s: float  # how much sooner the slowest replica's peers finished
+    longest_s: float | None  # the longest request's time in the engine (no split helps it)
+    work_s: float | None  # the busiest replica's requests' engine time over its concurrency
+    tail_cut_s: float | None  # how much sooner the rollout ends, its longest 1 % cut
+    samples: int | None  # the policy's requests that ended in the step
+    tokens: int | None  # the tokens they generated
+
+
+@dataclass(slots=True)
+class RoleBound:
+    """One role's GPU-seconds in a step, by cause (in CAUSES order)."""
+
+    lanes: int
+    gpus_per_lane: float
+    gpus_known: bool
+    causes: tuple[float, ...]
+
+    def as_dict(self) -> dict:
+        return {"lanes": self.lanes, "gpus": self.lanes * self.gpus_per_lane,
+                "gpus_per_lane": self.gpus_per_lane, "gpus_known": self.gpus_known,
+                "gpu_seconds": {c: v for c, v in zip(CAUSES, self.causes, strict=True)
+                                if v > 0}}
+
+
+@dataclass(slots=True)
+class StepBound:
+    """A step's path and GPU accounting; per replica its seconds by cause, packed (a
+    step of 128 replicas holds 4.6 KB of them, not a dict apiece)."""
+
+    path: tuple[float, ...]
+    roles: dict[str, RoleBound] = field(default_factory=dict)
+    replica_keys: tuple[str, ...] = ()
+    replica_causes: array = field(default_factory=lambda: array("f"))
+    colocated: bool = False
+    inputs: Inputs | None = None
+    source: str = "lanes"
+    # what the figures could not see (a sentence each): GPUs assumed, no request spans
+    missing: tuple[str, ...] = ()
+
+    def replica(self, key: str) -> dict[str, float]:
+        i = self.replica_keys.index(key) * len(CAUSES)
+        return {c: float(v) for c, v in zip(CAUSES, self.replica_causes[i:i + len(CAUSES)],
+                                            strict=True) if v > 0}
+
+    def as_dict(self) -> dict:
+        return {"path": dict(zip(PATH, self.path, strict=True)),
+                "roles": {r: b.as_dict() for r, b in self.roles.items()},
+                "replicas": {k: self.replica(k) for k in self.replica_keys},
+                "colocated": self.colocated,
+                "inputs": None if self.inputs is None else self.inputs._asdict(),
+                "source": self.source, "missing": list(self.missing)}
+
+
+@dataclass
+class _Sorted:
+    """A step's lanes by what they are."""
+
+    gen: dict[str, list[Interval]] = field(default_factory=dict)  # replica key -> its
+    role: dict[str, str] = field(default_factory=dict)  # replica key -> role
+    lane_of: dict[str, str] = field(default_factory=dict)  # replica key -> lane id
+    rsync: dict[str, list[Interval]] = field(default_factory=dict)
+    asleep: dict[str, list[Interval]] = field(default_factory=dict)
+    work: dict[str, list[Interval]] = field(default_factory=dict)  # rank lane -> phases
+    ksync: dict[str, list[Interval]] = field(default_factory=dict)  # rank lane -> its sync
+    rank_lanes: dict[str, list[tuple]] = field(default_factory=dict)
+    rank_device: bool = False
+    driver_gen: list[Interval] = field(default_factory=list)
+    driver_work: list[Interval] = field(default_factory=list)
+    driver_sync: list[Interval] = field(default_factory=list)
+    driver_val: list[Interval] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, lanes: Mapping[str, Iterable[tuple]]) -> _Sorted:
+        out = cls()
+        for lane, intervals in lanes.items():
+            c = laneid.classify(lane)
+            if c.kind == laneid.REPLICA:
+                key = laneid.replica_key(lane)
+                out.role[key], out.lane_of[key] = c.role, lane
+                gen, sync = out.gen.setdefault(key, []), out.rsync.setdefault(key, [])
+                ordered = sorted((iv[1], iv[2], iv[0]) for iv in intervals)
+                for s, e, state in ordered:
+                    if is_generation(state):
+                        gen.append((s, e))
+                    elif _is_replica_sync(state):
+                        sync.append((s, e))
+                out.asleep[key] = _asleep(ordered)
+            elif c.kind == laneid.RANK:
+                intervals = out.rank_lanes[lane] = list(intervals)
+                work, sync = out.work.setdefault(lane, []), out.ksync.setdefault(lane, [])
+                for iv in intervals:
+                    (sync if _is_rank_sync(iv[0]) else work).append((iv[1], iv[2]))
+                    if not out.rank_device and len(iv) > 3 and \
+                            rank_figures.unpack(iv[3]).get(rank_figures.GPU):
+                        out.rank_device = True
+            elif c.kind == laneid.DRIVER:
+                for state, s, e, *_ in intervals:
+                    if is_generation(state):
+                        out.driver_gen.append((s, e))
+                    elif state == _DRIVER_SYNC:
+                        out.driver_sync.append((s, e))
+                    elif state == VALIDATION_PHASE:
+                        out.driver_val.append((s, e))
+                    elif state != _IDLE:  # waiting is nobody's work
+                        out.driver_work.append((s, e))
+        return out
+
+
+def _asleep(ordered: Sequence[tuple[int, int, str]]) -> list[Interval]:
+    """A replica's offloaded time: from a sleep (or KV-cache release) to the start of its
+    next wake-up, generation or sync state (the lane's states by start)."""
+    out, since = [], None
+    for s, _e, state in ordered:
+        if _is_sleep(state):
+            if since is None:
+                since = s
+        elif since is not None:
+            out.append((since, s))
+            since = None
+    if since is not None:
+        out.append((since, 1 << 62))  # asleep past what the lane has said
+    return out
+
+
+def step_bound(lo: int, hi: int, lanes: Mapping[str, Iterable[tuple]],
+               requests: Sequence[Request] = (),
+               first_seen: Mapping[str, int] | None = None,
+               gpus_per_replica: float = 0.0, gpus_per_rank: float = 0.0) -> StepBound:
+    """The step ``[lo, hi)``'s path and GPU accounting from its lanes' intervals
+    ``(state, start, end[, evidence])`` (they may reach outside the window and should
+    include the step before's: a burst or a sleep that began there), its engine
+    requests, and when each lane was first seen (``startup`` before it)."""
+    s = _Sorted.of(lanes)
+    window = [(lo, hi)] if hi > lo else []
+    policy = [k for k in s.gen if laneid.family_of(s.role[k]) == laneid.ROLLOUT]
+    roles: dict[str, list[str]] = {}
+    for k in s.gen:
+        roles.setdefault(s.role[k], []).append(k)
+    pg_all = union([*(iv for k in policy for iv in s.gen[k]), *s.driver_gen])
+    pg = clip(pg_all, lo, hi)
+    og = clip(union(iv for k in s.gen if k not in set(policy) for iv in s.gen[k]), lo, hi)
+    rank_work = clip(union(iv for ivs in s.work.values() for iv in ivs), lo, hi)
+    work = union([*rank_work, *clip(s.driver_work, lo, hi)])
+    sync = clip(union([*(iv for ivs in s.ksync.values() for iv in ivs),
+                       *(iv for ivs in s.rsync.values() for iv in ivs), *s.driver_sync]),
+                lo, hi)
+    val = clip(union(s.driver_val), lo, hi)
+
+    # the path
+    path = [0.0] * len(PATH)
+    both = intersect(pg, work)
+    alone = subtract(pg, work)
+    tail = intersect(alone, union(_tails(pg_all, {k: s.gen[k] for k in policy}, requests)))
+    path[_P[OVERLAP]] = length(both) / NS
+    path[_P[TAIL]] = length(tail) / NS
+    path[_P[ROLLOUT]] = (length(alone) - length(tail)) / NS
+    path[_P[TRAINING]] = length(subtract(work, pg)) / NS
+    busy = union([*pg, *work])
+    path[_P[OTHER_ROLES]] = length(subtract(og, busy)) / NS
+    busy = union([*busy, *og])
+    path[_P[SYNC]] = length(subtract(sync, busy)) / NS
+    busy = union([*busy, *sync])
+    path[_P[VALIDATION]] = length(subtract(val, busy)) / NS
+    path[_P[OTHER]] = length(subtract(window, union([*busy, *val]))) / NS
+
+    out = StepBound(tuple(path))
+    first_seen = first_seen or {}
+    missing = []
+    # the replicas, role by role
+    gpr = gpus_per_replica if gpus_per_replica > 0 else 1.0
+    if s.gen and gpus_per_replica <= 0:
+        missing.append("GPUs per replica not told (its tensor-parallel size): 1 assumed; "
+                       "set anatomy.gpus_per_replica")
+    keys, packed = [], array("f")
+    for role, members in sorted(roles.items()):
+        mine = clip(union(iv for k in members for iv in s.gen[k]), lo, hi)
+        totals = [0.0] * len(CAUSES)
+        for k in sorted(members, key=_key_order):
+            got = _replica_causes(lo, hi, window, clip(union(s.gen[k]), lo, hi),
+                                  clip(union(s.rsync[k]), lo, hi), sync,
+                                  clip(s.asleep[k], lo, hi), mine, work, val,
+                                  first_seen.get(s.lane_of[k]))
+            keys.append(k)
+            packed.extend(got)
+            for i, v in enumerate(got):
+                totals[i] += v * gpr
+            if got[_C[ASLEEP]] > 0:
+                out.colocated = True
+        out.roles[role] = RoleBound(len(members), gpr, gpus_per_replica > 0, tuple(totals))
+    out.replica_keys, out.replica_causes = tuple(keys), packed
+    # the trainer
+    if s.work or s.ksync:
+        known = gpus_per_rank > 0 or s.rank_device
+        gpk = gpus_per_rank if gpus_per_rank > 0 else 1.0
+        if not known:
+            missing.append("the ranks name no GPU (CUDA_VISIBLE_DEVICES): 1 per rank "
+                           "assumed; set anatomy.gpus_per_rank")
+        waits = _inside_waits(s.rank_lanes, lo, hi)
+        totals = [0.0] * len(CAUSES)
+        for lane in s.work.keys() | s.ksync.keys():
+            got = _rank_causes(lo, hi, window, clip(union(s.work.get(lane, [])), lo, hi),
+                               clip(union(s.ksync.get(lane, [])), lo, hi), waits.get(lane, 0.0),
+                               rank_work, sync, union([*pg, *og]), val,
+                               first_seen.get(lane))
+            for i, v in enumerate(got):
+                totals[i] += v * gpk
+        out.roles[TRAINER] = RoleBound(len(s.work.keys() | s.ksync.keys()), gpk, known,
+                                       tuple(totals))
+    elif s.driver_work:  # a framework's driver lane is the trainer: its GPUs unknown
+        got = _rank_causes(lo, hi, window, clip(union(s.driver_work), lo, hi),
+                           clip(union(s.driver_sync), lo, hi), 0.0, [], sync,
+                           union([*pg, *og]), val, None)
+        out.roles[TRAINER] = RoleBound(1, 1.0, False, tuple(got))
+        missing.append("the trainer is the framework's driver lane: its GPUs unknown (its "
+                       "seconds are counted as one GPU's)")
+    out.inputs = _inputs(s, policy, lo, hi, pg, requests)
+    if out.inputs.samples is None and policy:
+        missing.append("no engine request spans: samples per step, the tail what-if and "
+                       "the longest request unknown (docs/requests.md)")
+    out.missing = tuple(missing)
+    return out
+
+
+def _key_order(key: str) -> tuple[int, str, int]:
+    if key.isdigit():
+        return (0, "", int(key))
+    role, _, n = key.rpartition("_")
+    return (1, role, int(n)) if n.isdigit() else (1, key, 0)
+
+
+def _split(remaining: list[Interval], by: Sequence[Interval]
+           ) -> tuple[float, list[Interval]]:
+    """Seconds of ``remaining`` inside ``by``, and what is left of it."""
+    got = intersect(remaining, by)
+    return length(got) / NS, subtract(remaining, got) if got else remaining
+
+
+def _startup(remaining: list[Interval], lo: int, hi: int, first: int | None
+             ) -> tuple[float, list[Interval]]:
+    if first is None or first <= lo:
+        return 0.0, remaining
+    return _split(remaining, [(lo, min(first, hi))])
+
+
+def _replica_causes(lo: int, hi: int, window: list[Interval], gen: list[Interval],
+                    own_sync: list[Interval], sync: list[Interval],
+                    asleep: list[Interval], role_gen: list[Interval],
+                    work: list[Interval], val: list[Interval], first: int | None
+                    ) -> list[float]:
+    """One replica's window by cause, in seconds."""
+    got = [0.0] * len(CAUSES)
+    got[_C[BUSY]] = length(gen) / NS
+    rest = subtract(window, gen)
+    got[_C[STARTUP]], rest = _startup(rest, lo, hi, first)
+    got[_C[SYNC]], rest = _split(rest, union([*own_sync, *sync]))
+    got[_C[ASLEEP]], rest = _split(rest, asleep)
+    got[_C[SLOWEST]], rest = _split(rest, role_gen)
+    got[_C[TRAINER_WAIT]], rest = _split(rest, work)
+    got[_C[VALIDATION]], rest = _split(rest, val)
+    got[_C[OTHER]] = length(rest) / NS
+    return got
+
+
+def _rank_causes(lo: int, hi: int, window: list[Interval], work: list[Interval],
+                 own_sync: list[Interval], waited: float, rank_work: list[Interval],
+                 sync: list[Interval], gen: list[Interval], val: list[Interval],
+                 first: int | None) -> list[float]:
+    """One rank's window by cause, in seconds; ``waited`` of its phases' time it spent
+    at collectives waiting for a slower rank."""
+    got = [0.0] * len(CAUSES)
+    busy = length(work) / NS
+    waited = min(waited, busy)
+    got[_C[BUSY]] = busy - waited
+    got[_C[SLOWEST]] = waited
+    own_sync = subtract(own_sync, work)
+    rest = subtract(subtract(window, work), own_sync)
+    got[_C[SYNC]] = length(own_sync) / NS
+    got[_C[STARTUP]], rest = _startup(rest, lo, hi, first)
+    v, rest = _split(rest, sync)
+    got[_C[SYNC]] += v
+    v, rest = _split(rest, rank_work)  # another rank still working: a straggler
+    got[_C[SLOWEST]] += v
+    got[_C[SAMPLES]], rest = _split(rest, gen)
+    got[_C[VALIDATION]], rest = _split(rest, val)
+    got[_C[OTHER]] = length(rest) / NS
+    return got
+
+
+def _inside_waits(rank_lanes: Mapping[str, list[tuple]], lo: int, hi: int
+                  ) -> dict[str, float]:
+    """Per rank lane, the seconds of its phases it waited for a slower rank, where the
+    ranks met (a collective, the Flight Recorder's arrivals or aligned ends); where they
+    did not meet, the waiting came after a rank's phase and its idle time counts it."""
+    out: dict[str, float] = {}
+    lane_of = {rank_figures.rank_number(lane): lane for lane in rank_lanes}
+    phases = rank_figures.from_lanes(rank_lanes, lo, hi)
+    for phase, ranks in phases.items():
+        if _is_rank_sync(phase) or len(ranks) < 2:
+            continue
+        evidence, waits, _ = rank_figures.phase_waits(ranks)
+        if evidence == rank_figures.BOUNDARIES and not _met(ranks):
+            continue
+        for r, p in ranks.items():
+            if _nested(phases, phase, r, p):
+                continue
+            w = min(max(0.0, waits.get(r, 0.0)), p.duration)
+            out[lane_of[r]] = out.get(lane_of[r], 0.0) + w
+    return out
+
+
+def _met(ranks: Mapping[str, rank_figures.RankPhase]) -> bool:
+    """Whether the ranks' phase ended together (a collective ends it), as ranks.py reads
+    the boundaries."""
+    ends = [p.end for p in ranks.values()]
+    typical = statistics.median(p.duration for p in ranks.values())
+    return (max(ends) - min(ends)) / NS <= max(rank_figures.ALIGNED * typical,
+                                               rank_figures.MIN_LEAD_S)
+
+
+def _nested(phases: Mapping[str, Mapping[str, rank_figures.RankPhase]], phase: str,
+            rank: str, p: rank_figures.RankPhase) -> bool:
+    """Inside another phase on the same rank (verl's train_batch in actor_update)."""
+    for other, ranks in phases.items():
+        q = ranks.get(rank)
+        if other != phase and q is not None and q.start <= p.start and p.end <= q.end \
+                and (q.start, -q.end, other) < (p.start, -p.end, phase):
+            return True
+    return False
+
+
+def _tails(pg_all: list[Interval], gens: Mapping[str, list[Interval]],
+           requests: Sequence[Request]) -> list[Interval]:
+    """Per generation burst of the policy's rollout (its replicas' generation, joined),
+    the time after its median replica finished (or after 90 % of its requests had, if
+    sooner): the fleet waiting on its slowest."""
+    out = []
+    policy = [r for r in requests if laneid.family_of(r.role) == laneid.ROLLOUT]
+    for b0, b1 in pg_all:
+        ends = [max(e for s, e in ivs if b0 <= s < b1) for ivs in gens.values()
+                if any(b0 <= s < b1 for s, _ in ivs)]
+        starts = []
+        if len(ends) >= 2:
+            starts.append(statistics.median(ends))
+        done = sorted(r.end_ns for r in policy if b0 < r.end_ns <= b1)
+        if len(done) >= 10:
+            starts.append(done[int(0.9 * (len(done) - 1))])
+        if starts:
+            out.append((int(min(starts)), b1))
+    return out
+
+
+def _service(r: Request) -> float:
+    """A request's time in the engine (its queue left out)."""
+    return max(0.0, r.e2e_s - (r.queue_s or 0.0))
+
+
+def _makespan(services: Sequence[tuple[int, int]], durations: Sequence[float]
+              ) -> tuple[float, float]:
+    """(longest request, the requests' engine time over the most that ran at once): a
+    replica cannot finish before either."""
+    events = sorted([(s, 1) for s, _ in services] + [(e, -1) for _, e in services])
+    most = running = 0
+    for _, d in events:
+        running += d
+        most = max(most, running)
+    return max(durations), sum(durations) / max(most, 1)
+
+
+def _inputs(s: _Sorted, policy: Sequence[str], lo: int, hi: int, pg: list[Interval],
+            requests: Sequence[Request]) -> Inputs:
+    gen = sorted((length(clip(union(s.gen[k]), lo, hi)) / NS for k in policy), reverse=True)
+    gain = gen[0] - gen[1] if len(gen) >= 2 else 0.0
+    mine = [r for r in requests if laneid.family_of(r.role) == laneid.ROLLOUT]
+    if not mine:
+        return Inputs(len(policy), len(s.work.keys() | s.ksync.keys()), length(pg) / NS,
+                      gain, None, None, None, None, None)
+    by_replica: dict[str, list[Request]] = {}
+    for r in mine:
+        by_replica.setdefault(r.replica, []).append(r)
+    longest, work = 0.0, 0.0
+    for rs in by_replica.values():
+        spans = [(r.end_ns - int(_service(r) * NS), r.end_ns) for r in rs]
+        lng, w = _makespan(spans, [_service(r) for r in rs])
+        longest, work = max(longest, lng), max(work, w)
+    return Inputs(len(policy), len(s.work.keys() | s.ksync.keys()), length(pg) / NS, gain,
+                  longest, work, _tail_cut(s, policy, lo, hi, by_replica), len(mine),
+                  sum(r.completion_tokens or 0 for r in mine))
+
+
+def _tail_cut(s: _Sorted, policy: Sequence[str], lo: int, hi: int,
+              by_replica: Mapping[str, list[Request]]) -> float | None:
+    """How much sooner the rollout's generation would end were the step's longest
+    responses (TAIL_CUT of them, one at least) cut at the length of the longest of the
+    rest: each replica's generating time scaled by what its requests' bound
+    (:func:`_makespan`) becomes."""
+    everyone = [r for rs in by_replica.values() for r in rs]
+    if len(everyone) < 2:
+        return None
+    size = (lambda r: r.completion_tokens) if all(r.completion_tokens for r in everyone) \
+        else (lambda r: _service(r))
+    ranked = sorted(everyone, key=size, reverse=True)
+    cut = ranked[:max(1, math.ceil(TAIL_CUT * len(everyone)))]
+    cap = size(ranked[len(cut)])
+    gen = {k: length(clip(union(s.gen[k]), lo, hi)) / NS for k in policy}
+    before = max(gen.values(), default=0.0)
+    after = 0.0
+    for k, g in gen.items():
+        rs = by_replica.get(k)
+        if not rs:
+            after = max(after, g)
+            continue
+        spans = [(r.end_ns - int(_service(r) * NS), r.end_ns) for r in rs]
+        old = _makespan(spans, [_service(r) for r in rs])
+        new = _makespan(spans, [_shortened(r, cap, size) if r in cut else _service(r)
+                                for r in rs])
+        bound_old = max(old)
+        after = max(after, g * (max(new) / bound_old) if bound_old > 0 else g)
+    return max(0.0, before - after)
+
+
+def _shortened(r: Request, cap: float, size) -> float:
+    """A cut request's engine time: its decode in proportion to what is left of it."""
+    whole = size(r) or 1.0
+    keep = min(1.0, cap / whole)
+    decode = r.decode_s if r.decode_s is not None else _service(r)
+    return max(0.0, _service(r) - decode * (1.0 - keep))
+
+
+def timing_bound(duration_s: float, generate_s: float, phases: Mapping[str, float],
+                 weight_update_s: float, waits: Mapping[str, float], other_s: float,
+                 overlap_s: float, wait_causes: Mapping[str, str] | None = None
+                 ) -> StepBound:
+    """A step's path from a framework's timing keys alone (no lane told it): the rollout
+    and the training each alone for what they did not overlap, the weight sync, each
+    named wait where its table says what it waited for (``wait_causes``: key ->
+    SAMPLES, SYNC or SLOWEST; unsaid: ``other``). No replica breakdown, no GPU count:
+    each role's seconds count as one GPU's, and the bound says so."""
+    causes = wait_causes or {}
+    train = max(0.0, sum(phases.values()) - weight_update_s)
+    path = dict.fromkeys(PATH, 0.0)
+    path[OVERLAP] = min(overlap_s, generate_s, train)
+    path[ROLLOUT] = generate_s - path[OVERLAP]
+    path[TRAINING] = train - path[OVERLAP]
+    path[SYNC] = weight_update_s
+    for key, seconds in waits.items():
+        cause = causes.get(key)
+        target = ROLLOUT if cause == SAMPLES else SYNC if cause == SYNC else OTHER
+        path[target] += seconds
+    path[OTHER] += other_s
+    total = sum(path.values())
+    if total > duration_s > 0:  # parts ran at once beyond what the keys say: the
+        scale = duration_s / total  # figures are scaled to the step, the shares kept
+        path = {k: v * scale for k, v in path.items()}
+    else:
+        path[OTHER] += max(0.0, duration_s - total)
+    rollout = [0.0] * len(CAUSES)
+    rollout[_C[BUSY]] = path[ROLLOUT] + path[OVERLAP]
+    rollout[_C[TRAINER_WAIT]] = path[TRAINING]
+    rollout[_C[SYNC]] = path[SYNC]
+    rollout[_C[OTHER]] = max(0.0, duration_s - sum(rollout))
+    trainer = [0.0] * len(CAUSES)
+    trainer[_C[BUSY]] = path[TRAINING] + path[OVERLAP]
+    trainer[_C[SAMPLES]] = path[ROLLOUT]
+    trainer[_C[SYNC]] = path[SYNC]
+    trainer[_C[OTHER]] = max(0.0, duration_s - sum(trainer))
+    out = StepBound(tuple(path[p] for p in PATH), source="timing_keys")
+    if generate_s > 0:
+        out.roles[laneid.ROLLOUT] = RoleBound(1, 1.0, False, tuple(rollout))
+    if train > 0:
+        out.roles[TRAINER] = RoleBound(1, 1.0, False, tuple(trainer))
+    out.inputs = Inputs(0, 0, generate_s, 0.0, None, None, None, None, None)
+    out.missing = ("from the framework's timing keys: no replica or rank lanes, so no "
+                   "straggler, no tail and no GPU count (each role's seconds count as one "
+                   "GPU's)",)
+    return out
