@@ -226,6 +226,16 @@ def _add_run_tools(top, remote: argparse.ArgumentParser) -> None:
     p.add_argument("--changes", action="store_true",
                    help="what changed over the run: its sustained regressions (onset, "
                         "size, the parts they live in) and what moved with each, ranked")
+    p.add_argument("--bound", action="store_true",
+                   help="which side bounds the run: GPU-seconds by role and cause, the "
+                        "verdict (with --last N: of the last N steps), and what a change "
+                        "would buy (more replicas, a faster trainer, a free weight sync, "
+                        "a shorter tail)")
+    p.add_argument("--add-replicas", type=int, default=1, metavar="N",
+                   help="with --bound: the what-if's N more rollout replicas (negative: "
+                        "fewer)")
+    p.add_argument("--trainer-speedup", type=float, default=2.0, metavar="K",
+                   help="with --bound: the what-if's trainer K times as fast")
     p.set_defaults(func=runs_cmd.cmd_report)
 
     p = top.add_parser("profile", parents=[remote],

@@ -4,7 +4,7 @@ Plain data in (the step's window, its lanes' state intervals, its engine request
 data out (:class:`StepBound`); no clock, no I/O. Two views of one step:
 
 - **the path**: the window cut by what ran, each instant counted once: the policy's rollout
-  alone (the trainer waits for samples; its ``tail`` is what ran after the median replica
+  alone (the trainer waits for samples; its ``tail`` is what ran after half the replicas
   of a generation burst had finished), training alone (the rollout waits for the trainer),
   both at once (``overlap``), other replica roles alone (a teacher, a reward model), the
   weight sync alone, validation, and ``other`` (nothing of these: the driver's own work).
@@ -138,10 +138,13 @@ class StepBound:
         return {c: float(v) for c, v in zip(CAUSES, self.replica_causes[i:i + len(CAUSES)],
                                             strict=True) if v > 0}
 
-    def as_dict(self) -> dict:
+    def as_dict(self, replicas: bool = True) -> dict:
+        """As the API gives it; without ``replicas`` the per-replica split is left out
+        (the verdict and the what-if need only the roles')."""
         return {"path": dict(zip(PATH, self.path, strict=True)),
                 "roles": {r: b.as_dict() for r, b in self.roles.items()},
-                "replicas": {k: self.replica(k) for k in self.replica_keys},
+                "replicas": {k: self.replica(k) for k in self.replica_keys} if replicas
+                else {},
                 "colocated": self.colocated,
                 "inputs": None if self.inputs is None else self.inputs._asdict(),
                 "source": self.source, "missing": list(self.missing)}
@@ -427,7 +430,7 @@ def _nested(phases: Mapping[str, Mapping[str, rank_figures.RankPhase]], phase: s
 def _tails(pg_all: list[Interval], gens: Mapping[str, list[Interval]],
            requests: Sequence[Request]) -> list[Interval]:
     """Per generation burst of the policy's rollout (its replicas' generation, joined),
-    the time after its median replica finished (or after 90 % of its requests had, if
+    the time after half its replicas finished (or after 90 % of its requests had, if
     sooner): the fleet waiting on its slowest."""
     out = []
     policy = [r for r in requests if laneid.family_of(r.role) == laneid.ROLLOUT]
@@ -436,7 +439,7 @@ def _tails(pg_all: list[Interval], gens: Mapping[str, list[Interval]],
                 if any(b0 <= s < b1 for s, _ in ivs)]
         starts = []
         if len(ends) >= 2:
-            starts.append(statistics.median(ends))
+            starts.append(statistics.median_low(ends))  # half the fleet done
         done = sorted(r.end_ns for r in policy if b0 < r.end_ns <= b1)
         if len(done) >= 10:
             starts.append(done[int(0.9 * (len(done) - 1))])

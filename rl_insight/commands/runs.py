@@ -114,6 +114,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("rl-insight: --last takes a number of steps (0: all)", file=sys.stderr)
         return 2
     client = server_client(args)
+    if getattr(args, "bound", False):
+        from rl_insight.anatomy import boundreport
+
+        def bound() -> str:
+            got = client.get("/api/v1/anatomy/bound", project=args.project,
+                             experiment_name=args.experiment, last=args.last,
+                             add_replicas=args.add_replicas,
+                             trainer_speedup=args.trainer_speedup)
+            return json.dumps(got, indent=2) if args.format == "json" else \
+                boundreport.render(got, args.project, args.experiment)
+        return api_call(bound)
     if args.changes:
         from rl_insight.anatomy import changes
 

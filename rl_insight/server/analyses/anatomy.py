@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 
 from rl_insight import frameworks, laneid
-from rl_insight.anatomy import ranks
+from rl_insight.anatomy import ranks, verdict, whatif
 from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
@@ -95,6 +95,9 @@ class RunAnatomy:
         # the windows of the newest final marks, made into rows or not (nothing but
         # timing keys told them yet): a late lane's spans make them again
         self.windows: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        # the verdict and the what-if over the newest steps, made again as rows are made:
+        # the per-step series and the status page read it
+        self.summary: dict | None = None
 
     def add_timing(self, framework: str, step: int, at_ns: int,
                    values: dict[str, float]) -> None:
@@ -403,9 +406,31 @@ class AnatomyStore:
             with self._lock:
                 made = run.finalize(now_ns, self.settings, finished)
             n += len(made)
+            if made:
+                self._summarize(run)
             if made and self.listener is not None:
                 self.listener((project, experiment), made)
         return n
+
+    def _summarize(self, run: RunAnatomy) -> None:
+        """The verdict and what-if of the run's newest ``median_steps`` steps."""
+        with self._lock:
+            recent = [r for r in list(run.rows)[-self.settings.median_steps:]
+                      if r.bound is not None]
+        if not recent:
+            return
+        lean = [{"step": r.step, "duration_s": r.duration_s,
+                 "bound": r.bound.as_dict(replicas=False)} for r in recent]
+        acc = verdict.account(lean)
+        run.summary = {**verdict.decide(acc), "first_step": acc["first_step"],
+                       "last_step": acc["last_step"], "step_s": acc["step_s"],
+                       "what_if": whatif.predict(lean)}
+
+    def summary(self, project: str, experiment: str) -> dict | None:
+        """The verdict and what-if of the run's newest steps (None before its first)."""
+        with self._lock:
+            run = self._runs.get((project, experiment))
+            return None if run is None else run.summary
 
     def has(self, key: tuple[str, str]) -> bool:
         with self._lock:
@@ -433,9 +458,9 @@ class AnatomyStore:
         fams = Families()
         with self._lock:
             runs = [(k, r.rows[-1] if r.rows else None, r.last_mark_end,
-                     list(r.durations)[-self.settings.median_steps:])
+                     list(r.durations)[-self.settings.median_steps:], r.summary)
                     for k, r in self._runs.items()]
-        for (project, experiment), row, last_mark, recent in runs:
+        for (project, experiment), row, last_mark, recent, summary in runs:
             run = [project, experiment]
             if last_mark and not self.finished(project, experiment):
                 fams.add("last_end_timestamp_seconds", "When the newest step ended (unix "
@@ -446,6 +471,8 @@ class AnatomyStore:
             if row is None or now - row.end_ns / 1e9 > self.settings.expose_s:
                 continue
             fams.row(run, row)
+            if summary is not None and summary.get("last_step") == row.step:
+                fams.summary(run, summary, row.end_ns / 1e9)
         yield from fams.families.values()
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 
+from rl_insight.anatomy.bound import CAUSES, PATH
 from rl_insight.anatomy.rows import StepRow
+from rl_insight.anatomy.verdict import VERDICTS
 
 PREFIX = "rl_insight_step_"
 RUN = ("project", "experiment_name")
@@ -73,6 +75,20 @@ class Families:
         "culprit_lead_seconds": "How much longer the culprit rank took than the median other "
                                 "rank in its phase",
         "culprit_waited_seconds": "What the median other rank waited for the culprit rank",
+        "path_seconds": "The step's wall time by what ran (rl_insight/anatomy/bound.py): "
+                        "the rollout alone (the trainer waiting for samples), its tail, "
+                        "training alone (the rollout waiting for the trainer), both, other "
+                        "roles, the weight sync alone, validation, other",
+        "gpu_cause_seconds": "GPU-seconds of the step per role by cause (busy, waiting for "
+                             "samples, for the slowest, for the trainer, weight sync, asleep, "
+                             "startup, validation, other): they add up to the role's GPUs "
+                             "times the step",
+        "verdict": "1 for the side that bounds the run's newest steps (anatomy."
+                   "median_steps of them): rollout-, training-, weight-sync- or tail-bound, "
+                   "or balanced; 0 for the others",
+        "whatif_step_seconds": "The step time predicted over the run's newest steps with one "
+                               "change (rl_insight/anatomy/whatif.py); change=as it is: "
+                               "their median as measured",
     }
 
     def __init__(self) -> None:
@@ -159,9 +175,32 @@ class Families:
             self.add("wait_seconds", self.DOCS["wait_seconds"], [*run, key], seconds,
                      ("wait",), ts)
         self.ranks(run, r, ts)
+        self.bound(run, r, ts)
         for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
             self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
                      [*run, phase], seconds, ("phase",), ts)
+
+    def bound(self, run: list[str], r: StepRow, ts: float) -> None:
+        """The step's path and its GPU-seconds per role and cause."""
+        if r.bound is None:
+            return
+        for part, seconds in zip(PATH, r.bound.path, strict=True):
+            self.add("path_seconds", self.DOCS["path_seconds"], [*run, part], seconds,
+                     ("part",), ts)
+        for role, rb in r.bound.roles.items():
+            for cause, v in zip(CAUSES, rb.causes, strict=True):
+                self.add("gpu_cause_seconds", self.DOCS["gpu_cause_seconds"],
+                         [*run, role, cause], v, ("role", "cause"), ts)
+
+    def summary(self, run: list[str], s: dict, ts: float) -> None:
+        """The verdict and the what-if over the run's newest steps, at its newest step."""
+        for v in VERDICTS:
+            self.add("verdict", self.DOCS["verdict"], [*run, v],
+                     float(s["verdict"] == v), ("verdict",), ts)
+        for w in s.get("what_if", []):
+            if w.get("known"):
+                self.add("whatif_step_seconds", self.DOCS["whatif_step_seconds"],
+                         [*run, w["change"], w["kind"]], w["step_s"], ("change", "kind"), ts)
 
     def ranks(self, run: list[str], r: StepRow, ts: float) -> None:
         """Each kept rank's compute and wait, the median rank's, and the culprit (its

@@ -84,6 +84,24 @@ def router(state: ServerState) -> APIRouter:
                                  "with `rl-insight server experiments list`")
         return out
 
+    @r.get("/api/v1/anatomy/bound", summary="Which side bounds a run: its steps' GPU-seconds "
+           "by role and cause, the verdict (rollout-, training-, weight-sync- or tail-bound, "
+           "or balanced) with the numbers that make it, and what a change would buy",
+           responses=schema.answers(400, 404))
+    def bound(project: str, experiment_name: str,
+              last: int = Query(0, ge=0, description="the last N steps; 0: the whole run"),
+              add_replicas: int = Query(1, ge=-1024, le=1024,
+                                        description="the what-if's N more rollout replicas "
+                                                    "(negative: fewer)"),
+              trainer_speedup: float = Query(2.0, gt=1.0, le=100.0,
+                                             description="the what-if's trainer K times "
+                                                         "as fast")) -> dict:
+        from rl_insight.anatomy import boundreport
+
+        got = anatomy(project, experiment_name, 0)["steps"]
+        out = boundreport.report(got, last, add_replicas, trainer_speedup)
+        return {"project": project, "experiment_name": experiment_name, **out}
+
     @r.get("/api/v1/anatomy/runs", summary="Runs with a step anatomy, and their step counts")
     def runs() -> dict:
         return {"runs": state.anatomy.runs()}
