@@ -233,3 +233,106 @@ def test_a_frameworks_ranks_name_their_culprit_from_their_own_spans(tmp_path):
     assert (c["rank"], c["kind"], c["evidence"], c["phase"]) == \
         ("2", "compute", ranks.BOUNDARIES, "actor_update"), c
     assert abs(c["lead_s"] - 0.5) < 0.01
+
+
+# -- ranks outside Ray (issue 56, 0(a)): rank 0 logs the step while the others go on ------
+MICRO = 4
+
+
+def _trainer_steps(steps: int, slow: dict[int, float], log_s: float = 0.02
+                   ) -> tuple[dict[str, list[tuple]], list[int]]:
+    """Three ranks outside Ray, each step three phases of all-reduces (update_weights one
+    broadcast); rank 0 logs the step (the mark) ``log_s`` after the last, while ranks 1
+    and 2 enter the next step's first phase at once and wait for rank 0 at its first
+    collective. ``slow``: step -> rank 2's extra seconds before each all-reduce of
+    actor_update. Rank lanes as the server holds them, and the marks."""
+    lanes: dict[str, list[tuple]] = {f"rank_{r}": [] for r in range(3)}
+    marks, at = [0], 0.0
+    for step in range(1, steps + 1):
+        late = {0: log_s} if step > 1 else {}
+        for phase, micro, each in (("actor_compute_log_prob", MICRO, 0.075),
+                                   ("actor_update", MICRO, 0.075), ("update_weights", 1, 0.05)):
+            extra = slow.get(step, 0.0) if phase == "actor_update" else 0.0
+            compute = [[each, each, each + extra] for _ in range(micro)]
+            got, end = synced(compute, late if phase == "actor_compute_log_prob" else None,
+                              start=at)
+            for r, p in got.items():
+                start = p.start + (int(late[0] * S) if r == "0" and late and
+                                   phase == "actor_compute_log_prob" else 0)
+                lanes[f"rank_{r}"].append((phase, start, p.end, ranks.pack(p.evidence)))
+            at = end
+        marks.append(int((at + log_s) * S))
+    return lanes, marks
+
+
+def test_ranks_that_enter_the_next_step_before_its_mark_are_read_in_the_step_they_end_in():
+    """Outside Ray rank 0 marks the step while ranks 1 and 2 already started the next
+    one's first phase (they wait for rank 0 at its first all-reduce). Cut at the mark,
+    that phase was counted in both steps with all its collectives, and joined in the
+    earlier one with that step's own interval of it: ranks 1 and 2 computed 0 s, and
+    rank 0 was named for a lead it never had."""
+    lanes, marks = _trainer_steps(3, slow={3: 0.0625})
+    rows = [step_row(k, marks[k - 1], marks[k], lanes).as_dict() for k in (1, 2, 3)]
+    for row in rows[:2]:  # balanced: each rank computed its 0.3 + 0.3 + 0.05 s
+        assert row["culprit"] is None, row["culprit"]
+        assert set(row["rank_evidence"].values()) == {ranks.RECORDER}, row["rank_evidence"]
+        for r, fig in row["ranks"].items():
+            assert abs(fig["compute_s"] - 0.65) < 0.03, (row["step"], r, fig)
+    c = rows[2]["culprit"]
+    assert (c["rank"], c["kind"], c["phase"]) == ("2", "compute", "actor_update"), c
+    assert abs(c["lead_s"] - 0.25) < 0.02, c
+    assert abs(rows[2]["ranks"]["2"]["compute_s"] - 0.9) < 0.03, rows[2]["ranks"]
+    # cut to the window (what the step's time went to), the piece of the next step's
+    # phase keeps no summary: it was measured against an end beyond the window
+    cut = ranks.from_lanes(lanes, marks[1], marks[2])["actor_compute_log_prob"]
+    assert ranks.COLLECTIVES in cut["0"].evidence
+    assert ranks.COLLECTIVES not in cut["1"].evidence
+
+
+def test_a_phase_entered_twice_in_a_step_holds_only_its_own_time():
+    """verl's old log-prob pass and another after the update are one phase twice in a
+    step: joined from the first start to the last end, the update between them looked
+    nested in it and its waits went uncounted."""
+    a1, _ = synced(noisy(3, 4, 0.1, seed=7))
+    update, end = synced(noisy(3, 4, 0.1, seed=8, slow={1: 2.0}), start=0.4)
+    a2, _ = synced(noisy(3, 4, 0.1, seed=9), start=end)
+    lanes = {f"rank_{r}": [("actor_compute_log_prob", a1[r].start, a1[r].end, a1[r].evidence),
+                           ("actor_update", update[r].start, update[r].end,
+                            update[r].evidence),
+                           ("actor_compute_log_prob", a2[r].start, a2[r].end, a2[r].evidence)]
+             for r in a1}
+    joined = ranks.from_lanes(lanes, 0, 10 * S)["actor_compute_log_prob"]["0"]
+    assert abs(joined.duration - (a1["0"].duration + a2["0"].duration)) < 1e-9
+    assert joined.evidence[ranks.COLLECTIVES] == 8
+    row = step_row(1, 0, 10 * S, lanes)
+    assert row.culprit["rank"] == "1" and row.culprit["phase"] == "actor_update"
+    # the others waited what rank 1 computed more in the update: 4 x 0.1 s
+    assert all(abs(row.ranks[r]["wait_s"] - 0.4) < 0.03 for r in "02"), row.ranks
+    busy = {r: f["compute_s"] + f["wait_s"] for r, f in row.ranks.items()}
+    assert all(abs(b - 1.6) < 0.03 for b in busy.values()), busy  # 0.4 + 0.8 + 0.4
+
+
+def test_a_phase_whose_evidence_disagrees_names_no_rank_and_says_why():
+    """The recorder says rank 2 arrived last at every all-reduce (it computed longer),
+    the boundaries that rank 0 started half a second late (its data came late): both
+    cannot be right, and naming either would send the user after the wrong rank."""
+    phase, end = synced(noisy(3, 4, 0.25, seed=4, slow={2: 1.25}), start=10.0)
+    phase["0"].start += S // 2  # its span began late, its arrivals were not
+    evidence, _, culprit = ranks.phase_waits(phase)
+    assert (evidence, culprit) == (ranks.UNCLEAR, {})
+    lanes = lanes_of(phase, "update_weights")
+    rows = [step_row(1, 9 * S, int((end + 1) * S), lanes).as_dict()]
+    row = rows[0]
+    assert row["culprit"] is None and row["rank_evidence"] == {"update_weights": ranks.UNCLEAR}
+    said = row["rank_unclear"]["update_weights"]
+    assert (said[ranks.RECORDER]["rank"], said[ranks.RECORDER]["kind"]) == ("2", "compute")
+    assert (said[ranks.BOUNDARIES]["rank"], said[ranks.BOUNDARIES]["kind"]) == ("0", "input")
+    text = render(explain(rows, 1))
+    assert "ranks in update_weights: unclear, no rank named: torch's Flight Recorder " \
+        "points at rank 2 (it computed" in text, text
+    assert "the phase's boundaries at rank 0 (its data came 0.50 s late)" in text, text
+    # where they agree (the late rank also arrived late), the rank is named
+    agree, _ = synced(noisy(3, 4, 0.25, seed=4), late={0: 0.5}, start=10.0)
+    agree["0"].start += S // 2
+    evidence, _, culprit = ranks.phase_waits(agree)
+    assert (evidence, culprit["rank"], culprit["kind"]) == (ranks.RECORDER, "0", "input")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from rl_insight.anatomy.ranks import HIDDEN, profile_lines, where, why_rank
+from rl_insight.anatomy.ranks import HIDDEN, profile_lines, where, why_rank, why_unclear
 
 BASELINE_STEPS = 10
 PHASES = ("queue", "prefill", "decode")
@@ -77,7 +77,8 @@ def explain(rows: Sequence[Mapping], step: int,
     out["framework"] = row.get("framework")
     if row.get("buckets"):
         out["goodput"]["buckets"] = row["buckets"]
-    for key in ("culprit", "ranks", "rank_median", "rank_evidence", "rank_count"):
+    for key in ("culprit", "ranks", "rank_median", "rank_evidence", "rank_unclear",
+                "rank_count"):
         if row.get(key):
             out[key] = row[key]
     return out
@@ -90,14 +91,18 @@ HIDDEN_NOTE = ("the ranks met at its collectives and started together: who compu
 
 
 def _rank_lines(e: Mapping) -> list[str]:
-    """The rank the step waited for, and why; or why none can be named."""
+    """The rank the step waited for, and why; or why none can be named (a phase whose
+    evidence disagrees says so, beside another phase's culprit too)."""
+    unclear = [why_unclear(phase, u) for phase, u in (e.get("rank_unclear") or {}).items()]
     c = e.get("culprit")
     if c:
         return [f"the step waited for {where(c)}", f"  {why_rank(c)}",
                 *("  " + line for line in profile_lines(e.get("profile")))] + \
             ([] if e.get("profile") else [
                 f"  (its code: `rl-insight profile --rank {c['rank']}` with the run's "
-                "--project and --experiment-name, while it is slow)"])
+                "--project and --experiment-name, while it is slow)"]) + unclear
+    if unclear:
+        return unclear
     hidden = [p for p, how in (e.get("rank_evidence") or {}).items() if how == HIDDEN]
     if hidden:
         return [f"ranks in {', '.join(hidden)}: {HIDDEN_NOTE}"]

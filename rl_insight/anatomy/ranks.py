@@ -22,7 +22,9 @@ culprit rank"):
 
 The kind: *input* when the culprit's lead is in its start or its first collective (its
 data came late), *compute* when it is spread over the phase's collectives (it computed
-longer). Plain data in and out; no clock, no I/O.
+longer). Where both sources can name a rank and name different ones, the phase is
+*unclear*: no rank is named, and the row says which each pointed at. Plain data in and
+out; no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def unpack(evidence: Mapping | tuple | None) -> dict:
 
 RECORDER, BOUNDARIES = "flight_recorder", "phase_boundaries"
 HIDDEN = "hidden"  # the ranks met and started together: no recorder, no culprit
+# the recorder and the boundaries each named a rank, not the same one: neither is named
+# (a straggler's arrivals and its phase's start cannot both be right)
+UNCLEAR = "unclear"
+SUMMARY = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END)  # a phase's collectives, summarised
 COMPUTE, INPUT = "compute", "input"
 MIN_SHARE = 0.05  # a culprit leads the median rank by this share of the phase at least
 MIN_LEAD_S = 0.05  # seconds: below this no rank is worth chasing
@@ -82,15 +88,22 @@ def role_of(phase: str) -> str:
 
 @dataclass
 class RankPhase:
-    """One rank's interval of one phase in a step, with what its client measured."""
+    """One rank's interval of one phase in a step, with what its client measured.
+    ``pieces``: where a rank entered the phase more than once in the step, each time
+    (its duration is theirs, not the time from the first start to the last end, and a
+    phase between two of them is no phase nested in it); empty for one interval."""
 
     start: int
     end: int
     evidence: Mapping = field(default_factory=dict)
+    pieces: tuple[tuple[int, int], ...] = ()
 
     @property
     def duration(self) -> float:
-        return (self.end - self.start) / 1e9
+        return sum(e - s for s, e in self.spans()) / 1e9
+
+    def spans(self) -> tuple[tuple[int, int], ...]:
+        return self.pieces or ((self.start, self.end),)
 
 
 def rank_number(lane: str) -> str:
@@ -100,14 +113,33 @@ def rank_number(lane: str) -> str:
 def phase_waits(ranks: Mapping[str, RankPhase]) -> tuple[str, dict[str, float], dict]:
     """(evidence, wait per rank in seconds, the culprit or {}) of one phase. ``ranks``:
     rank -> its interval of the phase."""
+    return _phase(ranks)[:3]
+
+
+def _phase(ranks: Mapping[str, RankPhase]) -> tuple[str, dict[str, float], dict, dict]:
+    """``phase_waits`` and, for an unclear phase, what each source pointed at."""
     if len(ranks) < 2:
-        return BOUNDARIES, {r: 0.0 for r in ranks}, {}
+        return BOUNDARIES, {r: 0.0 for r in ranks}, {}, {}
     recorded = {r: p for r, p in ranks.items()
                 if int(p.evidence.get(COLLECTIVES) or 0) > 0
                 and p.evidence.get(MEAN_TO_END) is not None}
+    bounds = _from_boundaries(ranks)
+    if len(recorded) < 2:
+        return (*bounds, {})
+    waits, culprit = _from_recorder(recorded)
+    other = bounds[2]
+    # where both can name a rank they must agree: a straggler whose data came late
+    # arrived late, and one that computed longer did not start late
+    if culprit and other and other["rank"] != culprit["rank"]:
+        return UNCLEAR, waits if len(recorded) == len(ranks) else bounds[1], {}, {
+            RECORDER: _pointer(culprit), BOUNDARIES: _pointer(other)}
     if len(recorded) == len(ranks):
-        return RECORDER, *_from_recorder(recorded)
-    return _from_boundaries(ranks)
+        return RECORDER, waits, culprit, {}
+    return (*bounds, {})  # a rank's recorder said nothing: the boundaries alone
+
+
+def _pointer(culprit: Mapping) -> dict:
+    return {k: culprit[k] for k in ("rank", "kind", "lead_s")}
 
 
 def _from_recorder(ranks: Mapping[str, RankPhase]) -> tuple[dict[str, float], dict]:
@@ -198,6 +230,8 @@ class RankFigures:
     culprit: dict | None = None
     evidence: dict[str, str] = field(default_factory=dict)
     count: int = 0
+    # per unclear phase, the rank each source pointed at (``why_unclear`` says it)
+    unclear: dict[str, dict] = field(default_factory=dict)
 
 
 def attribute(phases: Mapping[str, Mapping[str, RankPhase]]) -> RankFigures:
@@ -206,8 +240,10 @@ def attribute(phases: Mapping[str, Mapping[str, RankPhase]]) -> RankFigures:
     wait: dict[str, float] = {}
     out = RankFigures()
     for phase, ranks in sorted(phases.items()):
-        evidence, waits, culprit = phase_waits(ranks)
+        evidence, waits, culprit, unclear = _phase(ranks)
         out.evidence[phase] = evidence
+        if unclear:
+            out.unclear[phase] = unclear
         for r, p in ranks.items():
             if _nested(phases, phase, r, p):  # verl's train_batch inside actor_update
                 continue
@@ -237,10 +273,17 @@ def _nested(phases: Mapping[str, Mapping[str, RankPhase]], phase: str, rank: str
     there: a rank's compute and wait add up to its busy time once)."""
     for other, ranks in phases.items():
         q = ranks.get(rank)
-        if other != phase and q is not None and q.start <= p.start and p.end <= q.end \
+        if other != phase and q is not None and _inside(p, q) \
                 and (q.start, -q.end, other) < (p.start, -p.end, phase):
             return True
     return False
+
+
+def _inside(p: RankPhase, q: RankPhase) -> bool:
+    """Every time the rank was in ``p`` it was in ``q`` too (a phase between two entries
+    of ``q`` is not inside it)."""
+    outer = q.spans()
+    return all(any(a <= s and e <= b for a, b in outer) for s, e in p.spans())
 
 
 def _waited(waits: Mapping[str, float], culprit: str) -> float:
@@ -248,48 +291,66 @@ def _waited(waits: Mapping[str, float], culprit: str) -> float:
     return statistics.median(w for r, w in waits.items() if r != culprit)
 
 
-def from_lanes(lanes: Mapping[str, Iterable[tuple]], lo: int, hi: int
-               ) -> dict[str, dict[str, RankPhase]]:
-    """phase -> rank -> its interval in the window [lo, hi), from rank lanes' intervals
+def from_lanes(lanes: Mapping[str, Iterable[tuple]], lo: int, hi: int, *,
+               by_end: bool = False) -> dict[str, dict[str, RankPhase]]:
+    """phase -> rank -> its interval in the step [lo, hi), from rank lanes' intervals
     ``(state, start, end[, evidence])``: a rank's several intervals of one phase in a
-    step are one, from the first start to the last end, their collectives added."""
+    step are one, their times and their collectives added.
+
+    Clipped to the window (``by_end`` False: what the step's time went to), an interval
+    cut at its end keeps no recorder summary: the summary is measured against the end
+    it had. ``by_end``: each interval whole, in the step it ended in (which rank a step
+    waited for). Outside Ray rank 0 logs the step while the other ranks already started
+    the next one and wait for it at its first collective: their next phase starts before
+    the step's mark, and cut in two it was counted in both steps with all its
+    collectives, joined in the earlier one with that step's own interval of the phase."""
     out: dict[str, dict[str, RankPhase]] = {}
     for lane, intervals in lanes.items():
         rank = rank_number(lane)
         for iv in intervals:
             state, s, e = iv[0], iv[1], iv[2]
-            if e <= lo or s >= hi:
+            if (not lo < e <= hi) if by_end else (e <= lo or s >= hi):
                 continue
             ev = unpack(iv[3] if len(iv) > 3 else None)
-            s, e = max(s, lo), min(e, hi)
+            if not by_end:
+                if e > hi:
+                    ev = {k: v for k, v in ev.items() if k not in SUMMARY}
+                s, e = max(s, lo), min(e, hi)
+            here = RankPhase(s, e, ev)
             have = out.setdefault(state, {}).get(rank)
-            if have is None:
-                out[state][rank] = RankPhase(s, e, ev)
-            else:
-                out[state][rank] = _joined(have, RankPhase(s, e, ev))
+            out[state][rank] = here if have is None else _joined(have, here)
     return out
 
 
+def _count(p: RankPhase) -> int | None:
+    """Its collectives as its client counted them; None where it could not (no
+    recorder, or a count without its summary)."""
+    n = p.evidence.get(COLLECTIVES)
+    if n is None:
+        return None
+    n = int(n)
+    return n if n == 0 or p.evidence.get(MEAN_TO_END) is not None else None
+
+
 def _joined(a: RankPhase, b: RankPhase) -> RankPhase:
-    """Two intervals of one phase on one rank: one, its collectives' summary weighted."""
+    """Two intervals of one phase on one rank: one, its time theirs, its collectives'
+    summary weighted against the later end. An interval the recorder counted none in
+    adds none; one it could not read leaves the whole without a summary (a partial
+    count would mislead)."""
     start, end = min(a.start, b.start), max(a.end, b.end)
-    ev = {**a.evidence, **b.evidence}
-    na, nb = int(a.evidence.get(COLLECTIVES) or 0), int(b.evidence.get(COLLECTIVES) or 0)
-    if na and nb:
-        # both summaries against the joined end: each shifts by its own end's distance
-        ma = float(a.evidence[MEAN_TO_END]) + (end - a.end) / 1e9
-        mb = float(b.evidence[MEAN_TO_END]) + (end - b.end) / 1e9
-        first = a if a.start <= b.start else b
+    ev = {k: v for k, v in {**a.evidence, **b.evidence}.items() if k not in SUMMARY}
+    na, nb = _count(a), _count(b)
+    if na is not None and nb is not None:
         ev[COLLECTIVES] = na + nb
-        ev[MEAN_TO_END] = (na * ma + nb * mb) / (na + nb)
-        ev[FIRST_TO_END] = float(first.evidence.get(FIRST_TO_END) or 0) + \
-            (end - first.end) / 1e9
-    elif not (na or nb):
-        ev.pop(COLLECTIVES, None)
-    else:  # one summary for two intervals: none (a partial count would mislead)
-        for key in (COLLECTIVES, MEAN_TO_END, FIRST_TO_END):
-            ev.pop(key, None)
-    return RankPhase(start, end, ev)
+        counted = sorted((p for p, n in ((a, na), (b, nb)) if n), key=lambda p: p.start)
+        if counted:  # each summary against the joined end: shifted by its end's distance
+            ev[MEAN_TO_END] = sum(
+                n * (float(p.evidence[MEAN_TO_END]) + (end - p.end) / 1e9)
+                for p, n in ((a, na), (b, nb)) if n) / (na + nb)
+            first = counted[0]
+            ev[FIRST_TO_END] = float(first.evidence.get(FIRST_TO_END) or 0) + \
+                (end - first.end) / 1e9
+    return RankPhase(start, end, ev, tuple(sorted(a.spans() + b.spans())))
 
 
 def where(scope: Mapping) -> str:
@@ -317,6 +378,20 @@ def why_rank(c: Mapping) -> str:
         what = f"it computed {c['lead_s']:.2f} s longer in {phase}"
     return (f"why: {what} while the other {others} rank{'s' if others != 1 else ''} "
             f"waited {c['waited_s']:.2f} s for it (from {source})")
+
+
+def why_unclear(phase: str, unclear: Mapping) -> str:
+    """Why no rank is named in a phase whose sources disagree, in a line."""
+    def said(source: str, name: str) -> str:
+        p = unclear.get(source) or {}
+        what = (f"its data came {p.get('lead_s', 0):.2f} s late" if p.get("kind") == INPUT
+                else f"it computed {p.get('lead_s', 0):.2f} s longer")
+        return f"{name} at rank {p.get('rank', '?')} ({what})"
+
+    recorder = said(RECORDER, "torch's Flight Recorder points")
+    bounds = said(BOUNDARIES, "the phase's boundaries")
+    return (f"ranks in {phase}: unclear, no rank named: {recorder} and {bounds}, "
+            "and both cannot be right")
 
 
 def frame_label(frame: Mapping) -> str:

@@ -131,6 +131,9 @@ class StepRow:
     rank_count: int = 0
     culprit: dict | None = None
     rank_evidence: dict[str, str] = field(default_factory=dict)
+    # phases whose evidence disagrees (rank_evidence "unclear"): the rank each source
+    # pointed at (ranks.why_unclear says it)
+    rank_unclear: dict[str, dict] = field(default_factory=dict)
     # what the step's wall time waited on and its GPU-seconds by role and cause
     # (rl_insight.anatomy.bound): the bound, its verdict and the what-if read it
     bound: accounting.StepBound | None = None
@@ -229,9 +232,11 @@ def _ranks(row: StepRow, lanes: Mapping[str, list[tuple]]) -> None:
     """Each rank's compute and wait, and the rank the step waited for."""
     if not lanes:
         return
-    got = rank_figures.attribute(rank_figures.from_lanes(lanes, row.start_ns, row.end_ns))
+    got = rank_figures.attribute(rank_figures.from_lanes(lanes, row.start_ns, row.end_ns,
+                                                         by_end=True))
     row.ranks, row.rank_median, row.rank_count = got.ranks, got.median, got.count
     row.culprit, row.rank_evidence = got.culprit, got.evidence
+    row.rank_unclear = got.unclear
 
 
 def timing_row(step: int, end_ns: int, parts: Parts, framework: str,
