@@ -404,9 +404,12 @@ class FakeEngine:
     TICK = 0.05
 
     def __init__(self, backend: str, seed: int = 0, kv_capacity_tokens: int = 0,
-                 port: int = 0, otlp_traces_endpoint: str = "", live: bool = True) -> None:
+                 port: int = 0, otlp_traces_endpoint: str = "", live: bool = True,
+                 slots: int = 0, tokens: tuple[int, int] = (32, 600)) -> None:
         """``live=False``: no HTTP server and no clock thread, for a caller that drives
-        ``_tick`` on simulated time and reads ``registry`` itself (bench/scale_engines.py)."""
+        ``_tick`` on simulated time and reads ``registry`` itself (bench/scale_engines.py).
+        ``slots``: requests running at once (0: 16); ``tokens``: the range a request's
+        response length is drawn from."""
         self.backend = backend
         # vLLM's --otlp-traces-endpoint: an llm_request span per finished request
         self.tracer = init_tracer(otlp_traces_endpoint) if otlp_traces_endpoint else None
@@ -416,6 +419,9 @@ class FakeEngine:
         self.s = EngineState()
         if kv_capacity_tokens:  # a smaller KV cache: saturation and preemptions
             self.s.kv_capacity_tokens = kv_capacity_tokens
+        if slots:  # fewer at once: the engine's time grows with its share of the batch
+            self.s.max_running = slots
+        self.tokens = tokens
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.finished = 0
@@ -441,7 +447,7 @@ class FakeEngine:
             for _ in range(n):
                 self._ids += 1
                 self.s.waiting.append(Request(self.rng.randint(64, 512),
-                                              int(self.rng.randint(32, 600) *
+                                              int(self.rng.randint(*self.tokens) *
                                                   self.length_factor), now,
                                               rid=f"cmpl-{self.port}-{self._ids}"))
 

@@ -45,7 +45,8 @@ class RolloutReplica:
                  experiment: str = "", slowdown: float = 1.0,
                  kv_capacity_tokens: int = 0, hang: tuple[int, float] = (0, 0.0),
                  lane: str = "", port: int = 0, traces: bool = False,
-                 extra: tuple = ()) -> None:
+                 extra: tuple = (), slots: int = 0, tokens: tuple[int, int] = (32, 600),
+                 long_in_batch: bool = False) -> None:
         self.index = index
         self.project, self.experiment = project, experiment
         # verl 0.9.1 and VeRL-Omni: replica_<r>; verl main: <role>_replica_<r>
@@ -61,10 +62,13 @@ class RolloutReplica:
                 os.environ.get("RL_INSIGHT_OTLP_ENDPOINT", "")
         self.engine = fake_engines.FakeEngine(backend, seed=index,
                                               kv_capacity_tokens=kv_capacity_tokens,
-                                              port=port, otlp_traces_endpoint=endpoint)
-        # (kind, step, amount): ("long", step, tokens) one long-tail request; ("burst",
-        # step, n) n more requests at once, queued behind each other
+                                              port=port, otlp_traces_endpoint=endpoint,
+                                              slots=slots, tokens=tokens)
+        # (kind, step, amount[, seconds]): ("long", step, tokens, seconds) one long-tail
+        # request (step 0: every step); ("burst", step, n) n more requests at once,
+        # queued behind each other
         self.extra = extra
+        self.long_in_batch = long_in_batch  # a long request is one of the batch's (--batch)
         self.slowdown = slowdown  # a straggler generates this many times as long
         self.hang = hang  # (step, seconds): a request that hangs in that step
         self.generated: list[tuple[int, int, int]] = []  # ground truth: (step, start, end)
@@ -95,11 +99,13 @@ class RolloutReplica:
         with rl_insight.trace_state(self.generate_state, state_lane_id=self.lane, step=step,
                                     phase=phase, requests=n):
             wall0 = time.time_ns()  # in the block: the first one also enables monitoring
-            self.engine.submit(n)
-            injected = [(k, a) for k, st, a in self.extra if st == step and phase == "train"]
-            for kind, amount in injected:
+            injected = [(k, a, *more) for k, st, a, *more in self.extra
+                        if st in (step, 0) and phase == "train"]
+            longs = sum(1 for k, *_ in injected if k == "long")
+            self.engine.submit(max(0, n - longs) if self.long_in_batch else n)
+            for kind, amount, *more in injected:
                 if kind == "long":
-                    self.engine.submit_long(amount, seconds=6.0)
+                    self.engine.submit_long(amount, seconds=more[0] if more else 6.0)
                 else:
                     self.engine.submit(amount)
             if injected:  # the step waits for them, as verl waits for every request
@@ -262,8 +268,13 @@ class Simulation:
         # a step's generation waits this long at most for the engine's requests; with a
         # drift it waits for all of them (a shrinking KV cache or longer responses make
         # the engine slower, and the step with it)
-        self.gen_timeout = (10.0 if args.drift else 0.6) * s
+        # --batch: the whole batch waited for, spread over the replicas (a replica's
+        # share of it: its time, where its engine runs few requests at once)
+        self.gen_timeout = (10.0 if args.drift or args.batch else 0.6) * s
         self.requests = max(8, int(16 * 0.4 * s / 0.7))
+        for key in ("old_log_prob", "ref", "update_actor", "switch"):  # --trainer-speed
+            self.t[key] /= args.trainer_speed
+        self.t["update_weights"] *= args.weight_sync_scale
         self.rng = random.Random(args.seed)
         placement = {"resources": {args.rollout_resource: 0.01}} \
             if args.rollout_resource else {}
@@ -271,16 +282,21 @@ class Simulation:
         hangs = {r: (step, seconds) for r, step, seconds in args.hang or []}
         prefix = "rollout_" if args.lanes == "verl-main" else ""
         extra: dict[int, list] = {}
-        for r, step, tokens in args.long_request or []:
-            extra.setdefault(r, []).append(("long", step, tokens))
+        for r, step, tokens, *seconds in args.long_request or []:
+            extra.setdefault(r, []).append(("long", step, tokens, *seconds))
         for r, step, n in args.queue_burst or []:
             extra.setdefault(r, []).append(("burst", step, n))
         self.replicas = [RolloutReplica.options(**placement).remote(
             i, args.backend, args.project, args.experiment_name, slow.get(i, 1.0),
             2_000 if i in (args.kv_pressure or []) else 0, hangs.get(i, (0, 0.0)),
             f"{prefix}replica_{i}", args.engine_base_port + i if args.engine_base_port else 0,
-            args.engine_traces, tuple(extra.get(i, ())))
+            args.engine_traces, tuple(extra.get(i, ())), slots=args.engine_slots,
+            tokens=args.response_tokens, long_in_batch=bool(args.batch))
             for i in range(args.replicas)]
+        # each replica's share of the batch, per step (--batch: verl spreads one batch)
+        self.shares = [args.batch // args.replicas + (i < args.batch % args.replicas)
+                       for i in range(args.replicas)] if args.batch else \
+            [self.requests] * args.replicas
         # verl main's teacher (on-policy distillation): its own replicas and engines,
         # lanes teacher_<key>_replica_<r> (teacher_model.py: name_suffix = the teacher's
         # key), engines registered as replica "teacher_<key>_<r>"
@@ -353,7 +369,7 @@ class Simulation:
     def generate(self, step: int, phase: str = "train"):
         """Dispatch a batch to every replica; with TransferQueue, its prompts are put
         first and the replicas write the responses."""
-        keys = [[f"{phase}-{step}-r{i}-{j}" for j in range(self.requests)]
+        keys = [[f"{phase}-{step}-r{i}-{j}" for j in range(self.shares[i])]
                 for i in range(len(self.replicas))] if self.tq is not None else \
             [None] * len(self.replicas)
         if self.tq is not None:
@@ -361,8 +377,8 @@ class Simulation:
             batch = [k for ks in keys for k in ks]
             data_queue.submit(partition, batch, step)
             self.live.append((partition, batch))
-        return [r.generate.remote(self.requests, self.gen_timeout, step, phase, ks)
-                for r, ks in zip(self.replicas, keys, strict=True)]
+        return [r.generate.remote(n, self.gen_timeout, step, phase, ks)
+                for r, n, ks in zip(self.replicas, self.shares, keys, strict=True)]
 
     def read_batch(self, step: int, phase: str = "train") -> None:
         """The trainer reads the finished batch of ``step`` from TransferQueue."""
@@ -679,6 +695,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--linger", type=float, default=0.0,
                     help="keep the endpoints up this many seconds after the last step")
     ap.add_argument("--seed", type=int, default=0)
+    shape = ap.add_argument_group("the run's shape (the what-if's ground truth: the same "
+                                  "run made again with one change)")
+    shape.add_argument("--batch", type=int, default=0, metavar="N",
+                       help="N requests a step spread over the replicas, all waited for "
+                            "(default: a fixed number per replica, cut at a timeout)")
+    shape.add_argument("--engine-slots", type=int, default=0, metavar="K",
+                       help="each FAKE engine runs K requests at once (default 16)")
+    shape.add_argument("--response-tokens", type=_tokens, default=(32, 600), metavar="LO:HI",
+                       help="the range a response's length is drawn from")
+    shape.add_argument("--trainer-speed", type=float, default=1.0, metavar="K",
+                       help="the trainer ranks' phases K times as fast")
+    shape.add_argument("--weight-sync-scale", type=float, default=1.0, metavar="F",
+                       help="the weight sync F times as long (0: free)")
     inject = ap.add_argument_group("faults to inject (each alert and anatomy panel shown "
                                    "end to end)")
     inject.add_argument("--straggler", type=_straggler, action="append", metavar="R:F",
@@ -692,10 +721,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="replica R's KV cache is small: saturation, preemptions")
     inject.add_argument("--hang", type=_hang, action="append", metavar="R:STEP:SECONDS",
                         help="replica R hangs in generation at STEP for SECONDS")
-    inject.add_argument("--long-request", type=_triple, action="append",
-                        metavar="R:STEP:TOKENS",
-                        help="replica R gets one request in STEP that generates TOKENS "
-                             "tokens (the long tail), and the step waits for it")
+    inject.add_argument("--long-request", type=_long, action="append",
+                        metavar="R:STEP:TOKENS[:SECONDS]",
+                        help="replica R gets one request in STEP (0: every step) that "
+                             "generates TOKENS tokens over SECONDS (6) of decode (the long "
+                             "tail), and the step waits for it; with --batch it is one of "
+                             "the replica's share")
     inject.add_argument("--queue-burst", type=_triple, action="append", metavar="R:STEP:N",
                         help="replica R gets N more requests at once in STEP: they queue")
     inject.add_argument("--engine-down-at", type=int, default=0, metavar="STEP",
@@ -724,6 +755,28 @@ def _straggler(text: str) -> tuple[int, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected REPLICA:FACTOR, e.g. 1:3"
                                          ) from None
+
+
+def _long(text: str) -> tuple:
+    bits = text.split(":")
+    try:
+        if len(bits) == 4:
+            return int(bits[0]), int(bits[1]), int(bits[2]), float(bits[3])
+        return _triple(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected R:STEP:TOKENS[:SECONDS]"
+                                         ) from None
+
+
+def _tokens(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition(":")
+    try:
+        got = int(lo), int(hi)
+    except ValueError:
+        got = (0, 0)
+    if not 1 <= got[0] <= got[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LO:HI tokens, e.g. 200:300")
+    return got
 
 
 def _triple(text: str) -> tuple[int, int, int]:

@@ -236,6 +236,8 @@ def _add_run_tools(top, remote: argparse.ArgumentParser) -> None:
                         "fewer)")
     p.add_argument("--trainer-speedup", type=float, default=2.0, metavar="K",
                    help="with --bound: the what-if's trainer K times as fast")
+    p.add_argument("--steps", default="", metavar="A:B",
+                   help="with --bound: only steps A to B (a warm-up left out)")
     p.set_defaults(func=runs_cmd.cmd_report)
 
     p = top.add_parser("profile", parents=[remote],

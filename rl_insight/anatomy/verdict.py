@@ -38,7 +38,7 @@ def account(rows: Sequence[Mapping]) -> dict:
     path = dict.fromkeys(b.PATH, 0.0)
     roles: dict[str, dict] = {}
     replicas: dict[str, dict[str, float]] = {}
-    missing: list[str] = []
+    said: dict[str, int] = {}  # a note true of every step in the window is the window's
     sources = set()
     colocated = False
     for r in rows:
@@ -61,7 +61,8 @@ def account(rows: Sequence[Mapping]) -> dict:
             mine = replicas.setdefault(key, dict.fromkeys(b.CAUSES, 0.0))
             for cause, v in causes.items():
                 mine[cause] += v
-        missing += [m for m in bd.get("missing", ()) if m not in missing]
+        for m in bd.get("missing", ()):
+            said[m] = said.get(m, 0) + 1
     wall = sum(r["duration_s"] for r in rows)
     for acc in roles.values():
         total = sum(acc["gpu_seconds"].values())
@@ -82,7 +83,7 @@ def account(rows: Sequence[Mapping]) -> dict:
             "weight_sync": {"gpu_seconds": sync},
             "colocated": colocated,
             "source": sources.pop() if len(sources) == 1 else "mixed" if sources else None,
-            "missing": missing}
+            "missing": [m for m, n in said.items() if n == len(rows)]}
 
 
 def decide(acc: Mapping) -> dict:

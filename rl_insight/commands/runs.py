@@ -121,7 +121,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             got = client.get("/api/v1/anatomy/bound", project=args.project,
                              experiment_name=args.experiment, last=args.last,
                              add_replicas=args.add_replicas,
-                             trainer_speedup=args.trainer_speedup)
+                             trainer_speedup=args.trainer_speedup, steps=args.steps)
             return json.dumps(got, indent=2) if args.format == "json" else \
                 boundreport.render(got, args.project, args.experiment)
         return api_call(bound)

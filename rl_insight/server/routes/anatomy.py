@@ -95,10 +95,16 @@ def router(state: ServerState) -> APIRouter:
                                                     "(negative: fewer)"),
               trainer_speedup: float = Query(2.0, gt=1.0, le=100.0,
                                              description="the what-if's trainer K times "
-                                                         "as fast")) -> dict:
+                                                         "as fast"),
+              steps: str = Query("", pattern=r"^(\d+:\d+)?$",
+                                 description="only steps A to B (A:B), before --last")
+              ) -> dict:
         from rl_insight.anatomy import boundreport
 
         got = anatomy(project, experiment_name, 0)["steps"]
+        if steps:
+            a, b = (int(x) for x in steps.split(":"))
+            got = [r for r in got if a <= r["step"] <= b]
         out = boundreport.report(got, last, add_replicas, trainer_speedup)
         return {"project": project, "experiment_name": experiment_name, **out}
 
