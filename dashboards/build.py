@@ -223,6 +223,7 @@ TQ = Section("TransferQueue", P.TQ)
 ANATOMY = Section("Step anatomy", P.ANATOMY)
 WHY = Section("Why was a step slow (the engines' requests)", P.WHY)
 CHANGES = Section("What changed", P.CHANGES)
+BOUND = Section("Where the GPUs wait", P.BOUND)
 ALERTS = Section("Alerts", P.ALERT_PANELS)
 HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
             Section("GPUs (DCGM)", P.DCGM), Section("Ascend NPUs (npu-exporter)", P.NPU))
@@ -271,9 +272,10 @@ def dashboards() -> list[Dashboard]:
                   "every other logged key under All trainer metrics.",
                   [ALERTS, TRAINING, TRAINING_DETAIL, *ALL_KEYS]),
         Dashboard("rl-insight-step-anatomy", "RL-Insight · Step anatomy",
-                  "Where each RL step's time went: rollout, trainer phases, weight "
+                  "Where each RL step's time went: which side bounds the run, its GPUs by "
+                  "role and cause, what a change would buy; rollout, trainer phases, weight "
                   "update; stragglers, idle replicas and ranks, overlap and staleness.",
-                  [ALERTS, CHANGES, ANATOMY, WHY], ENGINE_VARS, "rl_insight_step_replica_"
+                  [ALERTS, BOUND, CHANGES, ANATOMY, WHY], ENGINE_VARS, "rl_insight_step_replica_"
                   "generate_seconds", annotations=(P.CHANGE_ANNOTATION,)),
         Dashboard("rl-insight-rollout-vllm", "RL-Insight · Rollout · vLLM",
                   "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",

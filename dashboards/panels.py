@@ -812,6 +812,51 @@ ANATOMY = (
                    "consumed and the trainer using it: 0 on-policy, 1 one step off."),
 )
 
+# -- which side bounds the run: each step's path and GPU-seconds by role and cause
+# (rl_insight/anatomy/bound.py), the verdict and the what-if over the newest steps
+# (verdict.py, whatif.py); `rl-insight report --bound` says the same in words
+BOUND = (
+    ts("Which side bounds the run",
+       Query(per_step("verdict", by="verdict") + " == 1", "{{verdict}}"),
+       kind="state-timeline", width=24, height=4,
+       description="Over the run's newest steps (anatomy.median_steps), the side its wall "
+                   "time waited on: rollout-bound (the trainer waited for samples), "
+                   "training-bound (the rollout waited for the trainer), weight-sync-bound, "
+                   "tail-bound (the wait was mostly the fleet's slowest replicas or longest "
+                   "responses) or balanced. `rl-insight report --bound` gives the numbers.",
+       options={"mappings": {"1": ("bound", "orange")}}),
+    ts("What each step waited on",
+       Query(per_step("path_seconds", by="part"), "{{part}}"),
+       unit="s", stack=True, width=12, height=9, options={"bars": True},
+       description="Each step's wall time cut by what ran, each instant once: the "
+                   "rollout alone (the trainer waiting for samples) and its tail (after "
+                   "half the replicas had finished), training alone (the rollout waiting "
+                   "for the trainer), both at once, other roles (a teacher, a reward "
+                   "model), the weight sync alone, validation, and other (the driver's "
+                   "own work). The bars add up to the step."),
+    ts("Where the GPUs wait: GPU-seconds by role and cause",
+       Query(per_step("gpu_cause_seconds", by="role, cause"), "{{role}} {{cause}}"),
+       unit="s", stack=True, width=12, height=9, options={"bars": True},
+       description="Every GPU-second of each step, per role (the rollout's replicas, "
+                   "teachers and reward models, the trainer's ranks) by cause: busy, "
+                   "waiting for samples, for the slowest replica or rank, for the trainer, "
+                   "in the weight sync, asleep (offloaded by the hybrid engine), starting "
+                   "up, validation, other. A role's causes add up to its GPUs times the "
+                   "step (GPUs per lane: anatomy.gpus_per_replica, gpus_per_rank; one "
+                   "assumed where not told)."),
+    ts("What a change would buy",
+       Query(f"max by (change) ({ST}whatif_step_seconds{{{RUN}}})", "{{change}}",
+             table=True),
+       kind="table", width=24, height=7, unit="s",
+       description="The step time predicted over the run's newest steps with one change: "
+                   "the slowest replica as fast as the median, more or fewer rollout "
+                   "replicas, the trainer twice as fast, the weight sync free, the longest "
+                   "1 % of responses cut (with the engines' request spans). From each "
+                   "step's critical path: a side made faster saves at most what the other "
+                   "waited for it. Checked against the runs made again with the change "
+                   "(docs/anatomy.md)."),
+)
+
 # -- what changed: a run's sustained regressions, found as its steps are finalized
 # (rl_insight/anatomy/changes.py) and the server's rl_insight_step_regression_* series;
 # `rl-insight report --changes` says the same in words

@@ -303,3 +303,7 @@ def test_the_route_answers_the_verdict_the_what_if_and_exports_the_series(server
         in metrics
     assert 'cause="waiting_for_samples"' in metrics and "rl_insight_step_whatif_step_seconds" \
         in metrics
+    server.post("/api/v1/experiments/start", json={"project": "p", "experiment_name": "bound"})
+    page = server.get("/").text  # the status page: the verdict of a run's newest steps
+    assert "<b title=" in page and "tail-bound</b>" in page
+    assert "the slowest replica as fast as the median" in page

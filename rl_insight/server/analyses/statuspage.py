@@ -78,6 +78,23 @@ def _alerts(data: dict | None) -> str:
                   "None firing.") + note
 
 
+def _bound(summary: dict | None) -> str:
+    """A run's verdict over its newest steps, its reason on hover, and its best change."""
+    if not summary:
+        return '<span class="muted">-</span>'
+    # the change that buys most without more than one replica's GPUs
+    best = max((w for w in summary.get("what_if", []) if w.get("known") and
+                w.get("kind") != "as_is" and (w.get("speedup") or 0) > 1.0 and
+                w.get("replicas", 0) <= 1),
+               key=lambda w: w["speedup"], default=None)
+    tip = f' title="{_e(summary["why"])}"'
+    text = f"<b{tip}>{_e(summary['verdict'])}</b>"
+    if best is not None:
+        text += (f'<br><span class="muted">{_e(best["change"])}: '
+                 f'{best["speedup"]:.2f}x</span>')
+    return text
+
+
 def render(report: dict, experiments: list[dict], targets: list[dict], lanes: list[dict],
            grafana_url: str | None, refresh_s: int = 10, alerts: dict | None = None) -> str:
     now = time.time()
@@ -94,7 +111,8 @@ def render(report: dict, experiments: list[dict], targets: list[dict], lanes: li
                          f'<span class="muted">{_e(svc.get("message") or "")}</span>'])
     exp_rows = [[_e(e["project"]), _e(e["experiment_name"]),
                  _state(e["status"] == "active" or None, e["status"]), _e(e["targets"]),
-                 _e(e["push_groups"]), _e(e["lanes"]), _e(ago(e.get("last_seen"), now))]
+                 _e(e["push_groups"]), _e(e["lanes"]), _bound(e.get("bound")),
+                 _e(ago(e.get("last_seen"), now))]
                 for e in experiments]
     target_rows = []
     for t in targets:
@@ -132,7 +150,8 @@ refreshes every {refresh_s}s · {_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>
 {_alerts(alerts)}
 <h2>Experiments</h2>
 {_table(["project", "experiment", "status", "targets", "pushed groups", "lanes",
-         "last activity"], exp_rows, "No experiment has reported yet.")}
+         "bound by (newest steps)", "last activity"], exp_rows,
+        "No experiment has reported yet.")}
 <h2>Scrape targets</h2>
 {_local_targets(report.get("local_targets") or {})}
 {_table(["run", "job", "target", "labels", "health", "last error"], target_rows,

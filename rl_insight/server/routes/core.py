@@ -32,7 +32,8 @@ def router(state: ServerState) -> APIRouter:
                  "push_groups": len(state.pushes.groups_of(
                      lambda labels, e=e: labels.get("project") == e["project"] and
                      labels.get("experiment_name") == e["experiment_name"])),
-                 "lanes": len(state.lanes.list(e["project"], e["experiment_name"]))}
+                 "lanes": len(state.lanes.list(e["project"], e["experiment_name"])),
+                 "bound": state.anatomy.summary(e["project"], e["experiment_name"])}
                 for e in state.experiments.list()]
         grafana = next((svc for svc in report["services"] if svc["name"] == "grafana"), {})
         grafana_url = netaddr.http_url(state.advertise_host, state.settings.grafana.port) \
