@@ -150,6 +150,25 @@ class StepBound:
                 "source": self.source, "missing": list(self.missing)}
 
 
+def sum_replicas(bounds: Iterable[StepBound]) -> dict[str, dict[str, float]]:
+    """Each replica's seconds by cause over many steps, from their packed figures (a
+    week of 128 replicas is 10,000 steps: no dict per replica and step on the way)."""
+    totals: dict[tuple[str, ...], list[float]] = {}
+    for b in bounds:
+        acc = totals.get(b.replica_keys)
+        totals[b.replica_keys] = list(b.replica_causes) if acc is None else \
+            [x + y for x, y in zip(acc, b.replica_causes, strict=True)]
+    n = len(CAUSES)
+    out: dict[str, list[float]] = {}
+    for keys, acc in totals.items():
+        for i, key in enumerate(keys):
+            mine = out.setdefault(key, [0.0] * n)
+            for j in range(n):
+                mine[j] += acc[i * n + j]
+    return {k: {c: v for c, v in zip(CAUSES, out[k], strict=True) if v > 0}
+            for k in sorted(out, key=_key_order)}
+
+
 @dataclass
 class _Sorted:
     """A step's lanes by what they are."""
@@ -433,7 +452,7 @@ def _tails(pg_all: list[Interval], gens: Mapping[str, list[Interval]],
     the time after half its replicas finished (or after 90 % of its requests had, if
     sooner): the fleet waiting on its slowest."""
     out = []
-    policy = [r for r in requests if laneid.family_of(r.role) == laneid.ROLLOUT]
+    policy = _policy_requests(requests)
     for b0, b1 in pg_all:
         ends = [max(e for s, e in ivs if b0 <= s < b1) for ivs in gens.values()
                 if any(b0 <= s < b1 for s, _ in ivs)]
@@ -465,55 +484,82 @@ def _makespan(services: Sequence[tuple[int, int]], durations: Sequence[float]
     return max(durations), sum(durations) / max(most, 1)
 
 
+def _policy_requests(requests: Sequence[Request]) -> list[Request]:
+    families: dict[str, str] = {}
+    out = []
+    for r in requests:
+        fam = families.get(r.role)
+        if fam is None:
+            fam = families[r.role] = laneid.family_of(r.role)
+        if fam == laneid.ROLLOUT:
+            out.append(r)
+    return out
+
+
+class _Replica(NamedTuple):
+    """A replica's requests in the engine: their spans, their times, its bound."""
+
+    requests: list[Request]
+    spans: list[tuple[int, int]]
+    services: list[float]
+    bound: tuple[float, float]
+
+
 def _inputs(s: _Sorted, policy: Sequence[str], lo: int, hi: int, pg: list[Interval],
             requests: Sequence[Request]) -> Inputs:
     gen = sorted((length(clip(union(s.gen[k]), lo, hi)) / NS for k in policy), reverse=True)
     gain = gen[0] - gen[1] if len(gen) >= 2 else 0.0
-    mine = [r for r in requests if laneid.family_of(r.role) == laneid.ROLLOUT]
+    ranks = len(s.work.keys() | s.ksync.keys())
+    mine = _policy_requests(requests)
     if not mine:
-        return Inputs(len(policy), len(s.work.keys() | s.ksync.keys()), length(pg) / NS,
-                      gain, None, None, None, None, None)
+        return Inputs(len(policy), ranks, length(pg) / NS, gain, None, None, None, None,
+                      None)
     by_replica: dict[str, list[Request]] = {}
     for r in mine:
         by_replica.setdefault(r.replica, []).append(r)
-    longest, work = 0.0, 0.0
-    for rs in by_replica.values():
-        spans = [(r.end_ns - int(_service(r) * NS), r.end_ns) for r in rs]
-        lng, w = _makespan(spans, [_service(r) for r in rs])
-        longest, work = max(longest, lng), max(work, w)
-    return Inputs(len(policy), len(s.work.keys() | s.ksync.keys()), length(pg) / NS, gain,
-                  longest, work, _tail_cut(s, policy, lo, hi, by_replica), len(mine),
+    replicas = {}
+    for key, rs in by_replica.items():
+        services = [_service(r) for r in rs]
+        spans = [(r.end_ns - int(t * NS), r.end_ns) for r, t in zip(rs, services,
+                                                                     strict=True)]
+        replicas[key] = _Replica(rs, spans, services, _makespan(spans, services))
+    longest = max(r.bound[0] for r in replicas.values())
+    work = max(r.bound[1] for r in replicas.values())
+    return Inputs(len(policy), ranks, length(pg) / NS, gain, longest, work,
+                  _tail_cut(s, policy, lo, hi, replicas), len(mine),
                   sum(r.completion_tokens or 0 for r in mine))
 
 
 def _tail_cut(s: _Sorted, policy: Sequence[str], lo: int, hi: int,
-              by_replica: Mapping[str, list[Request]]) -> float | None:
+              replicas: Mapping[str, _Replica]) -> float | None:
     """How much sooner the rollout's generation would end were the step's longest
     responses (TAIL_CUT of them, one at least) cut at the length of the longest of the
     rest: each replica's generating time scaled by what its requests' bound
     (:func:`_makespan`) becomes."""
-    everyone = [r for rs in by_replica.values() for r in rs]
+    everyone = [r for rep in replicas.values() for r in rep.requests]
     if len(everyone) < 2:
         return None
-    size = (lambda r: r.completion_tokens) if all(r.completion_tokens for r in everyone) \
-        else (lambda r: _service(r))
+    tokens = all(r.completion_tokens for r in everyone)
+    size = (lambda r: r.completion_tokens) if tokens else _service
     ranked = sorted(everyone, key=size, reverse=True)
-    cut = ranked[:max(1, math.ceil(TAIL_CUT * len(everyone)))]
-    cap = size(ranked[len(cut)])
+    n = max(1, math.ceil(TAIL_CUT * len(everyone)))
+    cut, cap = {id(r) for r in ranked[:n]}, size(ranked[n])
     gen = {k: length(clip(union(s.gen[k]), lo, hi)) / NS for k in policy}
     before = max(gen.values(), default=0.0)
     after = 0.0
     for k, g in gen.items():
-        rs = by_replica.get(k)
-        if not rs:
+        rep = replicas.get(k)
+        if rep is None:
             after = max(after, g)
             continue
-        spans = [(r.end_ns - int(_service(r) * NS), r.end_ns) for r in rs]
-        old = _makespan(spans, [_service(r) for r in rs])
-        new = _makespan(spans, [_shortened(r, cap, size) if r in cut else _service(r)
-                                for r in rs])
-        bound_old = max(old)
-        after = max(after, g * (max(new) / bound_old) if bound_old > 0 else g)
+        if not any(id(r) in cut for r in rep.requests):
+            after = max(after, g)
+            continue
+        new = _makespan(rep.spans, [_shortened(r, cap, size) if id(r) in cut else t
+                                    for r, t in zip(rep.requests, rep.services,
+                                                    strict=True)])
+        old = max(rep.bound)
+        after = max(after, g * (max(new) / old) if old > 0 else g)
     return max(0.0, before - after)
 
 

@@ -16,13 +16,14 @@ SEGMENT_STEPS = 20  # the verdict over the run as it went: one per this many ste
 
 
 def report(rows: Sequence[Mapping], last: int = 0, add_replicas: int = 1,
-           trainer_speedup: float = 2.0) -> dict:
+           trainer_speedup: float = 2.0, replicas: Mapping | None = None) -> dict:
     """The window (the last ``last`` steps; 0: the whole run): its accounting, verdict
     and what-if; the whole run's verdict beside a window's; the verdict per stretch of
-    SEGMENT_STEPS steps, neighbours with the same verdict joined."""
+    SEGMENT_STEPS steps, neighbours with the same verdict joined. ``replicas``: the
+    window's per-replica figures, summed by the caller (the rows then carry none)."""
     rows = verdict.bounded_rows(rows)
     window = rows[-last:] if last else rows
-    acc = verdict.account(window)
+    acc = verdict.account(window, replicas)
     out = {**acc, **verdict.decide(acc),
            "what_if": whatif.predict(window, add_replicas, trainer_speedup),
            "overlaps": whatif.overlaps(window) if window else False}

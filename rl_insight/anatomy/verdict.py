@@ -31,13 +31,15 @@ def bounded_rows(rows: Sequence[Mapping]) -> list[Mapping]:
     return [r for r in rows if r.get("bound")]
 
 
-def account(rows: Sequence[Mapping]) -> dict:
+def account(rows: Sequence[Mapping], replicas: Mapping[str, Mapping] | None = None) -> dict:
     """The window's path and GPU-seconds by role and cause, summed over its steps; each
-    role's causes against its GPUs times the wall time (``expected_gpu_seconds``)."""
+    role's causes against its GPUs times the wall time (``expected_gpu_seconds``);
+    ``replicas``: the window's per-replica figures where the caller summed them already
+    (:func:`rl_insight.anatomy.bound.sum_replicas`; the rows then carry none)."""
     rows = bounded_rows(rows)
     path = dict.fromkeys(b.PATH, 0.0)
     roles: dict[str, dict] = {}
-    replicas: dict[str, dict[str, float]] = {}
+    summed: dict[str, dict[str, float]] = {}
     said: dict[str, int] = {}  # a note true of every step in the window is the window's
     sources = set()
     colocated = False
@@ -58,7 +60,7 @@ def account(rows: Sequence[Mapping]) -> dict:
             for cause, v in rb["gpu_seconds"].items():
                 acc["gpu_seconds"][cause] += v
         for key, causes in bd.get("replicas", {}).items():
-            mine = replicas.setdefault(key, dict.fromkeys(b.CAUSES, 0.0))
+            mine = summed.setdefault(key, dict.fromkeys(b.CAUSES, 0.0))
             for cause, v in causes.items():
                 mine[cause] += v
         for m in bd.get("missing", ()):
@@ -77,9 +79,9 @@ def account(rows: Sequence[Mapping]) -> dict:
             "step_s": statistics.median(r["duration_s"] for r in rows) if rows else None,
             "path": path, "path_share": {k: v / wall for k, v in path.items()} if wall else {},
             "roles": roles,
-            "replicas": {k: {c: v for c, v in cs.items() if v > 0}
-                         for k, cs in sorted(replicas.items(), key=lambda kv: b._key_order(
-                             kv[0]))},
+            "replicas": dict(replicas) if replicas is not None else
+            {k: {c: v for c, v in cs.items() if v > 0}
+             for k, cs in sorted(summed.items(), key=lambda kv: b._key_order(kv[0]))},
             "weight_sync": {"gpu_seconds": sync},
             "colocated": colocated,
             "source": sources.pop() if len(sources) == 1 else "mixed" if sources else None,

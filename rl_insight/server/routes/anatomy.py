@@ -100,12 +100,19 @@ def router(state: ServerState) -> APIRouter:
                                  description="only steps A to B (A:B), before --last")
               ) -> dict:
         from rl_insight.anatomy import boundreport
+        from rl_insight.anatomy.bound import sum_replicas
 
-        got = anatomy(project, experiment_name, 0)["steps"]
+        anatomy(project, experiment_name, 1)  # a run never seen: 404, with its names
+        rows = [r for r in state.anatomy.rows(project, experiment_name) or []
+                if r.bound is not None]
         if steps:
             a, b = (int(x) for x in steps.split(":"))
-            got = [r for r in got if a <= r["step"] <= b]
-        out = boundreport.report(got, last, add_replicas, trainer_speedup)
+            rows = [r for r in rows if a <= r.step <= b]
+        window = rows[-last:] if last else rows
+        lean = [{"step": r.step, "duration_s": r.duration_s,
+                 "bound": r.bound.as_dict(replicas=False)} for r in rows]
+        out = boundreport.report(lean, last, add_replicas, trainer_speedup,
+                                 sum_replicas(r.bound for r in window))
         return {"project": project, "experiment_name": experiment_name, **out}
 
     @r.get("/api/v1/anatomy/runs", summary="Runs with a step anatomy, and their step counts")
