@@ -307,3 +307,43 @@ def test_the_route_answers_the_verdict_the_what_if_and_exports_the_series(server
     page = server.get("/").text  # the status page: the verdict of a run's newest steps
     assert "<b title=" in page and "tail-bound</b>" in page
     assert "the slowest replica as fast as the median" in page
+
+
+def test_a_synchronous_separate_run_s_replicas_wait_for_the_trainer_awake():
+    # the rollout on GPUs of its own (no sleep): while the ranks train, the replicas
+    # are idle and awake, waiting for the trainer; nothing is colocated
+    row = step_row(1, 100 * S, 107 * S, sync_step(100.0, colocated=False))
+    got = dict(zip(b.CAUSES, row.bound.roles["rollout"].causes, strict=True))
+    assert not row.bound.colocated and got[b.ASLEEP] == 0
+    # each replica from 4.0 s (the last one done) to the weight sync at 6.0 s: the ranks
+    # trained from 4.2 s; the 0.2 s between is the driver's
+    assert got[b.TRAINER_WAIT] == pytest.approx(2 * 1.8)
+    assert got[b.OTHER] == pytest.approx(2 * (0.2 + 0.5))
+    rep = verdict.decide(verdict.account(rows_of(sync_step, colocated=False)))
+    assert "colocated" not in rep["why"]
+
+
+def fully_async_step(t0: float) -> dict:
+    """Fully asynchronous (verl's fully_async, AReaL): the rollouter generates without a
+    break, pausing only for the weight sync at the end; the trainer trains 2.5 s of the
+    4-s step and waits for its next batch the rest."""
+    return {f"replica_{r}": [iv("vllm_generate", t0, t0 + 3.8),
+                             iv("vllm_wake_up", t0 + 3.8, t0 + 4.0)] for r in range(4)} | \
+        {f"rank_{k}": [iv("actor_update", t0 + 0.3, t0 + 2.8),
+                       iv("update_weights", t0 + 3.8, t0 + 4.0)] for k in range(2)}
+
+
+def test_a_fully_async_run_accounts_the_trainer_s_wait_for_its_next_batch():
+    rows = rows_of(fully_async_step, length=4.0)
+    acc = verdict.account(rows)
+    t = acc["roles"][b.TRAINER]["gpu_seconds"]
+    # per step and rank: 2.5 s busy, 0.3 + 1.0 s waiting for samples, 0.2 s in the sync
+    assert t[b.BUSY] == pytest.approx(5 * 2 * 2.5)
+    assert t[b.SAMPLES] == pytest.approx(5 * 2 * 1.3)
+    assert t[b.SYNC] == pytest.approx(5 * 2 * 0.2)
+    assert verdict.decide(acc)["verdict"] == verdict.ROLLOUT_BOUND
+    assert whatif.overlaps(rows)
+    got = {w["kind"] + str(w.get("replicas", "")): w for w in whatif.predict(rows)}
+    # the rollout alone is 1.3 s a step: a faster trainer buys nothing, a free sync 0.2 s
+    assert got["trainer"]["saving_s"] == pytest.approx(0.0, abs=1e-6)
+    assert got["weight_sync"]["saving_s"] == pytest.approx(0.2)
