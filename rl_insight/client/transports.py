@@ -1,6 +1,7 @@
 """Where a process's batches go. Inside Ray: metric events to the hub, lane events to
 the lane actors, one actor call per batch and actor. Without Ray: the same collector
-cores run in-process and talk to the server directly."""
+cores run in-process and talk to the server directly, and the process takes the
+profiles of the rank lanes it sent itself (no node lane actor exists to take them)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,19 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from rl_insight import laneid
+from rl_insight.client import self_profile
 from rl_insight.collector.hub import HubCore
 from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.loop import Periodic
+from rl_insight.collector.profiling import PY_SPY, Captures
 from rl_insight.collector.push import Sender
 from rl_insight.config import ClientSettings
 from rl_insight.events import Batch, Exposition, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
 HUB = "__hub__"
+MAX_RANK_LANES = 1024  # (run, rank lane) pairs a process remembers having sent
 
 
 def actor_config(settings: ClientSettings, server_url: str, token: str,
@@ -76,7 +81,11 @@ class Transport(Protocol):
 
 
 class DirectTransport:
-    """The hub and one lane core in this process, for code that runs outside Ray."""
+    """The hub and one lane core in this process, for code that runs outside Ray
+    (``torchrun``, ``torch.multiprocessing.spawn``): it also asks the server for
+    profiles of the rank lanes this process sent, as a node's lane actor does inside
+    Ray, and captures them on the lane core's thread (py-spy on itself, or its own
+    stacks sampled where py-spy cannot read it or ``client.profile_method=self``)."""
 
     in_ray = False
 
@@ -93,9 +102,16 @@ class DirectTransport:
         self.lanes = LaneCore(sender, f"process_{process}",
                               config["lane_max_pending_spans"], config["lane_batch_size"],
                               config["forget_after_s"])
+        # platform mode has no server to ask; a request per process every poll, and only
+        # once this process sent a rank lane
+        self.captures = Captures(sender, f"process_{process}",
+                                 config.get("profile_poll_s", 5.0), self.lanes.process_of,
+                                 config.get("profile_method", PY_SPY)) \
+            if config["server_url"] else None
+        self._rank_lanes: set[tuple[Identity, str]] = set()
         self.hub_loop = Periodic(config["push_interval_s"], self.hub.tick,
                                  "rl-insight-push").start()
-        self.lane_loop = Periodic(config["lane_flush_interval_s"], self.lanes.tick,
+        self.lane_loop = Periodic(config["lane_flush_interval_s"], self._lane_tick,
                                   "rl-insight-spans").start()
         self.metrics_server = None
         if not config["server_url"]:  # platform mode: serve metrics ourselves
@@ -116,6 +132,25 @@ class DirectTransport:
     def register_run(self, identity: Identity) -> None:
         pass
 
+    def _lane_tick(self) -> bool:
+        """The lane core's tick, then profiles: ask, capture, answer (on this thread and
+        the capture's own, never the caller's)."""
+        backlog = self.lanes.tick()
+        captures = self.captures
+        if captures is not None:
+            try:
+                captures.tick(bool(self.lanes.rank_process))
+                for ask in captures.asks_for(self.process):  # py-spy could not read it
+                    self_profile.answer(ask, self._sampled)
+            except Exception:  # never the spans' loss
+                log.warning("rl-insight: profiles of this process's ranks", exc_info=True)
+        return backlog
+
+    def _sampled(self, pid: str, outcome: dict) -> None:
+        """This process's own samples, answered at the next tick (now)."""
+        self.captures.answered(pid, outcome)
+        self.lane_loop.wake()
+
     def export(self, identity: Identity | None, items: list, dropped: int) -> list:
         ident = identity or Identity("default", "default")
         metrics, by_lane = split(items)
@@ -123,7 +158,17 @@ class DirectTransport:
             self.hub.ingest(Batch(ident, "", self.process, metrics, dropped))
         lane_items = [it for its in by_lane.values() for it in its
                       if type(it) in (Span, StateChange, Exposition)]
-        if lane_items and self.lanes.ingest(ident, self.process, lane_items):
+        # a rank lane's first span goes at once: the server profiles only the lanes it
+        # has heard of (rl-insight profile answered 404 for a lane_flush_interval_s)
+        first = False
+        for it in lane_items:
+            if type(it) is Span and it.ends_state and it.lane is not None and \
+                    (ident, it.lane) not in self._rank_lanes and laneid.is_rank(it.lane):
+                if len(self._rank_lanes) >= MAX_RANK_LANES:
+                    self._rank_lanes.clear()  # a first span again: one more early tick
+                self._rank_lanes.add((ident, it.lane))
+                first = True
+        if lane_items and (self.lanes.ingest(ident, self.process, lane_items) or first):
             self.lane_loop.wake()
         return []
 

@@ -24,7 +24,8 @@ def run(client: ServerClient, project: str, experiment: str, rank: str,
         print(f"rl-insight: {exc}", file=sys.stderr)
         return 1
     print(f"profile {p['id']} of rank {rank} of {project}/{experiment}: asked for "
-          f"{p['seconds']:g} s; its node's lane actor takes it at its next look",
+          f"{p['seconds']:g} s; its node's lane actor (outside Ray: the rank's own "
+          "process) takes it at its next look",
           file=sys.stderr)
     deadline = time.monotonic() + wait_s
     said = p["status"]

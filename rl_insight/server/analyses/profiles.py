@@ -134,7 +134,8 @@ class ProfileStore:
                                     f"spans of lane rank_{rank}: only a run's own ranks are "
                                     "profiled (check the names with `rl-insight server "
                                     "experiments list` and the rank with `rl-insight "
-                                    "report --step N`)")
+                                    "report --step N`; a rank is known once its first "
+                                    "phase has ended)")
         seconds = s.default_seconds if seconds is None else float(seconds)
         if not 0 < seconds <= s.max_seconds:  # well-formed, over this server's limit
             raise ProfileError(422, f"seconds {seconds:g}: this server samples a rank "
@@ -191,7 +192,8 @@ class ProfileStore:
             if p.status == PENDING and now - p.requested_at > self.settings.pending_expire_s:
                 p.status, p.finished_at = EXPIRED, now
                 p.error = ("no lane actor took it: is the run still going, and its ranks' "
-                           "node lane actors up (`ray list actors`)?")
+                           "node lane actors up (`ray list actors`)? Outside Ray the "
+                           "rank's own process takes it (a client of this version)")
             elif p.status == CAPTURING and p.taken_at is not None and \
                     now - p.taken_at > p.seconds + CAPTURE_GRACE_S:
                 p.status, p.finished_at = FAILED, now
