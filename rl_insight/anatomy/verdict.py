@@ -22,7 +22,8 @@ ROLLOUT_BOUND, TRAINING_BOUND, SYNC_BOUND, TAIL_BOUND, BALANCED = (
 VERDICTS = (ROLLOUT_BOUND, TRAINING_BOUND, SYNC_BOUND, TAIL_BOUND, BALANCED)
 MIN_WAIT_SHARE = 0.15  # a side waited on for less of the wall time than this bounds nothing
 BALANCE = 0.8  # the other side waited on at least this much of the first: balanced
-TAIL_SHARE = 0.5  # a rollout side at least this much tail is tail-bound
+TAIL_SHARE = 0.4  # a rollout side this much tail or more is tail-bound (a 2x straggler of
+# two replicas: half; replicas within 10 % of each other: a twentieth)
 UNCLEAR = "unclear"
 
 
