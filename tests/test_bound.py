@@ -347,3 +347,28 @@ def test_a_fully_async_run_accounts_the_trainer_s_wait_for_its_next_batch():
     # the rollout alone is 1.3 s a step: a faster trainer buys nothing, a free sync 0.2 s
     assert got["trainer"]["saving_s"] == pytest.approx(0.0, abs=1e-6)
     assert got["weight_sync"]["saving_s"] == pytest.approx(0.2)
+
+
+def test_a_framework_s_named_waits_go_where_its_table_says_they_waited():
+    """NeMo-RL's async GRPO (grpo.py at 7ea279ab): the buffer's starvation is the trainer
+    waiting for samples, the refit bubble (beyond the weight sync it holds) the sync's."""
+    from rl_insight.frameworks import nemo_rl
+    from rl_insight.frameworks.table import parts, wait_causes
+
+    fw = nemo_rl.TABLE
+    values = {"timing/train/total_step_time": 10.0, "timing/train/policy_training": 3.0,
+              "timing/train/weight_sync": 1.0, "timing/train/idle/refit_bubble": 1.5,
+              "timing/train/idle/buffer_starvation": 4.0,
+              "timing/train/idle/something_new": 0.5}
+    got = parts(fw, values)
+    causes = wait_causes(fw, got.waits)
+    assert causes == {"timing/train/idle/buffer_starvation": b.SAMPLES,
+                      "timing/train/idle/refit_bubble": b.SYNC}
+    row = timing_row(7, 100 * S, got, fw.name, wait_causes=causes)
+    path = dict(zip(b.PATH, row.bound.path, strict=True))
+    assert path[b.ROLLOUT] == pytest.approx(4.0)  # starved, waiting for trajectories
+    assert path[b.SYNC] == pytest.approx(1.0 + 0.5)  # the sync, and the bubble beyond it
+    assert path[b.TRAINING] == pytest.approx(3.0)
+    assert sum(row.bound.path) == pytest.approx(10.0)
+    assert verdict.decide(verdict.account([row.as_dict()]))["verdict"] == \
+        verdict.ROLLOUT_BOUND

@@ -38,16 +38,21 @@ from rl_insight.anatomy import ranks as rank_figures
 from rl_insight.anatomy.intervals import Interval, clip, intersect, length, subtract, union
 from rl_insight.anatomy.requests import Request
 from rl_insight.frameworks.phases import VALIDATION as VALIDATION_PHASE
+from rl_insight.frameworks.table import (
+    WAITING_FOR_SAMPLES,
+    WAITING_FOR_SLOWEST,
+    WAITING_FOR_SYNC,
+)
 
 NS = 1e9
 
 # causes, in the order a lane's time is given to them (a cause takes only what the ones
 # before it left)
 BUSY = "busy"
-SAMPLES = "waiting_for_samples"
-SLOWEST = "waiting_for_slowest"
+SAMPLES = WAITING_FOR_SAMPLES
+SLOWEST = WAITING_FOR_SLOWEST
 TRAINER_WAIT = "waiting_for_trainer"
-SYNC = "weight_sync"
+SYNC = WAITING_FOR_SYNC
 ASLEEP = "asleep"
 STARTUP = "startup"
 VALIDATION = "validation"
@@ -589,7 +594,8 @@ def timing_bound(duration_s: float, generate_s: float, phases: Mapping[str, floa
     path[SYNC] = weight_update_s
     for key, seconds in waits.items():
         cause = causes.get(key)
-        target = ROLLOUT if cause == SAMPLES else SYNC if cause == SYNC else OTHER
+        target = ROLLOUT if cause == SAMPLES else SYNC if cause == SYNC else \
+            TRAINING if cause == SLOWEST else OTHER  # a straggling rank: the trainer's
         path[target] += seconds
     path[OTHER] += other_s
     total = sum(path.values())

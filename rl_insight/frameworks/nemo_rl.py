@@ -17,6 +17,8 @@ from rl_insight.frameworks.table import (
     GENERATE,
     IDLE,
     STEP,
+    WAITING_FOR_SAMPLES,
+    WAITING_FOR_SYNC,
     WEIGHTS,
     Framework,
     Headline,
@@ -43,6 +45,10 @@ TABLE = Framework(
              "timing/train/policy_training": t(ACTOR_UPDATE),
              "timing/train/checkpointing": t(CHECKPOINT),
              "timing/train/offload_before_refit": t(OFFLOAD),
+             # grpo.py async_grpo_train at 7ea279ab: the buffer's starvation sleeps wait
+             # for trajectories (l.4618), the refit bubble for the weight sync (l.4942-4976)
+             "timing/train/idle/buffer_starvation": t(IDLE, WAITING_FOR_SAMPLES),
+             "timing/train/idle/refit_bubble": t(IDLE, WAITING_FOR_SYNC),
              "timing/train/idle/*": t(IDLE)},
     # timers inside others in its async GRPO (grpo.py async_grpo_train at 7ea279ab; a
     # step logs each label's timings summed, l.5286-5288): the refit bubble (timer.start

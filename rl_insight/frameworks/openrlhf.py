@@ -7,6 +7,7 @@ from rl_insight.frameworks.phases import ACTOR_UPDATE
 from rl_insight.frameworks.table import (
     GENERATE,
     IDLE,
+    WAITING_FOR_SAMPLES,
     WEIGHTS,
     Framework,
     Headline,
@@ -51,8 +52,10 @@ TABLE = Framework(
         "timing/broadcast": t(WEIGHTS),
         # async only (the adapter's): timing/broadcast split, and the queue wait
         WEIGHT_SYNC: t(WEIGHTS),
-        BROADCAST_WAIT: t(IDLE),
-        QUEUE_WAIT: t(IDLE),
+        # the broadcast waits on vLLM's lock for the generation in flight, the trainer on
+        # its queue for the next batch: both wait for the rollout (docs/frameworks.md)
+        BROADCAST_WAIT: t(IDLE, WAITING_FOR_SAMPLES),
+        QUEUE_WAIT: t(IDLE, WAITING_FOR_SAMPLES),
     },
     # async: this dict's batch was generated while the step before trained, and its
     # broadcast is told in two parts by the adapter's keys

@@ -14,6 +14,7 @@ from rl_insight.frameworks.phases import (
 from rl_insight.frameworks.table import (
     GENERATE,
     IDLE,
+    WAITING_FOR_SAMPLES,
     WEIGHTS,
     Framework,
     Headline,
@@ -38,7 +39,8 @@ TABLE = Framework(
              "timing/save_checkpoints": t(CHECKPOINT),
              "timing/save_hf_model": t(CHECKPOINT),
              "timing/update_ref_with_policy": t("update_ref"),
-             "timing/wait_for_generation_buffer": t(IDLE)},
+             # the fully-async trainer waits for its generation buffer's next batch
+             "timing/wait_for_generation_buffer": t(IDLE, WAITING_FOR_SAMPLES)},
     # the fully-async trainer (fully_async_trainer.py l.505-600, skyrl 0.3.0) saves its
     # checkpoints after its step timer ends, the synchronous one (trainer.py l.340-491)
     # inside it: told by the fully-async trainer's own timer, run_training

@@ -19,6 +19,11 @@ from functools import lru_cache
 GENERATE = "generate"  # the policy's rollout generating (no replica breakdown)
 WEIGHTS = "update_weights"  # the weight sync to the rollout engines
 IDLE = "idle"  # time the framework itself says was spent waiting (not work)
+# what a wait waited for (an IDLE key's cause: which side bounds the run,
+# rl_insight/anatomy/bound.py, spells its causes with these)
+WAITING_FOR_SAMPLES = "waiting_for_samples"  # the trainer starved: the rollout's to make
+WAITING_FOR_SYNC = "weight_sync"  # paused for the weight sync
+WAITING_FOR_SLOWEST = "waiting_for_slowest"  # a straggler: a slower rank or replica
 
 # lanes a span rule can put a span on
 DRIVER = "driver"  # the framework's step loop: the phases it runs one after another
@@ -30,14 +35,15 @@ BUCKETS = ("productive", "overhead", "idle", "wasted")  # NeMo-RL's goodput buck
 
 @dataclass(frozen=True)
 class Timing:
-    """A timing key's part of the step."""
+    """A timing key's part of the step; an IDLE key's ``cause``, what it waited for."""
 
     part: str
+    cause: str = ""
 
 
-def t(part: str) -> Timing:
-    """A timing key that is ``part`` of its step."""
-    return Timing(part)
+def t(part: str, cause: str = "") -> Timing:
+    """A timing key that is ``part`` of its step (a wait: what it waited for)."""
+    return Timing(part, cause)
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,16 @@ def own_shares(fw: Framework, values: Mapping[str, float]) -> dict[str, float]:
     for outer, inner in fw.encloses.items():
         if outer in values:
             out[outer] = max(0.0, values[outer] - sum(values.get(k, 0.0) for k in inner))
+    return out
+
+
+def wait_causes(fw: Framework, keys: Iterable[str]) -> dict[str, str]:
+    """What each of these wait keys waited for, where the table says (unsaid: none)."""
+    out = {}
+    for key in keys:
+        hit = fw.timing(key)
+        if hit is not None and hit.cause:
+            out[key] = hit.cause
     return out
 
 

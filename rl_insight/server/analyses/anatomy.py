@@ -24,7 +24,7 @@ from rl_insight.anatomy import ranks, verdict, whatif
 from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
-from rl_insight.frameworks.table import parts
+from rl_insight.frameworks.table import parts, wait_causes
 from rl_insight.frameworks.wire import STEP_STATE, TRAINER_LANE
 from rl_insight.server.analyses.anatomy_series import Families
 
@@ -145,8 +145,10 @@ class RunAnatomy:
                 continue  # the lanes tell this run's steps
             fw = frameworks.get(entry.framework)
             start = self.timing_end or None
-            row = timing_row(step, entry.last_ns, parts(fw, entry.values), fw.name,
-                             start_ns=start if start is not None else entry.first_ns)
+            got = parts(fw, entry.values)
+            row = timing_row(step, entry.last_ns, got, fw.name,
+                             start_ns=start if start is not None else entry.first_ns,
+                             wait_causes=wait_causes(fw, got.waits))
             self.timing_end = entry.last_ns
             self._replace_or_append(row)
             out.append(row)
