@@ -18,7 +18,9 @@ from rl_insight.collector.profiling import top_frames
 
 RATE_HZ = 50  # the sampler shares the GIL with the rank: half py-spy's rate
 MAX_SECONDS = 60.0
-METHOD = "self-sampled (sys._current_frames; the host refused ptrace)"
+# why it came to this (ptrace refused, py-spy missing, client.profile_method=self) is in
+# the lane actor's log and the client's settings, not here: it samples alike whatever the why
+METHOD = "self-sampled (sys._current_frames)"
 
 
 def sample(seconds: float, rate: int = RATE_HZ) -> dict:
