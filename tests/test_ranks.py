@@ -336,3 +336,16 @@ def test_a_phase_whose_evidence_disagrees_names_no_rank_and_says_why():
     agree["0"].start += S // 2
     evidence, _, culprit = ranks.phase_waits(agree)
     assert (evidence, culprit["rank"], culprit["kind"]) == (ranks.RECORDER, "0", "input")
+
+
+def test_a_late_start_outrun_by_a_compute_straggler_is_no_disagreement():
+    """A rank whose call came 0.08 s late (a driver's dispatch on a loaded machine) while
+    another computed 0.2 s longer: the boundaries see only the late start, the recorder
+    sees it arrive late and the straggler later still. Both are right; the others
+    waited for the straggler."""
+    phase, _ = synced(noisy(4, 4, 0.1, seed=5, slow={2: 1.5}), late={1: 0.08})
+    phase["1"].start += int(0.08 * S)
+    bare = {r: ranks.RankPhase(p.start, p.end) for r, p in phase.items()}
+    assert ranks.phase_waits(bare)[2]["rank"] == "1"  # what the boundaries alone say
+    evidence, _, culprit = ranks.phase_waits(phase)
+    assert (evidence, culprit["rank"], culprit["kind"]) == (ranks.RECORDER, "2", "compute")

@@ -22,9 +22,10 @@ culprit rank"):
 
 The kind: *input* when the culprit's lead is in its start or its first collective (its
 data came late), *compute* when it is spread over the phase's collectives (it computed
-longer). Where both sources can name a rank and name different ones, the phase is
-*unclear*: no rank is named, and the row says which each pointed at. Plain data in and
-out; no clock, no I/O.
+longer). Where both sources name a rank, different ones, and the recorder does not
+bear the boundaries' out (a rank that started late arrives late at the first collective,
+unless the culprit came later still), the phase is *unclear*: no rank is named, and the
+row says which each pointed at. Plain data in and out; no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -128,9 +129,8 @@ def _phase(ranks: Mapping[str, RankPhase]) -> tuple[str, dict[str, float], dict,
         return (*bounds, {})
     waits, culprit = _from_recorder(recorded)
     other = bounds[2]
-    # where both can name a rank they must agree: a straggler whose data came late
-    # arrived late, and one that computed longer did not start late
-    if culprit and other and other["rank"] != culprit["rank"]:
+    if culprit and other and other["rank"] != culprit["rank"] and \
+            not _corroborated(ranks, recorded, other["rank"], culprit["rank"]):
         return UNCLEAR, waits if len(recorded) == len(ranks) else bounds[1], {}, {
             RECORDER: _pointer(culprit), BOUNDARIES: _pointer(other)}
     if len(recorded) == len(ranks):
@@ -140,6 +140,34 @@ def _phase(ranks: Mapping[str, RankPhase]) -> tuple[str, dict[str, float], dict,
 
 def _pointer(culprit: Mapping) -> dict:
     return {k: culprit[k] for k in ("rank", "kind", "lead_s")}
+
+
+def _corroborated(ranks: Mapping[str, RankPhase], recorded: Mapping[str, RankPhase],
+                  late: str, culprit: str) -> bool:
+    """Whether the recorder bears out the boundaries' rank beside its own culprit: a
+    rank that started the phase late arrived late at its first collective too (by half
+    its late start at least, against the ranks neither names), and was only outrun by
+    the culprit (both are true, and the others waited for the culprit). Ends that did
+    not meet, or a late start whose first arrival was on time, contradict it."""
+    if not _aligned(ranks):
+        return False
+    if late not in recorded:
+        return True  # no arrivals of its own to say otherwise
+    first = {r: p.end - float(p.evidence.get(FIRST_TO_END) or 0.0) * 1e9
+             for r, p in recorded.items()}
+    refs = [first[r] for r in recorded if r not in (late, culprit)]
+    if not refs:
+        return True
+    starts = [p.start for r, p in ranks.items() if r not in (late, culprit)]
+    late_start = ranks[late].start - statistics.median(starts) if starts else 0
+    return first[late] - statistics.median(refs) >= 0.5 * late_start
+
+
+def _aligned(ranks: Mapping[str, RankPhase]) -> bool:
+    """Whether the ranks' phase ended together (they met at its last collective)."""
+    ends = [p.end for p in ranks.values()]
+    typical = statistics.median(p.duration for p in ranks.values())
+    return (max(ends) - min(ends)) / 1e9 <= max(ALIGNED * typical, MIN_LEAD_S)
 
 
 def _from_recorder(ranks: Mapping[str, RankPhase]) -> tuple[dict[str, float], dict]:
@@ -161,10 +189,7 @@ def _from_recorder(ranks: Mapping[str, RankPhase]) -> tuple[dict[str, float], di
 
 def _from_boundaries(ranks: Mapping[str, RankPhase]) -> tuple[str, dict[str, float], dict]:
     ends = {r: p.end for r, p in ranks.items()}
-    typical = statistics.median(p.duration for p in ranks.values())
-    aligned = (max(ends.values()) - min(ends.values())) / 1e9 <= \
-        max(ALIGNED * typical, MIN_LEAD_S)
-    if aligned:  # they met at the end: who started last kept the others waiting
+    if _aligned(ranks):  # they met at the end: who started last kept the others waiting
         starts = {r: p.start for r, p in ranks.items()}
         last = max(starts.values())
         waits = {r: (last - s) / 1e9 for r, s in starts.items()}
