@@ -26,7 +26,6 @@ assumed and said so (``gpus_known`` false).
 
 from __future__ import annotations
 
-import math
 import statistics
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rl_insight import laneid
+from rl_insight.anatomy import engine_bound
 from rl_insight.anatomy import ranks as rank_figures
 from rl_insight.anatomy.intervals import Interval, clip, intersect, length, subtract, union
 from rl_insight.anatomy.requests import Request
@@ -67,7 +67,7 @@ PATH = (ROLLOUT, TAIL, TRAINING, OVERLAP, OTHER_ROLES, SYNC, VALIDATION, OTHER)
 _P = {p: i for i, p in enumerate(PATH)}
 
 TRAINER = "trainer"  # the role of the rank lanes (or of a driver lane without ranks)
-TAIL_CUT = 0.01  # the share of a step's longest responses the tail what-if cuts
+TAIL_CUT = engine_bound.TAIL_CUT
 
 # states, by their place in the RL step (verl's and the frameworks' names)
 _RANK_SYNC = ("update_weights", "switch_to_trainer", "switch_to_rollout")
@@ -245,6 +245,37 @@ def _asleep(ordered: Sequence[tuple[int, int, str]]) -> list[Interval]:
     return out
 
 
+class _Window(NamedTuple):
+    """A step's window and what ran in it, each a union clipped to it (``pg_all``: the
+    policy's generation unclipped, whose bursts may begin in the step before)."""
+
+    lo: int
+    hi: int
+    window: list[Interval]
+    policy: list[str]
+    pg_all: list[Interval]
+    pg: list[Interval]  # the policy's rollout generating
+    og: list[Interval]  # other replica roles generating
+    rank_work: list[Interval]
+    work: list[Interval]  # the trainer's phases (ranks', a driver's)
+    sync: list[Interval]
+    val: list[Interval]
+
+    @classmethod
+    def of(cls, s: _Sorted, lo: int, hi: int) -> _Window:
+        policy = [k for k in s.gen if laneid.family_of(s.role[k]) == laneid.ROLLOUT]
+        pg_all = union([*(iv for k in policy for iv in s.gen[k]), *s.driver_gen])
+        others = set(s.gen) - set(policy)
+        rank_work = clip(union(iv for ivs in s.work.values() for iv in ivs), lo, hi)
+        sync = union([*(iv for ivs in s.ksync.values() for iv in ivs),
+                      *(iv for ivs in s.rsync.values() for iv in ivs), *s.driver_sync])
+        return cls(lo, hi, [(lo, hi)] if hi > lo else [], policy, pg_all,
+                   clip(pg_all, lo, hi),
+                   clip(union(iv for k in others for iv in s.gen[k]), lo, hi), rank_work,
+                   union([*rank_work, *clip(s.driver_work, lo, hi)]), clip(sync, lo, hi),
+                   clip(union(s.driver_val), lo, hi))
+
+
 def step_bound(lo: int, hi: int, lanes: Mapping[str, Iterable[tuple]],
                requests: Sequence[Request] = (),
                first_seen: Mapping[str, int] | None = None,
@@ -254,54 +285,56 @@ def step_bound(lo: int, hi: int, lanes: Mapping[str, Iterable[tuple]],
     include the step before's: a burst or a sleep that began there), its engine
     requests, and when each lane was first seen (``startup`` before it)."""
     s = _Sorted.of(lanes)
-    window = [(lo, hi)] if hi > lo else []
-    policy = [k for k in s.gen if laneid.family_of(s.role[k]) == laneid.ROLLOUT]
+    w = _Window.of(s, lo, hi)
+    out = StepBound(_path(s, w, requests))
+    first_seen = first_seen or {}
+    missing = _replica_roles(out, s, w, first_seen, gpus_per_replica)
+    missing += _trainer_role(out, s, w, first_seen, gpus_per_rank)
+    out.inputs = _inputs(s, w.policy, lo, hi, w.pg, requests)
+    if out.inputs.samples is None and w.policy:
+        missing.append("no engine request spans: samples per step, the tail what-if and "
+                       "the longest request unknown (docs/requests.md)")
+    out.missing = tuple(missing)
+    return out
+
+
+def _path(s: _Sorted, w: _Window, requests: Sequence[Request]) -> tuple[float, ...]:
+    """The window by what ran, each instant once, in seconds (PATH order)."""
+    path = [0.0] * len(PATH)
+    alone = subtract(w.pg, w.work)
+    tail = intersect(alone, union(_tails(w.pg_all, {k: s.gen[k] for k in w.policy},
+                                         requests)))
+    path[_P[OVERLAP]] = length(intersect(w.pg, w.work)) / NS
+    path[_P[TAIL]] = length(tail) / NS
+    path[_P[ROLLOUT]] = (length(alone) - length(tail)) / NS
+    path[_P[TRAINING]] = length(subtract(w.work, w.pg)) / NS
+    busy = union([*w.pg, *w.work])
+    path[_P[OTHER_ROLES]] = length(subtract(w.og, busy)) / NS
+    busy = union([*busy, *w.og])
+    path[_P[SYNC]] = length(subtract(w.sync, busy)) / NS
+    busy = union([*busy, *w.sync])
+    path[_P[VALIDATION]] = length(subtract(w.val, busy)) / NS
+    path[_P[OTHER]] = length(subtract(w.window, union([*busy, *w.val]))) / NS
+    return tuple(path)
+
+
+def _replica_roles(out: StepBound, s: _Sorted, w: _Window, first_seen: Mapping[str, int],
+                   gpus_per_replica: float) -> list[str]:
+    """Each replica role's GPU-seconds by cause, each replica's seconds packed; what
+    could not be told."""
+    gpr = gpus_per_replica if gpus_per_replica > 0 else 1.0
     roles: dict[str, list[str]] = {}
     for k in s.gen:
         roles.setdefault(s.role[k], []).append(k)
-    pg_all = union([*(iv for k in policy for iv in s.gen[k]), *s.driver_gen])
-    pg = clip(pg_all, lo, hi)
-    og = clip(union(iv for k in s.gen if k not in set(policy) for iv in s.gen[k]), lo, hi)
-    rank_work = clip(union(iv for ivs in s.work.values() for iv in ivs), lo, hi)
-    work = union([*rank_work, *clip(s.driver_work, lo, hi)])
-    sync = clip(union([*(iv for ivs in s.ksync.values() for iv in ivs),
-                       *(iv for ivs in s.rsync.values() for iv in ivs), *s.driver_sync]),
-                lo, hi)
-    val = clip(union(s.driver_val), lo, hi)
-
-    # the path
-    path = [0.0] * len(PATH)
-    both = intersect(pg, work)
-    alone = subtract(pg, work)
-    tail = intersect(alone, union(_tails(pg_all, {k: s.gen[k] for k in policy}, requests)))
-    path[_P[OVERLAP]] = length(both) / NS
-    path[_P[TAIL]] = length(tail) / NS
-    path[_P[ROLLOUT]] = (length(alone) - length(tail)) / NS
-    path[_P[TRAINING]] = length(subtract(work, pg)) / NS
-    busy = union([*pg, *work])
-    path[_P[OTHER_ROLES]] = length(subtract(og, busy)) / NS
-    busy = union([*busy, *og])
-    path[_P[SYNC]] = length(subtract(sync, busy)) / NS
-    busy = union([*busy, *sync])
-    path[_P[VALIDATION]] = length(subtract(val, busy)) / NS
-    path[_P[OTHER]] = length(subtract(window, union([*busy, *val]))) / NS
-
-    out = StepBound(tuple(path))
-    first_seen = first_seen or {}
-    missing = []
-    # the replicas, role by role
-    gpr = gpus_per_replica if gpus_per_replica > 0 else 1.0
-    if s.gen and gpus_per_replica <= 0:
-        missing.append("GPUs per replica not told (its tensor-parallel size): 1 assumed; "
-                       "set anatomy.gpus_per_replica")
     keys, packed = [], array("f")
+    lo, hi = w.lo, w.hi
     for role, members in sorted(roles.items()):
         mine = clip(union(iv for k in members for iv in s.gen[k]), lo, hi)
         totals = [0.0] * len(CAUSES)
         for k in sorted(members, key=_key_order):
-            got = _replica_causes(lo, hi, window, clip(union(s.gen[k]), lo, hi),
-                                  clip(union(s.rsync[k]), lo, hi), sync,
-                                  clip(s.asleep[k], lo, hi), mine, work, val,
+            got = _replica_causes(lo, hi, w.window, clip(union(s.gen[k]), lo, hi),
+                                  clip(union(s.rsync[k]), lo, hi), w.sync,
+                                  clip(s.asleep[k], lo, hi), mine, w.work, w.val,
                                   first_seen.get(s.lane_of[k]))
             keys.append(k)
             packed.extend(got)
@@ -311,37 +344,42 @@ def step_bound(lo: int, hi: int, lanes: Mapping[str, Iterable[tuple]],
                 out.colocated = True
         out.roles[role] = RoleBound(len(members), gpr, gpus_per_replica > 0, tuple(totals))
     out.replica_keys, out.replica_causes = tuple(keys), packed
-    # the trainer
+    if s.gen and gpus_per_replica <= 0:
+        return ["GPUs per replica not told (its tensor-parallel size): 1 assumed; set "
+                "anatomy.gpus_per_replica"]
+    return []
+
+
+def _trainer_role(out: StepBound, s: _Sorted, w: _Window, first_seen: Mapping[str, int],
+                  gpus_per_rank: float) -> list[str]:
+    """The trainer's GPU-seconds by cause (its ranks', or a framework driver's lane);
+    what could not be told."""
+    lo, hi = w.lo, w.hi
+    gen = union([*w.pg, *w.og])
     if s.work or s.ksync:
         known = gpus_per_rank > 0 or s.rank_device
         gpk = gpus_per_rank if gpus_per_rank > 0 else 1.0
-        if not known:
-            missing.append("the ranks name no GPU (CUDA_VISIBLE_DEVICES): 1 per rank "
-                           "assumed; set anatomy.gpus_per_rank")
         waits = _inside_waits(s.rank_lanes, lo, hi)
         totals = [0.0] * len(CAUSES)
-        for lane in s.work.keys() | s.ksync.keys():
-            got = _rank_causes(lo, hi, window, clip(union(s.work.get(lane, [])), lo, hi),
-                               clip(union(s.ksync.get(lane, [])), lo, hi), waits.get(lane, 0.0),
-                               rank_work, sync, union([*pg, *og]), val,
+        lanes = s.work.keys() | s.ksync.keys()
+        for lane in lanes:
+            got = _rank_causes(lo, hi, w.window, clip(union(s.work.get(lane, [])), lo, hi),
+                               clip(union(s.ksync.get(lane, [])), lo, hi),
+                               waits.get(lane, 0.0), w.rank_work, w.sync, gen, w.val,
                                first_seen.get(lane))
             for i, v in enumerate(got):
                 totals[i] += v * gpk
-        out.roles[TRAINER] = RoleBound(len(s.work.keys() | s.ksync.keys()), gpk, known,
-                                       tuple(totals))
-    elif s.driver_work:  # a framework's driver lane is the trainer: its GPUs unknown
-        got = _rank_causes(lo, hi, window, clip(union(s.driver_work), lo, hi),
-                           clip(union(s.driver_sync), lo, hi), 0.0, [], sync,
-                           union([*pg, *og]), val, None)
+        out.roles[TRAINER] = RoleBound(len(lanes), gpk, known, tuple(totals))
+        return [] if known else ["the ranks name no GPU (CUDA_VISIBLE_DEVICES): 1 per rank "
+                                 "assumed; set anatomy.gpus_per_rank"]
+    if s.driver_work:  # a framework's driver lane is the trainer: its GPUs unknown
+        got = _rank_causes(lo, hi, w.window, clip(union(s.driver_work), lo, hi),
+                           clip(union(s.driver_sync), lo, hi), 0.0, [], w.sync, gen, w.val,
+                           None)
         out.roles[TRAINER] = RoleBound(1, 1.0, False, tuple(got))
-        missing.append("the trainer is the framework's driver lane: its GPUs unknown (its "
-                       "seconds are counted as one GPU's)")
-    out.inputs = _inputs(s, policy, lo, hi, pg, requests)
-    if out.inputs.samples is None and policy:
-        missing.append("no engine request spans: samples per step, the tail what-if and "
-                       "the longest request unknown (docs/requests.md)")
-    out.missing = tuple(missing)
-    return out
+        return ["the trainer is the framework's driver lane: its GPUs unknown (its seconds "
+                "are counted as one GPU's)"]
+    return []
 
 
 def _key_order(key: str) -> tuple[int, str, int]:
@@ -457,7 +495,7 @@ def _tails(pg_all: list[Interval], gens: Mapping[str, list[Interval]],
     the time after half its replicas finished (or after 90 % of its requests had, if
     sooner): the fleet waiting on its slowest."""
     out = []
-    policy = _policy_requests(requests)
+    policy = engine_bound.policy_requests(requests)
     for b0, b1 in pg_all:
         ends = [max(e for s, e in ivs if b0 <= s < b1) for ivs in gens.values()
                 if any(b0 <= s < b1 for s, _ in ivs)]
@@ -472,108 +510,22 @@ def _tails(pg_all: list[Interval], gens: Mapping[str, list[Interval]],
     return out
 
 
-def _service(r: Request) -> float:
-    """A request's time in the engine (its queue left out)."""
-    return max(0.0, r.e2e_s - (r.queue_s or 0.0))
-
-
-def _makespan(services: Sequence[tuple[int, int]], durations: Sequence[float]
-              ) -> tuple[float, float]:
-    """(longest request, the requests' engine time over the most that ran at once): a
-    replica cannot finish before either."""
-    events = sorted([(s, 1) for s, _ in services] + [(e, -1) for _, e in services])
-    most = running = 0
-    for _, d in events:
-        running += d
-        most = max(most, running)
-    return max(durations), sum(durations) / max(most, 1)
-
-
-def _policy_requests(requests: Sequence[Request]) -> list[Request]:
-    families: dict[str, str] = {}
-    out = []
-    for r in requests:
-        fam = families.get(r.role)
-        if fam is None:
-            fam = families[r.role] = laneid.family_of(r.role)
-        if fam == laneid.ROLLOUT:
-            out.append(r)
-    return out
-
-
-class _Replica(NamedTuple):
-    """A replica's requests in the engine: their spans, their times, its bound."""
-
-    requests: list[Request]
-    spans: list[tuple[int, int]]
-    services: list[float]
-    bound: tuple[float, float]
-
-
 def _inputs(s: _Sorted, policy: Sequence[str], lo: int, hi: int, pg: list[Interval],
             requests: Sequence[Request]) -> Inputs:
-    gen = sorted((length(clip(union(s.gen[k]), lo, hi)) / NS for k in policy), reverse=True)
+    generating = {k: length(clip(union(s.gen[k]), lo, hi)) / NS for k in policy}
+    gen = sorted(generating.values(), reverse=True)
     gain = gen[0] - gen[1] if len(gen) >= 2 else 0.0
     ranks = len(s.work.keys() | s.ksync.keys())
-    mine = _policy_requests(requests)
-    if not mine:
+    replicas = engine_bound.by_replica(requests)
+    if not replicas:
         return Inputs(len(policy), ranks, length(pg) / NS, gain, None, None, None, None,
                       None)
-    by_replica: dict[str, list[Request]] = {}
-    for r in mine:
-        by_replica.setdefault(r.replica, []).append(r)
-    replicas = {}
-    for key, rs in by_replica.items():
-        services = [_service(r) for r in rs]
-        spans = [(r.end_ns - int(t * NS), r.end_ns) for r, t in zip(rs, services,
-                                                                     strict=True)]
-        replicas[key] = _Replica(rs, spans, services, _makespan(spans, services))
-    longest = max(r.bound[0] for r in replicas.values())
-    work = max(r.bound[1] for r in replicas.values())
-    return Inputs(len(policy), ranks, length(pg) / NS, gain, longest, work,
-                  _tail_cut(s, policy, lo, hi, replicas), len(mine),
+    mine = [r for rep in replicas.values() for r in rep.requests]
+    return Inputs(len(policy), ranks, length(pg) / NS, gain,
+                  max(rep.bound[0] for rep in replicas.values()),
+                  max(rep.bound[1] for rep in replicas.values()),
+                  engine_bound.tail_cut(generating, replicas), len(mine),
                   sum(r.completion_tokens or 0 for r in mine))
-
-
-def _tail_cut(s: _Sorted, policy: Sequence[str], lo: int, hi: int,
-              replicas: Mapping[str, _Replica]) -> float | None:
-    """How much sooner the rollout's generation would end were the step's longest
-    responses (TAIL_CUT of them, one at least) cut at the length of the longest of the
-    rest: each replica's generating time scaled by what its requests' bound
-    (:func:`_makespan`) becomes."""
-    everyone = [r for rep in replicas.values() for r in rep.requests]
-    if len(everyone) < 2:
-        return None
-    tokens = all(r.completion_tokens for r in everyone)
-    size = (lambda r: r.completion_tokens) if tokens else _service
-    ranked = sorted(everyone, key=size, reverse=True)
-    n = max(1, math.ceil(TAIL_CUT * len(everyone)))
-    cut, cap = {id(r) for r in ranked[:n]}, size(ranked[n])
-    gen = {k: length(clip(union(s.gen[k]), lo, hi)) / NS for k in policy}
-    before = max(gen.values(), default=0.0)
-    after = 0.0
-    for k, g in gen.items():
-        rep = replicas.get(k)
-        if rep is None:
-            after = max(after, g)
-            continue
-        if not any(id(r) in cut for r in rep.requests):
-            after = max(after, g)
-            continue
-        new = _makespan(rep.spans, [_shortened(r, cap, size) if id(r) in cut else t
-                                    for r, t in zip(rep.requests, rep.services,
-                                                    strict=True)])
-        old = max(rep.bound)
-        after = max(after, g * (max(new) / old) if old > 0 else g)
-    return max(0.0, before - after)
-
-
-def _shortened(r: Request, cap: float, size) -> float:
-    """A cut request's engine time: its decode in proportion to what is left of it."""
-    whole = size(r) or 1.0
-    keep = min(1.0, cap / whole)
-    decode = r.decode_s if r.decode_s is not None else _service(r)
-    return max(0.0, _service(r) - decode * (1.0 - keep))
 
 
 def timing_bound(duration_s: float, generate_s: float, phases: Mapping[str, float],

@@ -27,6 +27,7 @@ from rl_insight.server.ingest.targets import TargetError
 from rl_insight.server.routes import (
     alerts,
     anatomy,
+    bound,
     core,
     experiments,
     profiles,
@@ -76,7 +77,8 @@ def create_app(state: ServerState) -> FastAPI:
                  for e in exc.errors()]
         return error(400, "invalid request: " + "; ".join(parts))
 
-    for module in (core, targets, experiments, push, traces, anatomy, alerts, profiles):
+    for module in (core, targets, experiments, push, traces, anatomy, bound, alerts,
+                   profiles):
         app.include_router(module.router(state))
 
     def openapi() -> dict:

@@ -19,11 +19,7 @@ def router(state: ServerState) -> APIRouter:
         state.anatomy.update()
         rows = state.anatomy.rows(project, experiment_name)
         if rows is None:
-            known = [f"{r['project']}/{r['experiment_name']}" for r in state.anatomy.runs()]
-            raise HttpError(404, f"no step marks or lane states of {project}/"
-                                 f"{experiment_name} reached this server (runs with some: "
-                                 f"{', '.join(known[-10:]) or 'none'}); check the names "
-                                 "with `rl-insight server experiments list`")
+            raise not_seen(state, project, experiment_name)
         if last:
             rows = rows[-last:]
         return {"project": project, "experiment_name": experiment_name,
@@ -84,42 +80,19 @@ def router(state: ServerState) -> APIRouter:
                                  "with `rl-insight server experiments list`")
         return out
 
-    @r.get("/api/v1/anatomy/bound", summary="Which side bounds a run: its steps' GPU-seconds "
-           "by role and cause, the verdict (rollout-, training-, weight-sync- or tail-bound, "
-           "or balanced) with the numbers that make it, and what a change would buy",
-           responses=schema.answers(400, 404))
-    def bound(project: str, experiment_name: str,
-              last: int = Query(0, ge=0, description="the last N steps; 0: the whole run"),
-              add_replicas: int = Query(1, ge=-1024, le=1024,
-                                        description="the what-if's N more rollout replicas "
-                                                    "(negative: fewer)"),
-              trainer_speedup: float = Query(2.0, gt=1.0, le=100.0,
-                                             description="the what-if's trainer K times "
-                                                         "as fast"),
-              steps: str = Query("", pattern=r"^(\d+:\d+)?$",
-                                 description="only steps A to B (A:B), before --last")
-              ) -> dict:
-        from rl_insight.anatomy import boundreport
-        from rl_insight.anatomy.bound import sum_replicas
-
-        anatomy(project, experiment_name, 1)  # a run never seen: 404, with its names
-        rows = [r for r in state.anatomy.rows(project, experiment_name) or []
-                if r.bound is not None]
-        if steps:
-            a, b = (int(x) for x in steps.split(":"))
-            rows = [r for r in rows if a <= r.step <= b]
-        window = rows[-last:] if last else rows
-        lean = [{"step": r.step, "duration_s": r.duration_s,
-                 "bound": r.bound.as_dict(replicas=False)} for r in rows]
-        out = boundreport.report(lean, last, add_replicas, trainer_speedup,
-                                 sum_replicas(r.bound for r in window))
-        return {"project": project, "experiment_name": experiment_name, **out}
-
     @r.get("/api/v1/anatomy/runs", summary="Runs with a step anatomy, and their step counts")
     def runs() -> dict:
         return {"runs": state.anatomy.runs()}
 
     return r
+
+
+def not_seen(state: ServerState, project: str, experiment: str) -> HttpError:
+    """The 404 of a run no step mark or lane state of reached this server."""
+    known = [f"{r['project']}/{r['experiment_name']}" for r in state.anatomy.runs()]
+    return HttpError(404, f"no step marks or lane states of {project}/{experiment} reached "
+                          f"this server (runs with some: {', '.join(known[-10:]) or 'none'}); "
+                          "check the names with `rl-insight server experiments list`")
 
 
 def _ranges(steps: list[int]) -> str:
