@@ -20,6 +20,7 @@ from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import step_row, timing_row
 from rl_insight.frameworks.table import Parts
 from tests.conftest import examples
+from tests.test_anatomy import server  # noqa: F401  (the route, in-process, over real OTLP)
 
 S = 1_000_000_000
 
@@ -239,27 +240,8 @@ def test_the_report_says_where_the_run_changed_sides():
 
 
 # -- the route, the CLI's text and the series, over real OTLP -------------------------------
-@pytest.fixture
-def server(tmp_path):
-    from fastapi.testclient import TestClient
-
-    from rl_insight import config
-    from rl_insight.server.app import create_app
-    from rl_insight.server.services.supervisor import Supervisor
-    from rl_insight.server.state import ServerState
-
-    s = config.load(environ={"RL_INSIGHT_HOME": str(tmp_path)},
-                    overrides=["anatomy.settle_s=0"])
-    state = ServerState(s, Supervisor(s.supervisor, s.logs_dir))
-    state.open()
-    try:
-        with TestClient(create_app(state)) as c:
-            yield c
-    finally:
-        state.close()
-
-
-def test_the_route_answers_the_verdict_the_what_if_and_exports_the_series(server):
+def test_the_route_answers_the_verdict_the_what_if_and_exports_the_series(server):  # noqa: F811
+    server, _ = server
     from rl_insight.collector.otlp_encode import encode
     from rl_insight.events import Identity, Span
 
