@@ -212,8 +212,10 @@ def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(served):
     me = f"{socket.gethostname()}:{os.getpid()}"
     c, state = served
     state.lanes.observe([("p", "e", "rank_0", "actor_update", 1)])
+    # 2 s at 50 a second: a loaded machine's sampler once came back with none of the
+    # hot loop in 1 s (the rule that drops a parked thread needs its frame seen twice)
     pid = c.post("/api/v1/profiles", json={"project": "p", "experiment_name": "e",
-                                           "rank": "0", "seconds": 1}).json()["id"]
+                                           "rank": "0", "seconds": 2}).json()["id"]
     cap = Captures(_Edge(c), "lanes_node", 0.0,
                    lambda p, e, lane: me if lane == "rank_0" else None, SELF)
     cap.tick(True)  # takes it, and asks the process
