@@ -51,7 +51,10 @@ def found(url: str, truth: dict) -> dict:
     def ranked():
         got = changes(url)
         last[:] = [got]
-        hit = [c for c in got["changes"] if c["onset_step"] >= truth["start"] - 2]
+        # the step time's (or the throughput's) change: a part that moved on its own at
+        # the time (the driver's `other` on a busy host) is a change apart, not this one
+        hit = [c for c in got["changes"] if c["onset_step"] >= truth["start"] - 2 and
+               c["signal"] in ("step_time", "tokens_per_gpu_second")]
         return hit[0] if hit and hit[0]["candidates"] else None
     try:
         return wait_for(ranked, 60, "a ranked change of the drifting run")
