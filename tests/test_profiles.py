@@ -289,3 +289,43 @@ def test_rl_insight_profile_asks_waits_prints_the_top_frames_and_writes_the_file
     assert "hot_loop (test_profiles.py:" in printed.out, printed.out
     assert json.loads(out.read_text())["profiles"][0]["samples"]
     assert f"written to {out}" in printed.out
+
+
+def test_pending_requests_are_asked_for_only_when_the_servers_count_moved(served):
+    """Every answer of the server says how many profiles were asked for: a process (1,000
+    ranks outside Ray poll as a node's actor does) asks for the pending ones only when
+    that moved, or once in QUIET_POLLS polls' time: no request per rank for nothing."""
+    from rl_insight.collector.profiling import QUIET_POLLS, Captures
+
+    c, state = served
+    asked = []
+
+    class Counting(_Edge):
+        profiles_asked = None
+
+        def call_json(self, method, path, what, body=None, **params):
+            got = super().call_json(method, path, what, body, **params)
+            asked.append(path)
+            return got
+
+    edge = Counting(c)
+    edge.profiles_asked = c.get("/healthz").headers["X-RL-Insight-Profiles"]
+    cap = Captures(edge, "lanes_node", 1.0, lambda p, e, lane: None)
+
+    def poll() -> None:
+        cap._next = 0.0  # a poll due (poll_s apart)
+        cap.tick(True)
+    for _ in range(5):
+        poll()
+    assert len(asked) == 1  # the first poll; the count has not moved since
+    state.lanes.observe([("p", "e", "rank_0", "actor_update", 1)])
+    assert c.post("/api/v1/profiles", json={"project": "p", "experiment_name": "e",
+                                            "rank": "0", "seconds": 1}).status_code == 202
+    edge.profiles_asked = c.get("/healthz").headers["X-RL-Insight-Profiles"]
+    poll()
+    assert len(asked) == 2  # it moved: asked again
+    poll()
+    assert len(asked) == 2
+    cap._quiet_until = 0.0  # QUIET_POLLS polls later, asked once more in any case
+    poll()
+    assert len(asked) == 3 and QUIET_POLLS > 1

@@ -31,6 +31,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PROFILES = "/api/v1/profiles"
+QUIET_POLLS = 12  # with the server's count unchanged, pending requests asked this rarely
 RATE_HZ = 100  # py-spy's samples a second
 PY_SPY, SELF = "py-spy", "self"  # client.profile_method
 # beyond its seconds, for a process sampling itself to answer: it is asked with its next
@@ -142,6 +143,8 @@ class Captures:
         self.process_of = process_of  # (project, experiment, lane) -> "host:pid" or None
         self.host = socket.gethostname()
         self._next = 0.0
+        self._asked: str | None = None  # the server's count when last asked
+        self._quiet_until = 0.0
         self._running: tuple[dict, threading.Thread, dict] | None = None
         # the process's own sampling, where py-spy could not read it: process -> request,
         # handed to it with its next delivery check (LaneActor.confirmed), and its answer
@@ -167,8 +170,17 @@ class Captures:
         if not serves_ranks or now < self._next:
             return
         self._next = now + self.poll_s
+        # the server says with every answer how many profiles were asked for: asked
+        # only when that moved (or once a QUIET_POLLS polls' time, in case), a run of
+        # 1,000 ranks outside Ray sends no request a rank for nothing
+        asked = getattr(self.sender, "profiles_asked", None)
+        if asked is not None and asked == self._asked and now < self._quiet_until:
+            return
+        self._quiet_until = now + QUIET_POLLS * self.poll_s
         status, body = self.sender.call_json("GET", PROFILES, "profile requests",
                                              status="pending")
+        if status == 200:
+            self._asked = asked
         if status != 200 or not isinstance(body, dict):
             return
         for req in body.get("profiles", []):

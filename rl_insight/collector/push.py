@@ -26,6 +26,9 @@ MAX_BACKOFF_S = 60.0
 # every answer of this project's server carries it (server/app.py Guard): what tells an
 # answer of ours from a proxy's or another program's on the port
 STARTED_HEADER = "X-RL-Insight-Started"
+# ... and how many profiles were asked for since it started (server/analyses/profiles.py):
+# whoever takes them asks for the pending ones only when it moved
+PROFILES_HEADER = "X-RL-Insight-Profiles"
 
 
 def _ours(response) -> bool:
@@ -101,9 +104,14 @@ class Sender:
         self.backoffs = 0  # 429/503 answers with Retry-After, counted
         self.batch_route = True  # False once the server answered 404 to BATCH_PATH
         self.foreign = False  # the server was last found not to be of this project
+        # the server's PROFILES_HEADER as last seen (None: a server that sends none)
+        self.profiles_asked: str | None = None
 
     def _seen(self, response) -> None:
         started = response.headers.get(STARTED_HEADER)
+        asked = response.headers.get(PROFILES_HEADER)
+        if asked is not None:
+            self.profiles_asked = f"{started}/{asked}"
         if started and self.foreign:
             self._ours_again()
         if started and started != self.server_started:

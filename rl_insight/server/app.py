@@ -144,7 +144,9 @@ class Guard:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()),
-                                      (b"x-rl-insight-started", self.started)]
+                                      (b"x-rl-insight-started", self.started),
+                                      (b"x-rl-insight-profiles",
+                                       str(self.state.profiles.asked).encode())]
             await send(message)
 
         if not auth.allowed(method, scope["path"], _header(scope, b"authorization"),

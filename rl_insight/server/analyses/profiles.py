@@ -89,6 +89,9 @@ class ProfileStore:
         self._lock = threading.Lock()
         self._profiles: dict[str, Profile] = {}
         self._index = folder / "index.json"
+        # requests made since the server started: every answer carries it
+        # (PROFILES_HEADER), so a process asks for pending ones only when it moved
+        self.asked = 0
 
     # -- persistence ------------------------------------------------------------------
     def load(self) -> int:
@@ -164,6 +167,7 @@ class ProfileStore:
             p = Profile(secrets.token_hex(8), project, experiment_name, rank, seconds,
                         reason, now)
             self._profiles[p.id] = p
+            self.asked += 1
             self._bound(project, experiment_name)
             self._persist()
             return p
