@@ -78,6 +78,7 @@ _IDLE = "idle"
 
 
 def is_generation(state: str) -> bool:
+    """vllm_generate, sglang_generate (verl's rollout servers) and the like."""
     return state == "generate" or state.endswith("_generate")
 
 

@@ -55,10 +55,7 @@ IDLE = "idle"  # a driver's waiting, as the framework names it
 LANES, TIMING_KEYS = "lanes", "timing_keys"  # where a row's figures come from
 NS = 1e9
 
-
-def is_generation(state: str) -> bool:
-    """vllm_generate, sglang_generate (verl's rollout servers) and the like."""
-    return state == "generate" or state.endswith("_generate")
+is_generation = accounting.is_generation
 
 
 @dataclass
