@@ -142,9 +142,10 @@ class VirtualRun:
 
 
 def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: int = 4,
-                nodes: int = 2, step_s: float = 60.0) -> VirtualRun:
+                nodes: int = 2, step_s: float = 60.0, sigma: float = NOISE) -> VirtualRun:
     """A synchronous run of ``steps`` steps, ``replicas`` rollout replicas spread over
-    ``nodes`` nodes, every part with :data:`NOISE`, and the drifts."""
+    ``nodes`` nodes, every part with lognormal noise ``sigma`` (:data:`NOISE`), and the
+    drifts."""
     rng = random.Random(seed)
     rank_rng = random.Random(seed + 7919)  # the ranks' own draws: the rest as before
     run = VirtualRun()
@@ -154,7 +155,7 @@ def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: i
                "actor_update": 0.18 * step_s, "update_weights": 0.06 * step_s}
     gen_s, other_s, tokens = 0.5 * step_s, 0.08 * step_s, 500.0
     for step in range(1, steps + 1):
-        length = tokens * math.prod(d.response_factor(step) for d in drifts) * noise(rng)
+        length = tokens * math.prod(d.response_factor(step) for d in drifts) * noise(rng, sigma)
         per_replica, kv, pre = {}, {}, {}
         for r in range(replicas):
             rep, node = str(r), run.replica_node[str(r)]
@@ -164,13 +165,13 @@ def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: i
             pre[rep] = preemptions(capacity)
             kv[rep] = min(1.0, KV_NEED * length / tokens / capacity) * noise(rng, 0.02)
             per_replica[rep] = gen_s * length / tokens * slowdown(capacity) * \
-                (CLOCK / THROTTLED_CLOCK if hot else 1.0) * noise(rng)
+                (CLOCK / THROTTLED_CLOCK if hot else 1.0) * noise(rng, sigma)
         generate = max(per_replica.values())
-        phases = {p: s * noise(rng) for p, s in phase_s.items()}
+        phases = {p: s * noise(rng, sigma) for p, s in phase_s.items()}
         phases["update_weights"] *= math.prod(d.weight_sync_factor(step) for d in drifts)
-        figures, extra = rank_figures(step, drifts, rank_rng, phases["actor_update"])
+        figures, extra = rank_figures(step, drifts, rank_rng, phases["actor_update"], sigma)
         phases["actor_update"] += extra
-        other = other_s * noise(rng) * (2.0 if rng.random() < SPIKE_P else 1.0)
+        other = other_s * noise(rng, sigma) * (2.0 if rng.random() < SPIKE_P else 1.0)
         duration = generate + sum(phases.values()) + other
         completion = length * 64 * replicas
         gpus = replicas + 2
@@ -218,15 +219,15 @@ def virtual_run(steps: int, drifts: list[Drift] = (), seed: int = 0, replicas: i
     return run
 
 
-def rank_figures(step: int, drifts: list[Drift], rng: random.Random, phase_s: float
-                 ) -> tuple[dict, float]:
+def rank_figures(step: int, drifts: list[Drift], rng: random.Random, phase_s: float,
+                 sigma: float = NOISE) -> tuple[dict, float]:
     """The actor update's ranks in a step: :data:`MICRO_BATCHES` micro-batches, each
     ending in an all-reduce all ranks leave together; (the row's rank figures as the
     server makes them from each rank's arrivals, how much longer the drifts made the
     phase)."""
     from rl_insight.anatomy import ranks as attribution
 
-    compute = [[phase_s / MICRO_BATCHES * noise(rng) for _ in range(RANKS)]
+    compute = [[phase_s / MICRO_BATCHES * noise(rng, sigma) for _ in range(RANKS)]
                for _ in range(MICRO_BATCHES)]
     factor = [math.prod(d.compute_factor(step, r) for d in drifts) for r in range(RANKS)]
     late = [sum(d.input_delay(step, r) for d in drifts) * phase_s / MICRO_BATCHES

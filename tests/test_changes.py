@@ -69,8 +69,90 @@ def test_a_change_is_told_as_the_kind_it_is_from_the_step_it_began(spec, kind, w
         run = drifts.virtual_run(60, [drift], seed=seed)
         truth = run.onsets[drift.kind]
         hit = next(c for c in bench.analyze(run) if c.detected_step >= truth)
-        assert (hit.headline.kind, abs(hit.onset_step - truth) <= within) == (kind, True), \
+        assert (hit.kind, abs(hit.onset_step - truth) <= within) == (kind, True), \
             (seed, hit.as_dict())
+
+
+def _change_in(run: drifts.VirtualRun, part: str, truth: int) -> changes.Change:
+    """The change found at or after ``truth`` that holds ``part`` (the drift's own: at 5 %
+    noise a part may move on its own beside it)."""
+    return next(c for c in changes.analyze(run.rows).report()
+                if c.detected_step >= truth and part in {r.signal for r in c.regressions})
+
+
+def test_a_creep_through_five_percent_noise_is_dated_from_where_it_began_never_before():
+    """Issue 56: responses growing 4 % a step from step 22 under 5 % noise (every part of
+    every step) were dated from step 17 (the first regression from 14, the first step
+    tested: a baseline of 10 steps whose median sat low) and found at 25. Over 20 runs:
+    within two steps of 22 in 18 (200 runs: 174 of 198, was 156; docs/anatomy.md); never
+    more than two steps early (200 runs: none, was 13), nor its alert's label, unless
+    said unclear with 22 in its range; at most 5 late, where the creep's first steps
+    were within the noise and nothing in the values says otherwise."""
+    drift = drifts.parse("response-length:22:0.04")
+    within = 0
+    for seed in range(20):
+        run = drifts.virtual_run(60, [drift], seed=seed, sigma=0.05)
+        got = _change_in(run, "generate:rollout", 22).as_dict()
+        err = got["onset_step"] - 22
+        low, high = got.get("onset_range") or (got["onset_step"],) * 2
+        said = got.get("onset_unclear") is not None and low <= 22 <= high
+        within += abs(err) <= 2
+        assert (err >= -2 and got["first_onset_step"] >= 20) or said, (seed, got)
+        assert err <= 5, (seed, got)
+    assert within >= 18, within
+
+
+def test_a_change_is_dated_by_the_series_that_shows_it_most_clearly():
+    """The weight sync 10 % longer a step through 5 % noise: two of its own spreads a
+    step, a tenth of one in the step time. Dated by the step time it was found from (as
+    before issue 56), within two steps in 4 of these 20 runs (the bench's 200: 47.5 %);
+    by its own series, in 19 (200: 99.5 %)."""
+    drift = drifts.parse("weight-sync:30")
+    found = [_change_in(drifts.virtual_run(60, [drift], seed=seed, sigma=0.05),
+                        "phase:update_weights", 30) for seed in range(20)]
+    assert sum(abs(c.onset_step - 30) <= 2 for c in found) >= 19, \
+        [c.onset_step for c in found]
+    assert {c.dated_by.signal for c in found} == {"phase:update_weights"}
+
+
+def test_an_onset_the_values_cannot_date_is_said_unclear_with_where_it_may_be():
+    """A fit tells the onsets that fit about as well; a creep of a third of a spread a
+    step is unclear over most of its window, a step change of six spreads is not; two
+    series of one change that date it apart make it unclear, both named."""
+    noise = [0.4, -0.6, 0.2, -0.3, 0.5, -0.4, 0.1, -0.2, 0.3, -0.5, 0.6, -0.1]
+    base = [0.3, -0.2, 0.1, -0.4, 0.5, -0.3, 0.2, 0.0, -0.1, 0.4]
+
+    def points(after):
+        return [(s, noise[s - 14] + (after(s - 21) if s >= 22 else 0.0))
+                for s in range(14, 26)]
+    step = changes.fit_onset(points(lambda k: 6.0), base)
+    assert (step.onset, step.kind, step.low, step.high) == (22, "shift", 22, 22)
+    creep = changes.fit_onset(points(lambda k: 1.0 * k), base)
+    assert (creep.kind, creep.low <= 22 <= creep.high) == ("ramp", True), creep
+    assert abs(creep.onset - 22) <= 2 and creep.high - creep.low <= 4, creep
+    faint = changes.fit_onset(points(lambda k: 0.3 * k), base)
+    assert faint.low <= 22 <= faint.high and faint.high - faint.low > 4, faint
+    # a short baseline whose median sat a spread low: the steps before the creep are a
+    # level of their own, not a change from the first one tested
+    offset = changes.fit_onset([(s, y + 1.2) for s, y in points(lambda k: 1.0 * k)], base)
+    assert offset.onset >= 20 or offset.high - offset.low > 4, offset
+
+    def reg(signal, onset, span, size):
+        return changes.Regression(signal, 1, onset, 33, 10.0, 0.1, size=size, kind="ramp",
+                                  onset_low=span[0], onset_high=span[1],
+                                  found_onset=onset)
+    apart = changes.Change([reg("step_time", 30, (28, 32), 2.0),
+                            reg("generate:rollout", 24, (22, 26), 4.0)])
+    assert (apart.onset_step, apart.onset_range) == (24, [22, 32])
+    why = apart.onset_unclear()
+    assert "generate:rollout" in why and "step_time" in why, why
+    d = apart.as_dict()
+    text = changes.render({"project": "p", "experiment_name": "e", "steps": 40,
+                           "source": "live", "changes": [d]})
+    assert "its onset is unclear, somewhere in steps 22-32" in text, text
+    agree = changes.Change([reg("step_time", 30, (29, 31), 2.0),
+                            reg("generate:rollout", 31, (30, 32), 4.0)])
+    assert agree.onset_unclear() is None and agree.onset_step == 31
 
 
 def test_a_steady_300_step_run_with_the_same_noise_raises_nothing():
@@ -152,12 +234,23 @@ def test_a_part_that_moved_on_its_own_is_a_change_apart_from_a_later_slowdown():
 
 
 def test_a_part_that_held_a_change_stays_in_it_once_it_is_its_own_new_level():
-    """Responses growing from step 30 (the virtual run of seed 1049): the generation's
-    regression, called from step 21, becomes its own new level at step 70 while the step
-    time's is open; measured from its new baseline it holds nothing, yet it held the
-    change: it stays in it (bench/changes.py, one run in 200 before)."""
-    run = drifts.virtual_run(70, [drifts.parse("response-length:30")], seed=1049)
-    (c,) = [c for c in changes.analyze(run.rows).report()
+    """The generation 2 s longer from step 20 (the driver's own time 2 s shorter: the
+    step time steady), then 2 s more from step 30, the step time's change: the
+    generation's regression becomes its own new level at step 69 while the step time's is
+    open; measured from its new baseline it holds nothing, yet it held the change: it
+    stays in it. (Before issue 56 a virtual run's generation dated 9 steps early, from
+    step 21 for responses growing from 30, made this case; its onset is now 31.)"""
+    import random
+
+    rng = random.Random(7)
+    rows = []
+    for s in range(1, 76):
+        gen = 5.0 + (2.0 if s >= 20 else 0.0) + (2.0 if s >= 30 else 0.0)
+        other = 4.0 - (2.0 if s >= 20 else 0.0)
+        r = row(s, (gen + other + 1.0) * (1 + rng.gauss(0, 0.005)), gen)
+        r["other_s"] = other
+        rows.append(r)
+    (c,) = [c for c in changes.analyze(rows).report()
             if c.headline.signal == changes.STEP_TIME]
     assert {r.signal: r.end for r in c.regressions} == \
         {"step_time": None, "generate:rollout": "new_level"}

@@ -20,9 +20,13 @@ The rule (docs/anatomy.md, "What changed", has the measured false alarms and del
   generalized likelihood ratio statistic passes ``threshold``: the mean shift
   ``sum(z) / sqrt(L)`` (a step change: a throttled GPU) or the ramp
   ``sum(j * z_j) / sqrt(sum(j^2))`` (a creep: responses that grow a little every step).
-  The onset is the first step a spread above the baseline among the L that maximise
-  it. One slow step cannot pass it (three clipped spreads over three steps is 1.7);
-  three slow steps in a row can;
+  One slow step cannot pass it (three clipped spreads over three steps is 1.7); three
+  slow steps in a row can;
+- its onset and kind are a fit (:func:`fit_onset`) with the onsets that fit about as
+  well; one found before its values can date it is fitted again with each step after
+  (``REFIT_STEPS``) until they can; a change is dated by the series that shows it most
+  clearly (:attr:`Change.dated_by`), and said unclear, with where it may be, when its
+  values or a second series disagree (:meth:`Change.onset_unclear`);
 - and only when it matters: its size (the median since the onset minus the baseline)
   is at least ``min_change`` of the baseline (step time, throughput) or
   ``min_part_share`` of the baseline step time (a part);
@@ -85,6 +89,13 @@ class Regression:
     end: str | None = None  # "recovered", or "new_level" (held accept_after steps)
     statistic: float = 0.0  # the test statistic when it was called
     kind: str = "ramp"  # "ramp" (a creep) or "shift" (a step change)
+    # the onsets that fit the values nearly as well as ``onset_step`` (:func:`fit_onset`):
+    # an onset is told as one step only when they are all within ONSET_WITHIN of it
+    onset_low: int | None = None
+    onset_high: int | None = None
+    # the onset it was dated at when found: its identity (``id``, the alert's label),
+    # which stays as the onset is fitted again over the steps after it
+    found_onset: int | None = None
     parts: list[dict] = field(default_factory=list)  # where it lives (headlines)
     # every part that held it while it was open (headlines): they join its change, also
     # once a part's own regression became its new level and it holds it no more
@@ -100,36 +111,84 @@ class Regression:
 
     @property
     def id(self) -> str:
-        return f"{self.signal}@{self.onset_step}"
+        return f"{self.signal}@{self.first_onset}"
+
+    @property
+    def first_onset(self) -> int:
+        """The onset it was dated at when found (its identity)."""
+        return self.onset_step if self.found_onset is None else self.found_onset
+
+    @property
+    def onset_span(self) -> tuple[int, int]:
+        """The earliest and latest onsets its values fit about as well."""
+        return (self.onset_step if self.onset_low is None else self.onset_low,
+                self.onset_step if self.onset_high is None else self.onset_high)
+
+    @property
+    def onset_unclear(self) -> bool:
+        """Onsets further than ONSET_WITHIN steps from ``onset_step`` fit about as well:
+        its values cannot date it to a step (a creep's first steps within the noise)."""
+        low, high = self.onset_span
+        return self.onset_step - low > ONSET_WITHIN or high - self.onset_step > ONSET_WITHIN
+
+    @property
+    def clarity(self) -> float:
+        """How many of its own baseline spreads it moved."""
+        return self.size / self.sigma if self.sigma else 0.0
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        out.update(id=self.id, open=self.open, size_pct=self.size_pct)
+        out.update(id=self.id, open=self.open, size_pct=self.size_pct,
+                   onset_unclear=self.onset_unclear)
         out.pop("parts")
         out.pop("held")
         return out
 
 
 FIT_CAP = 9.0  # a step's squared residual counts at most 3 spreads: one outlier is no shape
+# an onset fits "about as well" as the best when its loss (squared spreads) is within this
+ONSET_MARGIN = 6.0
+ONSET_WITHIN = 2  # an onset is told as one step when all that fit about as well are this near
+WITNESS_CLARITY = 0.5  # a regression half as clear as the dating one must agree with it
+REFIT_STEPS = 12  # an unclear onset is fitted again with each of this many steps after it
 
 
-def fit_onset(points: list[tuple[int, float]]) -> tuple[int, str]:
-    """(onset step, "shift" or "ramp") of the change in ``points`` (step, value in
-    baseline spreads above the baseline, unclipped), oldest first: the piecewise model
-    that fits them best, zero before the onset and after it either a level (a step
-    change: a throttled GPU, a slower rank) or a line from zero (a creep: responses that
-    grow every step). Residuals are capped (:data:`FIT_CAP`), the level is the median
-    and the slope the median of the points' own slopes, so one slow step moves neither;
-    at equal fit the level wins (the simpler story)."""
+@dataclass(frozen=True)
+class Fit:
+    """A change's onset as its values tell it: the best step and shape, and the earliest
+    and latest onsets that fit about as well (:data:`ONSET_MARGIN`)."""
+
+    onset: int
+    kind: str
+    low: int
+    high: int
+
+
+def fit_onset(points: list[tuple[int, float]], base: list[float] | tuple = ()) -> Fit:
+    """The onset of the change in ``points`` (step, value in baseline spreads above the
+    baseline, unclipped), oldest first: the piecewise model that fits them best, a level
+    before the onset and after it either a level (a step change: a throttled GPU, a
+    slower rank) or a line (a creep: responses that grow every step). The level before
+    is the median of the baseline's own values (``base``, in spreads) and the points
+    before the onset: a baseline of few steps is itself noisy, and steps that sat above
+    it from the first tested one are a level to learn, not a change from there.
+    Residuals are capped (:data:`FIT_CAP`), the level is the median and the slope the
+    median of the points' own slopes weighted by their distance from the onset (a line
+    through the onset fitted to least absolute residuals), so one slow step moves
+    neither; at equal fit the earlier onset and the level win (the simpler story)."""
     ys = [y for _, y in points]
-    best = (math.inf, points[-1][0], "shift")
-    before = 0.0
+    base = list(base)
+    fits = []  # (loss, step, kind) per onset
     for k, (step, _) in enumerate(points):
-        for kind, loss in _fits(ys[k:]):
-            if before + loss < best[0] - 1e-9:
-                best = (before + loss, step, kind)
-        before += min(FIT_CAP, ys[k] ** 2)
-    return best[1], best[2]
+        pre = base + ys[:k]
+        level = statistics.median(pre) if pre else 0.0
+        before = sum(min(FIT_CAP, (v - level) ** 2) for v in pre)
+        (_, shift), (_, ramp) = _fits([y - level for y in ys[k:]])
+        fits.append((before + ramp, step, "ramp") if ramp < shift - 1e-9
+                    else (before + shift, step, "shift"))
+    best = min(fits, key=lambda f: f[0])
+    near = [step for loss, step, _ in fits if loss <= best[0] + ONSET_MARGIN]
+    return Fit(best[1], best[2], min(near), max(near))
 
 
 def fit_kind(after: list[float]) -> str:
@@ -138,10 +197,21 @@ def fit_kind(after: list[float]) -> str:
     return "ramp" if ramp < shift - 1e-9 else "shift"
 
 
+def _weighted_median(values: list[float], weights: list[float]) -> float:
+    """The value below and above which half the weight lies."""
+    half, acc = sum(weights) / 2, 0.0
+    for value, weight in sorted(zip(values, weights, strict=True)):
+        acc += weight
+        if acc >= half:
+            return value
+    return values[-1]
+
+
 def _fits(after: list[float]) -> tuple[tuple[str, float], tuple[str, float]]:
     """The capped loss of a level and of a line from zero through ``after``."""
     level = statistics.median(after)
-    slope = statistics.median(y / (j + 1) for j, y in enumerate(after))
+    slope = _weighted_median([y / (j + 1) for j, y in enumerate(after)],
+                             [j + 1 for j in range(len(after))])
     return (("shift", sum(min(FIT_CAP, (y - level) ** 2) for y in after)),
             ("ramp", sum(min(FIT_CAP, (y - slope * (j + 1)) ** 2)
                          for j, y in enumerate(after))))
@@ -151,7 +221,7 @@ class _Signal:
     """One signal's baseline, recent z-scores and open regression."""
 
     __slots__ = ("name", "direction", "seen", "baseline", "pending", "recent", "z",
-                 "open", "_stats")
+                 "open", "_stats", "fit_from")
 
     def __init__(self, name: str, direction: int, rule: Rule) -> None:
         self.name, self.direction, self.seen = name, direction, 0
@@ -161,6 +231,7 @@ class _Signal:
         self.z: deque[tuple[int, float]] = deque(maxlen=rule.window)
         self.open: Regression | None = None
         self._stats: tuple[float, float] | None = None
+        self.fit_from = 0  # the open regression's first tested step: its onset's search
 
     def stats(self, rule: Rule) -> tuple[float, float]:
         """(median, spread) of the baseline."""
@@ -212,9 +283,9 @@ class _Signal:
             return None
         # the test says that something changed; its onset and kind are what fits the
         # values best (the clipped z-scores above make every large change look flat)
-        values = dict(self.recent)
-        onset, kind = fit_onset([(st, self.direction * (values[st] - m) / s)
-                                 for st, _ in zs if st in values])
+        self.fit_from = zs[0][0]
+        fit = self._fit(m, s)
+        onset = fit.onset
         since = [v for st, v in self.recent if st >= onset]
         size = self.direction * (statistics.median(since) - m)
         material = rule.min_change * abs(m) if self.name in HEADLINES else \
@@ -222,16 +293,33 @@ class _Signal:
         if size < material:
             return None
         reg = Regression(self.name, self.direction, onset, step, m, s, size=size, peak=size,
-                         last_step=step, statistic=round(stat, 2), kind=kind)
+                         last_step=step, statistic=round(stat, 2), kind=fit.kind,
+                         onset_low=fit.low, onset_high=fit.high, found_onset=onset)
         self.open = reg
         # what came in since the onset is the change, never the baseline
         self.pending = deque((st, v) for st, v in self.pending if st < onset)
         return reg
 
+    def _fit(self, m: float, s: float) -> Fit:
+        """The onset and shape of the values since the first tested step, in spreads of
+        the baseline (``m``, ``s``) it was found against (kept while it is open)."""
+        return fit_onset([(st, self.direction * (v - m) / s) for st, v in self.recent
+                          if st >= self.fit_from],
+                         [self.direction * (v - m) / s for v in self.baseline])
+
     def _follow(self, step: int, rule: Rule) -> Regression | None:
         """Update the open regression; close it when it recovered or held too long."""
         reg = self.open
         m = reg.baseline
+        if reg.onset_unclear and step - reg.detected_step <= REFIT_STEPS:
+            # found before its values could date it: each step after it says more
+            fit = self._fit(m, reg.sigma)
+            # an onset that moved is unclear until a step after confirms it: its span
+            # keeps where it was dated before
+            low, high = fit.low, fit.high
+            if abs(fit.onset - reg.onset_step) > ONSET_WITHIN:
+                low, high = min(low, reg.onset_step), max(high, reg.onset_step)
+            reg.onset_step, reg.onset_low, reg.onset_high = fit.onset, low, high
         since = [v for st, v in self.recent if st >= reg.onset_step][-rule.window:]
         reg.size = self.direction * (statistics.median(since) - m)
         reg.peak = max(reg.peak, reg.size)
@@ -386,8 +474,54 @@ class Change:
         return max(self.regressions, key=lambda r: r.size)
 
     @property
+    def dated_by(self) -> Regression:
+        """The regression that shows it most clearly, in its own spreads (a weight sync
+        that grows by two of its spreads a step is a creep of a tenth of a spread in the
+        step time): its onset and kind are the change's. At equal clarity a headline;
+        the throughput (tokens over seconds, each with its own noise) only alone."""
+        return max(self._timed(), key=lambda r: (r.clarity, r.signal in HEADLINES))
+
+    def _timed(self) -> list[Regression]:
+        return [r for r in self.regressions if r.signal != THROUGHPUT] or self.regressions
+
+    def witnesses(self) -> list[Regression]:
+        """The change's other regressions that show it about as clearly as the one that
+        dates it (:data:`WITNESS_CLARITY` of its spreads): its onset must agree with
+        theirs."""
+        dated = self.dated_by
+        return [r for r in self._timed()
+                if r is not dated and r.clarity >= WITNESS_CLARITY * dated.clarity]
+
+    @property
     def onset_step(self) -> int:
-        return self.headline.onset_step
+        return self.dated_by.onset_step
+
+    @property
+    def kind(self) -> str:
+        return self.dated_by.kind
+
+    @property
+    def onset_range(self) -> list[int]:
+        """The earliest and latest onsets its values (its dating regression's and its
+        witnesses') fit about as well."""
+        spans = [r.onset_span for r in (self.dated_by, *self.witnesses())]
+        return [min(lo for lo, _ in spans), max(hi for _, hi in spans)]
+
+    def onset_unclear(self) -> str | None:
+        """Why its values cannot date it to a step, or None: onsets further than
+        ONSET_WITHIN steps away fit about as well, or a witness dates it elsewhere (the
+        evidence disagrees with itself: no confident answer is given)."""
+        dated = self.dated_by
+        lo, hi = dated.onset_span
+        if dated.onset_unclear:
+            return (f"{dated.signal}'s values fit any onset from step {lo} to {hi} about "
+                    "as well (its first steps are within its noise)")
+        for w in self.witnesses():
+            w_lo, w_hi = w.onset_span
+            if w_hi < lo or w_lo > hi:
+                return (f"{dated.signal} dates it from step {dated.onset_step} ({lo}-{hi}), "
+                        f"{w.signal} from step {w.onset_step} ({w_lo}-{w_hi})")
+        return None
 
     @property
     def detected_step(self) -> int:
@@ -427,12 +561,14 @@ class Change:
         head = self.headline
         ends = [r.end_step for r in self.regressions]
         return {"id": self.id, "signal": head.signal, "open": self.open,
-                "first_onset_step": self.first.onset_step,
-                "onset_step": self.onset_step, "detected_step": self.detected_step,
+                "first_onset_step": self.first.first_onset,
+                "onset_step": self.onset_step, "onset_range": self.onset_range,
+                "onset_unclear": self.onset_unclear(),
+                "dated_by": self.dated_by.signal, "detected_step": self.detected_step,
                 "last_step": max(r.last_step for r in self.regressions),
                 "end_step": None if self.open or None in ends else max(ends),
                 "end": None if self.open else head.end,
-                "kind": head.kind, "baseline": head.baseline, "size": head.size,
+                "kind": self.kind, "baseline": head.baseline, "size": head.size,
                 "size_pct": head.size_pct, "peak": head.peak,
                 "unit": "tokens/GPU-s" if head.signal == THROUGHPUT else "s",
                 "parts": self.parts(), "candidates": self.candidates, "scope": self.scope,
@@ -486,6 +622,10 @@ def render(report: Mapping) -> str:
         lines.append(f"{i}. {c['signal']} {size} ({c['size_pct']:+.0f}%) since step "
                      f"{c['onset_step']} ({c['kind']}), found at step {c['detected_step']}; "
                      f"{state}")
+        if c.get("onset_unclear"):
+            lo, hi = c["onset_range"]
+            lines.append(f"   its onset is unclear, somewhere in steps {lo}-{hi}: "
+                         f"{c['onset_unclear']}")
         for p in c["parts"][:4]:
             lines.append(f"   in {p['part']}: +{p['over_s']:.2f} s "
                          f"({100 * p['share']:.0f}% of it)")

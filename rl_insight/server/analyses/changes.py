@@ -239,8 +239,9 @@ class ChangeStore:
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """``rl_insight_step_regression_*`` of the open changes of active runs, once
         ranked (the alert names the first cause from its first notification). A change is
-        known by the step its first regression began at (``onset_step``), which stays as
-        other signals join it; ``signal`` is its headline now."""
+        known by the step its first regression was dated at when found (``onset_step``),
+        which stays as other signals join it and as its onset is fitted again; ``signal``
+        is its headline now."""
         size = GaugeMetricFamily(
             PREFIX + "seconds", "An open regression of the run's steps: how many seconds "
             "longer than their baseline (the step time's, else the part's)",
@@ -258,7 +259,7 @@ class ChangeStore:
             if ranked is None or self.finished(project, experiment):
                 continue
             head = change.headline
-            onset = str(change.first.onset_step)
+            onset = str(change.first.first_onset)
             ranked_list, scope = ranked[1], ranked[2]
             parts = change.parts()
             seconds = change.seconds()
