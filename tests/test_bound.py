@@ -354,3 +354,33 @@ def test_a_framework_s_named_waits_go_where_its_table_says_they_waited():
     assert sum(row.bound.path) == pytest.approx(10.0)
     assert verdict.decide(verdict.account([row.as_dict()]))["verdict"] == \
         verdict.ROLLOUT_BOUND
+
+
+def test_a_change_that_moves_the_run_to_the_other_side_names_the_new_verdict():
+    """A trainer that slows down from step 30 (its phase from 1 s to 7 s): what changed
+    finds it, and says the run is training-bound since, where it was rollout-bound."""
+    import random
+
+    from rl_insight.anatomy import changes as what_changed
+    from rl_insight.config import ChangesSettings
+    from rl_insight.server.analyses.changes import ChangeStore
+
+    rng = random.Random(3)
+    rows, t = [], 100.0
+    for step in range(1, 51):
+        train = (1.0 if step < 30 else 7.0) * rng.lognormvariate(0, 0.01)
+        gen = 2.2 * rng.lognormvariate(0, 0.01)  # replica 0 2 s: no tail to speak of
+        length = 4.2 + train + 0.5 + 0.5
+        lanes = sync_step(t, slow=gen, train=train)
+        rows.append(step_row(step, int(t * S), int((t + length) * S), lanes))
+        t += length
+    store = ChangeStore(ChangesSettings(), lambda p, e: rows, prom=None)
+    for r in rows:
+        store.observe(("p", "e"), [r])
+    got = store.report("p", "e")
+    [c] = [c for c in got["changes"] if c["signal"] == "step_time"]
+    assert 28 <= c["onset_step"] <= 31
+    assert c["verdict"] == {"before": verdict.ROLLOUT_BOUND, "after": verdict.TRAINING_BOUND,
+                            "why": c["verdict"]["why"], "changed": True}
+    text = what_changed.render(got)
+    assert "the run is training-bound since (it was rollout-bound)" in text

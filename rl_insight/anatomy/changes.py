@@ -629,6 +629,10 @@ def render(report: Mapping) -> str:
         for p in c["parts"][:4]:
             lines.append(f"   in {p['part']}: +{p['over_s']:.2f} s "
                          f"({100 * p['share']:.0f}% of it)")
+        v = c.get("verdict")
+        if v and v.get("changed"):
+            lines.append(f"   the run is {v['after']} since (it was {v['before']}): "
+                         f"{v['why']}")
         if c.get("scope"):
             lines.append(f"   only on {where(c['scope'])}")
             if c["scope"].get("rank") is not None:

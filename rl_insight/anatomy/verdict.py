@@ -144,3 +144,17 @@ def decide(acc: Mapping) -> dict:
         why += ("; colocated (the replicas sleep while the trainer has their GPUs): the "
                 "sides take turns on the same GPUs, so a split between them does not apply")
     return {"verdict": verdict, "why": why, "numbers": numbers}
+
+
+def around(rows: Sequence[Mapping], onset_step: int, before: int = 20) -> dict | None:
+    """The verdict of the ``before`` steps up to a change's onset and of the steps since:
+    a change that moved the run to the other side says so (None where the rows carry no
+    accounting on either side, as rows read back from Prometheus)."""
+    rows = bounded_rows(rows)
+    early = [r for r in rows if r["step"] < onset_step][-before:]
+    late = [r for r in rows if r["step"] >= onset_step]
+    if not early or not late:
+        return None
+    was, now = decide(account(early)), decide(account(late))
+    return {"before": was["verdict"], "after": now["verdict"], "why": now["why"],
+            "changed": was["verdict"] != now["verdict"]}

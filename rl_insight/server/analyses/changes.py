@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 
-from rl_insight.anatomy import association
+from rl_insight.anatomy import association, verdict
 from rl_insight.anatomy.changes import Change, RunChanges, analyze
 from rl_insight.anatomy.ranks import where
 from rl_insight.anatomy.rows import StepRow
@@ -205,9 +205,13 @@ class ChangeStore:
         if found:
             extra = self.gather(key, rows, min(c.onset_step for c in found))
             association.annotate(found, rows, extra)
+        out = []
+        for c in found:  # the side the run waited on, before the change and since
+            d = c.as_dict()
+            d["verdict"] = verdict.around(rows, c.onset_step)
+            out.append(d)
         return {"project": project, "experiment_name": experiment, "source": source,
-                "steps": len(rows), "rule": _rule(self.settings),
-                "changes": [c.as_dict() for c in found]}
+                "steps": len(rows), "rule": _rule(self.settings), "changes": out}
 
     def _rows_from_prometheus(self, key: Key, now: float | None) -> list[dict]:
         """A run no longer followed: its rows from the last 30 days of step series."""
