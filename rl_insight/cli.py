@@ -240,6 +240,21 @@ def _add_run_tools(top, remote: argparse.ArgumentParser) -> None:
                    help="with --bound: only steps A to B (a warm-up left out)")
     p.set_defaults(func=runs_cmd.cmd_report)
 
+    p = top.add_parser("compare", parents=[remote],
+                       help="run against run: what differs between two runs, ranked by "
+                            "what it cost, with their configurations side by side")
+    p.add_argument("--project", required=True, help="run A's project")
+    p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True,
+                   help="run A")
+    p.add_argument("--against", required=True, metavar="EXPERIMENT", help="run B")
+    p.add_argument("--project-b", default="", help="run B's project (default: A's)")
+    p.add_argument("--steps", default="", metavar="A:B", help="only these steps (of both)")
+    p.add_argument("--steps-b", default="", metavar="A:B", help="B's steps, where they differ")
+    p.add_argument("--align", choices=["step", "samples"], default="step",
+                   help="samples: over the same samples consumed (runs whose batch differs)")
+    p.add_argument("--format", choices=["text", "json", "csv"], default="text")
+    p.set_defaults(func=runs_cmd.cmd_compare)
+
     p = top.add_parser("profile", parents=[remote],
                        help="profile a trainer rank's code (py-spy on its node): its top "
                             "frames, and a speedscope file")

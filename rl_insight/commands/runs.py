@@ -106,6 +106,24 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run B against run A (text, JSON or CSV)."""
+    from rl_insight.anatomy import compare
+
+    client = server_client(args)
+
+    def answer() -> str:
+        got = client.get("/api/v1/compare", project=args.project,
+                         experiment_name=args.experiment, against=args.against,
+                         project_b=args.project_b, steps=args.steps, steps_b=args.steps_b,
+                         align=args.align)
+        if args.format == "json":
+            return json.dumps(got, indent=2)
+        return compare.to_csv(got).rstrip("\n") if args.format == "csv" else \
+            compare.render(got)
+    return api_call(answer)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """The per-step table of a run's step anatomy (table, CSV or JSON)."""
     from rl_insight.export import report

@@ -28,6 +28,7 @@ from rl_insight.server.routes import (
     alerts,
     anatomy,
     bound,
+    compare,
     core,
     experiments,
     profiles,
@@ -77,8 +78,8 @@ def create_app(state: ServerState) -> FastAPI:
                  for e in exc.errors()]
         return error(400, "invalid request: " + "; ".join(parts))
 
-    for module in (core, targets, experiments, push, traces, anatomy, bound, alerts,
-                   profiles):
+    for module in (core, targets, experiments, push, traces, anatomy, bound, compare,
+                   alerts, profiles):
         app.include_router(module.router(state))
 
     def openapi() -> dict:

@@ -14,6 +14,7 @@ from rl_insight import netaddr
 from rl_insight.config import Settings, duration_seconds
 from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.analyses.changes import ChangeStore, Prom
+from rl_insight.server.analyses.comparison import Comparison
 from rl_insight.server.analyses.profiles import ProfileError, ProfileStore
 from rl_insight.server.endpoints import prometheus_auth, prometheus_url, relay_url
 from rl_insight.server.ingest.engine_requests import RequestMetrics
@@ -82,6 +83,9 @@ class ServerState:
             if settings.prometheus.enabled else None,
             settings.anatomy.max_runs, finished=self.run_ended)
         self.anatomy.listener = self.changes.observe
+        # run against run: the anatomy's rows, or Prometheus', and what changes gathers
+        self.comparison = Comparison(self.anatomy.rows, self.changes.rows_from_prometheus,
+                                     self.changes.gather)
         self.requests = RequestMetrics()  # rl_insight_request_*
         self.profiles = ProfileStore(settings.profiles, state / "profiles",
                                      known_lane=self.lanes.has)

@@ -238,6 +238,19 @@ def _put(row: dict, name: str, labels: Mapping[str, str], value: float) -> None:
         row["replicas"].setdefault(labels.get("replica", ""), {})["generate_s"] = value
     elif name in REQUEST_SERIES:
         row["requests"].setdefault(role, {})[REQUEST_SERIES[name]] = value
+    elif name == "path_seconds":  # the step's path (rl_insight/anatomy/bound.py)
+        _bound(row)["path"][labels.get("part", "")] = value
+    elif name == "gpu_cause_seconds":
+        role_of = _bound(row)["roles"].setdefault(labels.get("role", ""),
+                                                  {"gpu_seconds": {}})
+        role_of["gpu_seconds"][labels.get("cause", "")] = value
+
+
+def _bound(row: dict) -> dict:
+    """A row's accounting as far as its series tell it: the path, each role's causes
+    (no GPU count, no what-if inputs: those stay with the server that followed it)."""
+    return row.setdefault("bound", {"path": {}, "roles": {}, "inputs": None,
+                                    "source": "prometheus", "missing": []})
 
 
 REQUEST_SERIES = {"request_count": "requests", "request_completion_tokens":

@@ -195,7 +195,7 @@ class ChangeStore:
         source = "live"
         rows = None
         if current is None:
-            rows = self._rows_from_prometheus(key, now)
+            rows = self.rows_from_prometheus(key, now)
             if not rows:
                 return None
             current, source = analyze(rows, self.settings), "prometheus"
@@ -213,7 +213,7 @@ class ChangeStore:
         return {"project": project, "experiment_name": experiment, "source": source,
                 "steps": len(rows), "rule": _rule(self.settings), "changes": out}
 
-    def _rows_from_prometheus(self, key: Key, now: float | None) -> list[dict]:
+    def rows_from_prometheus(self, key: Key, now: float | None) -> list[dict]:
         """A run no longer followed: its rows from the last 30 days of step series."""
         if self.prom is None:
             return []
