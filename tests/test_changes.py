@@ -12,6 +12,7 @@ import pytest
 
 from rl_insight.anatomy import association, changes
 from rl_insight.config import ChangesSettings
+from rl_insight.server.analyses.changes import EMPTY_TRIES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import drifts  # noqa: E402
@@ -326,6 +327,11 @@ def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
     families = {f.name: f for f in store.collect()}
     assert families["rl_insight_step_regression_seconds"].samples == []  # not ranked yet
     assert store.rank_due() == 1
+    # nothing here moves with it (no Prometheus): its series waits for EMPTY_TRIES passes
+    assert {f.name: f for f in store.collect()}[
+        "rl_insight_step_regression_seconds"].samples == []
+    assert all(store.rank_due() == 1 for _ in range(EMPTY_TRIES - 1))
+    assert store.rank_due() == 0  # said: no more passes for it until rank_every_steps
     families = {f.name: f for f in store.collect()}
     (sample,) = families["rl_insight_step_regression_seconds"].samples
     first = store.report("p", "e")["changes"][0]["first_onset_step"]
@@ -354,6 +360,8 @@ def test_a_change_on_one_rank_names_it_in_its_scope_the_alerts_series_and_the_re
     for r in rows:
         store.observe(("p", "e"), [r])
     assert store.rank_due() == 1
+    for _ in range(EMPTY_TRIES - 1):  # no candidate moves here (no Prometheus)
+        store.rank_due()
     (sample,) = {f.name: f for f in store.collect()}[
         "rl_insight_step_regression_seconds"].samples
     assert sample.labels["rank"] == "1", sample.labels

@@ -63,6 +63,11 @@ class _Run:
         self.last_row_end = 0.0
 
 
+# a change whose ranking found nothing moving with it is ranked again at the next passes,
+# this many times, before its series (and alert) go out saying so
+EMPTY_TRIES = 3
+
+
 class ChangeStore:
     """Every followed run's changes; fed by the anatomy, read by routes and /metrics."""
 
@@ -143,18 +148,23 @@ class ChangeStore:
                     if last - change.onset_step + 1 < association.MIN_STEPS:
                         continue  # nothing can be compared since the onset yet: unranked,
                         # so its alert waits a step for its first cause
-                    if at is None or last - at[0] >= self.settings.rank_every_steps:
-                        due.append((change, last))
+                    # a ranking that found nothing is tried again at the next pass (the
+                    # engines' series of the newest steps not yet scraped, Prometheus
+                    # slow to answer), EMPTY_TRIES times before its alert goes without
+                    if at is None or (not at[1] and at[3] < EMPTY_TRIES) or \
+                            last - at[0] >= self.settings.rank_every_steps:
+                        due.append((change, last, 0 if at is None or at[1] else at[3]))
             if not due:
                 continue
             rows = [r.as_dict() for r in self.rows(*key) or []]
-            extra = self.gather(key, rows, min(c.onset_step for c, _ in due))
-            association.annotate([c for c, _ in due], rows, extra)
+            extra = self.gather(key, rows, min(c.onset_step for c, _, _ in due))
+            association.annotate([c for c, _, _ in due], rows, extra)
             with self._lock:
                 run = self._runs.get(key)
                 if run is not None:
-                    for change, last in due:
-                        run.ranked[change.id] = (last, change.candidates, change.scope)
+                    for change, last, tries in due:
+                        run.ranked[change.id] = (last, change.candidates, change.scope,
+                                                 tries + (not change.candidates))
             n += len(due)
         return n
 
@@ -260,8 +270,9 @@ class ChangeStore:
             "(1 first): the candidate's change over its value before the onset",
             labels=[*RUN, "onset_step", "rank", "candidate", "where", "direction"])
         for (project, experiment), change, ranked in self.open_changes():
-            if ranked is None or self.finished(project, experiment):
-                continue
+            if ranked is None or self.finished(project, experiment) or \
+                    (not ranked[1] and ranked[3] < EMPTY_TRIES):
+                continue  # its alert names the first cause from its first notification
             head = change.headline
             onset = str(change.first.first_onset)
             ranked_list, scope = ranked[1], ranked[2]
