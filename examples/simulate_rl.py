@@ -46,7 +46,7 @@ class RolloutReplica:
                  kv_capacity_tokens: int = 0, hang: tuple[int, float] = (0, 0.0),
                  lane: str = "", port: int = 0, traces: bool = False,
                  extra: tuple = (), slots: int = 0, tokens: tuple[int, int] = (32, 600),
-                 long_in_batch: bool = False) -> None:
+                 long_in_batch: bool = False, seed: int = 0) -> None:
         self.index = index
         self.project, self.experiment = project, experiment
         # verl 0.9.1 and VeRL-Omni: replica_<r>; verl main: <role>_replica_<r>
@@ -60,7 +60,7 @@ class RolloutReplica:
             server = os.environ.get("RL_INSIGHT_SERVER_URL", "").rstrip("/")
             endpoint = server + "/v1/traces" if server else \
                 os.environ.get("RL_INSIGHT_OTLP_ENDPOINT", "")
-        self.engine = fake_engines.FakeEngine(backend, seed=index,
+        self.engine = fake_engines.FakeEngine(backend, seed=index + 1000 * seed,
                                               kv_capacity_tokens=kv_capacity_tokens,
                                               port=port, otlp_traces_endpoint=endpoint,
                                               slots=slots, tokens=tokens)
@@ -291,7 +291,7 @@ class Simulation:
             2_000 if i in (args.kv_pressure or []) else 0, hangs.get(i, (0, 0.0)),
             f"{prefix}replica_{i}", args.engine_base_port + i if args.engine_base_port else 0,
             args.engine_traces, tuple(extra.get(i, ())), slots=args.engine_slots,
-            tokens=args.response_tokens, long_in_batch=bool(args.batch))
+            tokens=args.response_tokens, long_in_batch=bool(args.batch), seed=args.seed)
             for i in range(args.replicas)]
         # each replica's share of the batch, per step (--batch: verl spreads one batch)
         self.shares = [args.batch // args.replicas + (i < args.batch % args.replicas)

@@ -175,3 +175,22 @@ def test_the_route_compares_two_runs_over_real_otlp_and_renders_them(server):  #
     bad = c.get("/api/v1/compare", params={"project": "p", "experiment_name": "a",
                                            "against": "b", "steps": "6:3"})
     assert bad.status_code == 400 and "A <= B" in bad.json()["error"]
+
+
+def test_the_exact_p_is_the_share_of_arrangements_as_far_from_the_mean():
+    """Small samples without ties: against counting every arrangement."""
+    import itertools
+
+    for n1, n2 in ((3, 4), (5, 5), (2, 7), (6, 3), (1, 1)):
+        n, dist = n1 + n2, {}
+        for pos in itertools.combinations(range(n), n1):
+            others = [i for i in range(n) if i not in pos]
+            u = sum(1 for x in pos for y in others if x > y)
+            dist[u] = dist.get(u, 0) + 1
+        mid = n1 * n2 / 2
+        for u in range(n1 * n2 + 1):
+            want = sum(c for k, c in dist.items() if abs(k - mid) >= abs(u - mid)) / \
+                sum(dist.values())
+            assert compare._exact_p(u, n1, n2) == pytest.approx(want), (n1, n2, u)
+    # five steps each, all of B's slower: decided (2 of the 252 arrangements as far)
+    assert compare.mann_whitney([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])[1] == pytest.approx(2 / 252)

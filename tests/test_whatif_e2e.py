@@ -15,71 +15,23 @@ has no next batch to generate)."""
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 
 import pytest
 import requests
 
 from rl_insight.anatomy import verdict
-from tests.conftest import REPO, wait_for
-from tests.worlds import Favoured
+from tests.worlds import PAIRS_PROJECT, SIMULATED_PAIRS
 
 pytestmark = pytest.mark.integration
-PROJECT = "e2e-whatif"
+PROJECT = PAIRS_PROJECT
 WINDOW = "2:6"
 TOLERANCE = 0.15  # the issue's bar; the errors measured here are in docs/anatomy.md
-COMMON = ["--ranks", "1", "--val-every", "0", "--no-transfer-queue", "--engine-traces",
-          "--response-tokens", "200:300", "--project", PROJECT]
-# a synchronous, colocated run (verl's hybrid engine): 16 requests a step over two
-# engines running 2 at a time (about 2 s of generation), the trainer 0.9 s, the weight
-# sync 0.15 s
-SYNC = ["--steps", "6", "--replicas", "2", "--step-seconds", "2.5", "--batch", "16",
-        "--engine-slots", "2"]
-# the trainer's side heavier: 1.8 s of training, a 0.9-s weight sync, 0.5 s generating
-HEAVY = ["--steps", "6", "--replicas", "2", "--step-seconds", "5", "--batch", "8",
-         "--engine-slots", "4", "--weight-sync-scale", "3"]
-# separate-asynchronous: 12 requests one at a time on each engine (3 s on two, 2 s on
-# three) while the trainer trains on the batch before (0.5 s: well below the rollout
-# however the load stretches either; at 1 s a loaded CI made the three replicas' run
-# wait on its trainer and measured 15.6 % slower than predicted)
-ASYNC = ["--mode", "async", "--steps", "7", "--step-seconds", "2.5", "--batch", "12",
-         "--engine-slots", "1", "--trainer-speed", "2"]
-RUNS = {
-    "straggler": [*SYNC, "--straggler", "1:2"],  # replica 1 generates twice as long
-    "even": SYNC,
-    "tail": [*SYNC, "--long-request", "0:0:6000:5"],  # a 5-s answer on replica 0, each step
-    "heavy": HEAVY,
-    "heavy-fast-trainer": [*HEAVY, "--trainer-speed", "2"],
-    "heavy-free-sync": [*HEAVY[:-1], "0"],
-    "async-2": [*ASYNC, "--replicas", "2"],
-    "async-3": [*ASYNC, "--replicas", "3"],
-}
+RUNS = SIMULATED_PAIRS
 
 
 @pytest.fixture(scope="module")
-def runs(ray_world):
-    """Every run at once on the shared cluster (its processes favoured over the tests
-    beside it: the runs time their steps); name -> its rows."""
-    cluster = ray_world.cluster
-    procs = {name: subprocess.Popen(
-        [sys.executable, str(REPO / "examples" / "simulate_rl.py"), *COMMON, *args,
-         "--experiment-name", name], env=cluster.env(), cwd=cluster.workdir,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for name, args in RUNS.items()}
-    with Favoured(cluster):
-        outputs = {name: p.communicate(timeout=400)[0] for name, p in procs.items()}
-    for name, p in procs.items():
-        assert p.returncode == 0, f"{name}: {outputs[name][-3000:]}"
-
-    def rows(name: str) -> list[dict] | None:
-        r = requests.get(ray_world.url + "/api/v1/anatomy", timeout=30,
-                         params={"project": PROJECT, "experiment_name": name})
-        got = r.json().get("steps", []) if r.status_code == 200 else []
-        want = int(RUNS[name][RUNS[name].index("--steps") + 1])
-        return got if len(got) >= want else None
-    return {name: wait_for(lambda n=name: rows(n), 60, f"the rows of {name}")
-            for name in RUNS}
+def runs(simulated_pairs):
+    return simulated_pairs
 
 
 def bound(url: str, name: str, **extra) -> dict:

@@ -69,6 +69,7 @@ class RayWorld:
     tempo: FakeTempo  # FAKE Tempo: the relay's receiver, real OTLP decoding
     hook: WebhookReceiver
     framework_runs: FrameworkRuns | None = None  # started with it, where tests read them
+    pairs: dict | None = None  # the simulated pairs' rows, once run (simulated_pairs)
 
 
 @dataclass
@@ -466,3 +467,76 @@ def framework_runs(ray_world):
         ray_world.framework_runs = FrameworkRuns(ray_world)
         OPEN["ray_world"].callback(ray_world.framework_runs.stop)
     return ray_world.framework_runs
+
+
+# -- pairs of simulated runs that differ by one known thing (examples/simulate_rl.py), on
+# the Ray world: the what-if's ground truth (tests/test_whatif_e2e.py) and the run
+# comparison's (tests/test_compare_e2e.py); all at once, each on its own (project,
+# experiment), so a pair shares the machine's load
+PAIRS_PROJECT = "e2e-whatif"
+COMMON = ["--ranks", "1", "--val-every", "0", "--no-transfer-queue", "--engine-traces",
+          "--response-tokens", "200:300", "--project", PAIRS_PROJECT]
+# a synchronous, colocated run (verl's hybrid engine): 16 requests a step over two
+# engines running 2 at a time (about 2 s of generation), the trainer 0.9 s, the weight
+# sync 0.15 s
+SYNC = ["--steps", "6", "--replicas", "2", "--step-seconds", "2.5", "--batch", "16",
+        "--engine-slots", "2"]
+# the trainer's side heavier: 1.8 s of training, a 0.9-s weight sync, 0.5 s generating
+HEAVY = ["--steps", "6", "--replicas", "2", "--step-seconds", "5", "--batch", "8",
+         "--engine-slots", "4", "--weight-sync-scale", "3"]
+# separate-asynchronous: 12 requests one at a time on each engine (3 s on two, 2 s on
+# three) while the trainer trains on the batch before (0.5 s: well below the rollout
+# however the load stretches either; at 1 s a loaded CI made the three replicas' run
+# wait on its trainer and measured 15.6 % slower than predicted)
+ASYNC = ["--mode", "async", "--steps", "7", "--step-seconds", "2.5", "--batch", "12",
+         "--engine-slots", "1", "--trainer-speed", "2"]
+SIMULATED_PAIRS = {
+    "straggler": [*SYNC, "--straggler", "1:2.5"],  # replica 1 generates 2.5 times as long
+    "even": SYNC,
+    "even-seed": [*SYNC, "--seed", "1"],  # the same but for the engines' draws
+    "even-more": [*SYNC[:-3], "24", *SYNC[-2:]],  # 24 samples a step, not 16
+    # separate-asynchronous, one step more (its last has no next batch to generate)
+    "even-async": ["--steps", "7", *SYNC[2:], "--mode", "async"],
+    "tail": [*SYNC, "--long-request", "0:0:6000:5"],  # a 5-s answer on replica 0, each step
+    "heavy": HEAVY,
+    "heavy-fast-trainer": [*HEAVY, "--trainer-speed", "2"],
+    "heavy-free-sync": [*HEAVY[:-1], "0"],
+    "async-2": [*ASYNC, "--replicas", "2"],
+    "async-3": [*ASYNC, "--replicas", "3"],
+}
+
+
+@pytest.fixture(scope="session")
+def simulated_pairs(ray_world):
+    """Every run at once on the shared cluster (its processes favoured over the tests
+    beside it: the runs time their steps), the first time a module asks; name -> its
+    rows."""
+    if ray_world.pairs is not None:
+        return ray_world.pairs
+    import requests
+
+    from tests.conftest import wait_for
+
+    cluster = ray_world.cluster
+    procs = {name: subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "simulate_rl.py"), *COMMON, *args,
+         "--experiment-name", name], env=cluster.env(), cwd=cluster.workdir,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for name, args in SIMULATED_PAIRS.items()}
+    with Favoured(cluster):
+        outputs = {name: p.communicate(timeout=400)[0] for name, p in procs.items()}
+    for name, p in procs.items():
+        assert p.returncode == 0, f"{name}: {outputs[name][-3000:]}"
+
+    def rows(name: str) -> list[dict] | None:
+        r = requests.get(ray_world.url + "/api/v1/anatomy", timeout=30,
+                         params={"project": PAIRS_PROJECT, "experiment_name": name})
+        got = r.json().get("steps", []) if r.status_code == 200 else []
+        args = SIMULATED_PAIRS[name]
+        want = int(args[args.index("--steps") + 1])
+        return got if len(got) >= want else None
+    ray_world.pairs = {name: wait_for(lambda n=name: rows(n), 60, f"the rows of {name}")
+                       for name in SIMULATED_PAIRS}
+    return ray_world.pairs
+
+

@@ -54,10 +54,11 @@ def account(rows: Sequence[Mapping], replicas: Mapping[str, Mapping] | None = No
             acc = roles.setdefault(role, {"lanes": 0, "gpus": 0.0, "gpus_known": True,
                                           "gpu_seconds": dict.fromkeys(b.CAUSES, 0.0),
                                           "expected_gpu_seconds": 0.0})
-            acc["lanes"] = max(acc["lanes"], rb["lanes"])
-            acc["gpus"] = max(acc["gpus"], rb["gpus"])
-            acc["gpus_known"] &= bool(rb["gpus_known"])
-            acc["expected_gpu_seconds"] += rb["gpus"] * r["duration_s"]
+            # a row read back from Prometheus tells no lanes or GPUs: unknown, said so
+            acc["lanes"] = max(acc["lanes"], rb.get("lanes", 0))
+            acc["gpus"] = max(acc["gpus"], rb.get("gpus", 0))
+            acc["gpus_known"] &= bool(rb.get("gpus_known"))
+            acc["expected_gpu_seconds"] += rb.get("gpus", 0) * r["duration_s"]
             for cause, v in rb["gpu_seconds"].items():
                 acc["gpu_seconds"][cause] += v
         for key, causes in bd.get("replicas", {}).items():

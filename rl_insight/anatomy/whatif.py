@@ -9,9 +9,11 @@ sides overlap; in one that takes turns, all of it). Per change:
 
 - the slowest replica as fast as the median: the rollout ends when the next slowest
   replica did;
-- N more (or fewer) rollout replicas: the batch spread over more; the rollout's
-  generation scales by N/(N+n), but never below the longest request (which no split
-  shortens) where the engines' request spans tell it;
+- N more (or fewer) rollout replicas: the batch spread over more; where the engines'
+  request spans tell it, the busiest replica's requests' work (their time in the engine
+  over the most that ran at once) scales by N/(N+n), never below the longest request
+  (which no split shortens), and the rest of its generation stays; without them the
+  whole generation scales;
 - the trainer k times as fast (k times its GPUs, if it scaled linearly): its phases
   take 1/k as long;
 - the weight sync free: the time both sides waited for it goes;
@@ -65,10 +67,12 @@ def _replicas(row: Mapping, add: int, overlap: bool) -> float | None:
     g = i["gen_s"]
     longest, work = i.get("longest_s"), i.get("work_s")
     if longest is not None and work:
-        ratio = max(longest, work * n / (n + add)) / max(longest, work)
+        # the busiest replica's requests' work spreads over more (never below the
+        # longest request); what its generation holds beside them (dispatch, the
+        # engine's scheduling between requests) does not shrink with its share
+        delta = max(longest, work) - max(longest, work * n / (n + add))
     else:
-        ratio = n / (n + add)
-    delta = g * (1.0 - ratio)
+        delta = g * (1.0 - n / (n + add))
     if delta >= 0:
         return _faster_rollout(p, delta)
     cost = -delta - (p[b.TRAINING] if overlap else 0.0)  # a slower rollout hides in

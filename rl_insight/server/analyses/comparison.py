@@ -17,6 +17,10 @@ ROW_FIELDS = ("step", "start_ns", "end_ns", "duration_s", "generate_s", "other_s
               "culprit", "tail_share", "source")
 
 
+class UnknownRun(LookupError):
+    """A run with no final step on this server nor in its Prometheus (its name)."""
+
+
 def lean(row: StepRow) -> dict:
     """A row as the comparison reads it: its figures, each replica's generating time,
     each role's, and its accounting without the per-replica split (a week of 128
@@ -43,10 +47,11 @@ class Comparison:
         self.gather = gather
         self.config = config
 
-    def run_rows(self, key: Key) -> tuple[list[dict], str] | None:
-        """(rows, source) of a run: ``live`` where the server follows it, else
-        ``prometheus``; None when neither has a step of it."""
-        held = self.rows(*key)
+    def run_rows(self, key: Key, from_prometheus: bool = False
+                 ) -> tuple[list[dict], str] | None:
+        """(rows, source) of a run: ``live`` where the server follows it (unless
+        ``from_prometheus``), else ``prometheus``; None when neither has a step of it."""
+        held = None if from_prometheus else self.rows(*key)
         if held:
             return [lean(r) for r in held], "live"
         got = self.from_prometheus(key, time.time())
@@ -54,13 +59,15 @@ class Comparison:
 
     def compare(self, a: Key, b: Key, steps_a: tuple[int, int] | None = None,
                 steps_b: tuple[int, int] | None = None, align: str = "step",
-                candidates: bool = True) -> dict:
-        """B against A (KeyError naming the run that has no step here or in Prometheus)."""
+                candidates: bool = True, from_prometheus: bool = False) -> dict:
+        """B against A (UnknownRun naming a run with no step here or in Prometheus);
+        ``from_prometheus``: both from their step series alone, as runs the server no
+        longer follows."""
         got = {}
         for name, key in (("a", a), ("b", b)):
-            rows = self.run_rows(key)
+            rows = self.run_rows(key, from_prometheus)
             if rows is None:
-                raise KeyError(f"{key[0]}/{key[1]}")
+                raise UnknownRun(f"{key[0]}/{key[1]}")
             got[name] = rows
         (ra, sa), (rb, sb) = got["a"], got["b"]
         ra, rb = _window(ra, steps_a), _window(rb, steps_b or steps_a)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from rl_insight.server.analyses.comparison import UnknownRun
 from rl_insight.server.httpio import HttpError
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
@@ -38,13 +39,18 @@ def router(state: ServerState) -> APIRouter:
                 align: str = Query("step", pattern="^(step|samples)$",
                                    description="step: each run's window as given; samples: "
                                                "over the same samples consumed (batches "
-                                               "that differ)")) -> dict:
+                                               "that differ)"),
+                source: str = Query("live", pattern="^(live|prometheus)$",
+                                    description="live: the runs the server follows (else "
+                                                "Prometheus'); prometheus: both from their "
+                                                "step series alone")) -> dict:
         a = (project, experiment_name)
         b = (project_b or project, against)
         state.anatomy.update()
         try:
-            return state.comparison.compare(a, b, _steps(steps), _steps(steps_b), align)
-        except KeyError as exc:
+            return state.comparison.compare(a, b, _steps(steps), _steps(steps_b), align,
+                                            from_prometheus=source == "prometheus")
+        except UnknownRun as exc:
             known = [f"{x['project']}/{x['experiment_name']}" for x in state.anatomy.runs()]
             raise HttpError(404, f"no final step of {exc.args[0]} on this server nor in its "
                                  f"Prometheus (runs followed: {', '.join(known[-10:]) or 'none'}"

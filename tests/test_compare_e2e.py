@@ -1,0 +1,112 @@
+"""Run against run, end to end: pairs of simulated runs on the real Ray cluster that
+differ by one known thing (tests/worlds.py SIMULATED_PAIRS, shared with the what-if's
+module): one replica 2.5 times as slow, more samples a step, sync against async, a
+slower weight sync; each ranks the injected difference first, with the comparison's step
+time difference that of the anatomy's own rows; two runs differing only in their engines'
+draws (the seed) say there is no significant difference. Through the real server's
+route and the CLI (`rl-insight compare`), live and from Prometheus alone."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import requests
+
+from tests.worlds import PAIRS_PROJECT
+
+pytestmark = pytest.mark.integration
+WINDOW = (2, 6)
+
+
+@pytest.fixture(scope="module")
+def runs(simulated_pairs):
+    return simulated_pairs
+
+
+def compare(url: str, a: str, b: str, **extra) -> dict:
+    r = requests.get(url + "/api/v1/compare", timeout=60, params={
+        "project": PAIRS_PROJECT, "experiment_name": a, "against": b,
+        "steps": f"{WINDOW[0]}:{WINDOW[1]}", **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def mean(rows: list[dict]) -> float:
+    return statistics.fmean(r["duration_s"] for r in rows
+                            if WINDOW[0] <= r["step"] <= WINDOW[1])
+
+
+def parts(got: dict) -> list[dict]:
+    return [d for d in got["differences"] if d["type"] == "part"]
+
+
+def check_total(got: dict, runs: dict, a: str, b: str) -> None:
+    """The comparison's difference is the rows' (within 10 %), and the parts add up to it."""
+    want = mean(runs[b]) - mean(runs[a])
+    assert got["step_time"]["diff_mean_s"] == pytest.approx(want, rel=0.10), (got, want)
+    assert sum(d["diff_s"] for d in parts(got)) == pytest.approx(want, rel=0.01)
+
+
+def test_one_replica_slower_ranks_its_tail_and_its_replica_first(runs, ray_world):
+    got = compare(ray_world.url, "even", "straggler")
+    check_total(got, runs, "even", "straggler")
+    assert got["significant"] and got["step_time"]["diff_s"] > 0, got["why"]
+    first = parts(got)[0]
+    assert first["part"] in ("tail", "rollout") and first["diff_s"] > 0, parts(got)
+    assert first["detail"][0]["part"] in ("replica:1", "generate:rollout"), first
+    assert got["side_by_side"]["b"]["verdict"] == "tail-bound"
+    r = ray_world.cli.run("compare", "--project", PAIRS_PROJECT, "--experiment-name",
+                          "even", "--against", "straggler", "--steps", "2:6")
+    assert r.returncode == 0, r.stderr
+    assert "B's steps are slower" in r.stdout and "what accounts for it" in r.stdout
+    assert "replica:1" in r.stdout
+
+
+def test_more_samples_a_step_rank_the_rollout_first(runs, ray_world):
+    got = compare(ray_world.url, "even", "even-more")
+    check_total(got, runs, "even", "even-more")
+    assert got["significant"] and got["step_time"]["diff_s"] > 0, got["why"]
+    assert parts(got)[0]["part"] in ("rollout", "tail"), parts(got)
+    side = got["side_by_side"]
+    assert side["a"]["samples_per_step"] == 16 and side["b"]["samples_per_step"] == 24
+    # per sample, the bigger batch is no slower: aligned by samples consumed, B has
+    # fewer steps over the same 16 x 5 samples
+    aligned = compare(ray_world.url, "even", "even-more", align="samples")
+    assert aligned["align"] == "samples"
+    assert aligned["runs"]["b"]["steps"] < aligned["runs"]["a"]["steps"]
+
+
+def test_async_against_sync_ranks_the_rollout_it_hid_first(runs, ray_world):
+    got = compare(ray_world.url, "even", "even-async")
+    check_total(got, runs, "even", "even-async")
+    assert got["significant"] and got["step_time"]["diff_s"] < 0, got["why"]
+    by = {d["part"]: d for d in parts(got)}
+    # the generation the trainer waited for now runs beside its training
+    assert parts(got)[0]["part"] in ("rollout", "tail", "overlap"), parts(got)
+    assert by["overlap"]["diff_s"] > 0 and by["rollout"]["diff_s"] < 0, by
+    side = got["side_by_side"]
+    assert side["a"]["staleness"] == 0 and side["b"]["staleness"] >= 1, side
+
+
+def test_a_slower_weight_sync_ranks_the_weight_sync_first(runs, ray_world):
+    got = compare(ray_world.url, "heavy-free-sync", "heavy")
+    check_total(got, runs, "heavy-free-sync", "heavy")
+    assert got["significant"], got["why"]
+    assert parts(got)[0]["part"] == "weight_sync" and parts(got)[0]["diff_s"] > 0, parts(got)
+
+
+def test_runs_differing_only_in_their_seed_show_no_significant_difference(runs, ray_world):
+    got = compare(ray_world.url, "even", "even-seed")
+    assert got["significant"] is False, got["why"]
+    assert "no significant difference" in got["why"] or "worth acting on" in got["why"]
+    assert not [d for d in got["differences"] if d["type"] == "moved"]
+
+
+def test_runs_the_server_no_longer_follows_compare_from_prometheus_alone(runs, ray_world):
+    live = compare(ray_world.url, "even", "straggler")
+    again = compare(ray_world.url, "even", "straggler", source="prometheus")
+    assert again["runs"]["a"]["source"] == again["runs"]["b"]["source"] == "prometheus"
+    assert again["step_time"]["diff_s"] == pytest.approx(live["step_time"]["diff_s"],
+                                                         rel=0.01)
+    assert parts(again)[0]["part"] == parts(live)[0]["part"]
