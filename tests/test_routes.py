@@ -186,7 +186,8 @@ def test_every_json_body_is_declared_once_by_its_model(client):
 
     c, _ = client
     models = (bodies.Registration, bodies.Binding, bodies.RunIdentity, bodies.PushBatch,
-              bodies.ProfileRequest, bodies.ProfileTake, bodies.ProfileResult)
+              bodies.ProfileRequest, bodies.ProfileTake, bodies.ProfileResult,
+              bodies.RunConfig)
     declared = {m.__name__: bodies.schema_of(m) for m in models}
     seen = {}
     for path, ops in c.get("/openapi.json").json()["paths"].items():

@@ -24,6 +24,7 @@ from rl_insight.server.ingest.lane_stats import LaneStats
 from rl_insight.server.ingest.pushstore import PushStore
 from rl_insight.server.ingest.recent import RecentSpans
 from rl_insight.server.ingest.relay import Relay
+from rl_insight.server.ingest.runconfigs import RunConfigStore
 from rl_insight.server.ingest.spool import Spool
 from rl_insight.server.ingest.store import Store
 from rl_insight.server.ingest.targets import LocalTargetLog, TargetStore
@@ -67,6 +68,7 @@ class ServerState:
                                    unbound_grace_s=settings.server.unbound_target_grace_s,
                                    legacy_dir=state)
         self.local_targets = LocalTargetLog()
+        self.configs = RunConfigStore(self.store, hidden=self.experiments.is_archived)
         self.pushes = PushStore(settings.push, self.store,
                                 refuse=self.experiments.archived_reason,
                                 legacy_dir=state / "groups")
@@ -108,6 +110,15 @@ class ServerState:
         # collector of its host alone
         self.full_gc_every_s: float | None = None
 
+    def remembered(self, project: str, experiment_name: str) -> bool:
+        """Not forgotten: active, or finished less than ``push.finished_ttl_s`` ago (what
+        the server holds per run in memory; archived runs' it does not)."""
+        e = self.experiments.get(project, experiment_name)
+        if e is None or e.status == "active":
+            return True
+        return e.status == "finished" and e.finished_at is not None and \
+            e.finished_at >= time.time() - self.settings.push.finished_ttl_s
+
     def run_ended(self, project: str, experiment_name: str) -> bool:
         """Finished or archived: nothing more of it is waited for."""
         e = self.experiments.get(project, experiment_name)
@@ -119,6 +130,7 @@ class ServerState:
         n_targets = self.targets.load()
         n_groups = self.pushes.load()
         self.profiles.load()
+        self.configs.load(live=self.remembered)
         log.info("recovered %d experiments, %d targets, %d pushed groups, %d spooled spans",
                  n_exp, n_targets, n_groups, self.spool.spans)
         self.relay.start()
@@ -155,6 +167,7 @@ class ServerState:
             self.recent.forget(runs)
             self.requests.forget(runs)
             self.profiles.forget(runs)
+            self.configs.forget(runs)
         # a finished run's changes are asked again from Prometheus (report --changes)
         self.changes.forget(lambda key: key not in runs and self.anatomy.has(key))
         # as a set: a run restored in the round another finished changes no count

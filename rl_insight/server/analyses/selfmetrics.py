@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rl_insight.server.ingest.lane_stats import LaneStats
     from rl_insight.server.ingest.pushstore import PushStore
     from rl_insight.server.ingest.relay import Relay
+    from rl_insight.server.ingest.runconfigs import RunConfigStore
     from rl_insight.server.ingest.spool import Spool
     from rl_insight.server.ingest.targets import LocalTargetLog, TargetStore
     from rl_insight.server.services.supervisor import Supervisor
@@ -51,6 +52,7 @@ class Measured(Protocol):
     changes: ChangeStore
     requests: RequestMetrics
     profiles: ProfileStore
+    configs: RunConfigStore
 
 
 class _StateCollector(Collector):
@@ -163,6 +165,7 @@ class ServerMetrics:
         self.registry.register(state.changes)  # rl_insight_step_regression_*
         self.registry.register(state.requests)  # rl_insight_request_*
         self.registry.register(state.profiles)  # rl_insight_profile_*
+        self.registry.register(state.configs)  # rl_insight_run_config_*
         self.types = {m.name: m.type for m in self.registry.collect()}
 
 

@@ -17,6 +17,8 @@ from pydantic import (
     Discriminator,
     Field,
     StrictBool,
+    StrictFloat,
+    StrictInt,
     StrictStr,
     StringConstraints,
     Tag,
@@ -26,6 +28,7 @@ from pydantic import (
 )
 from pydantic.json_schema import GenerateJsonSchema, SkipJsonSchema
 
+from rl_insight.runconfig import wire as runconfig
 from rl_insight.server.ingest.grouping import valid_label_name
 from rl_insight.server.ingest.targets import (
     HARDWARE_JOBS,
@@ -226,6 +229,52 @@ class Binding(_Body):
 class RunIdentity(_Body):
     project: RunName
     experiment_name: RunName
+
+
+ConfigKey = Annotated[StrictStr, StringConstraints(min_length=1,
+                                                    max_length=runconfig.MAX_KEY_CHARS)]
+ConfigValue = Annotated[StrictStr, StringConstraints(max_length=runconfig.MAX_VALUE_BYTES)
+                        ] | StrictInt | StrictFloat | StrictBool | None
+
+
+class RunConfig(_Body):
+    """A run's configuration as its training process hands it over
+    (rl_insight/runconfig/wire.py): flattened, secrets masked, bounded. The server masks
+    and bounds it again by the same rules, and keeps the latest with the run."""
+
+    project: RunName
+    experiment_name: RunName
+    values: dict[ConfigKey, ConfigValue] = Field(
+        max_length=runconfig.MAX_KEYS, description="dotted key -> its value (text, number, "
+                                                   "boolean or null)")
+    masked: Annotated[StrictInt, Field(ge=0)] = Field(0, description="values masked as "
+                                                                     "secrets")
+    cut: dict[Annotated[StrictStr, StringConstraints(max_length=32)],
+              Annotated[StrictInt, Field(ge=0)]] = Field(
+        default_factory=dict, max_length=8, description="what the client's bounds left "
+                                                        "out: keys, values, depth")
+    source: Annotated[StrictStr, StringConstraints(
+        max_length=runconfig.MAX_SOURCE_CHARS)] = Field(
+        "", description="who handed it over (verl, trl, log_config, ...)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_values(cls, body: Any) -> Any:
+        values = body.get("values") if isinstance(body, Mapping) else None
+        for key, value in (values.items() if isinstance(values, Mapping) else ()):
+            name = repr(key[:64] + "...") if len(str(key)) > 64 else repr(key)
+            if not isinstance(value, (str, int, float, bool, type(None))):
+                raise ValueError(
+                    f"values[{name}]: a {type(value).__name__} is no plain value; each "
+                    "key's value is text, a number, a boolean or null (nested "
+                    "configurations flattened to dotted keys: rl_insight.log_config does)")
+            if isinstance(value, str) and len(value) > runconfig.MAX_VALUE_BYTES:
+                raise ValueError(f"values[{name}]: {len(value)} characters, over "
+                                 f"{runconfig.MAX_VALUE_BYTES} (cut it short)")
+            if len(str(key)) > runconfig.MAX_KEY_CHARS:
+                raise ValueError(f"values[{name}]: a key of {len(str(key))} characters, "
+                                 f"over {runconfig.MAX_KEY_CHARS}")
+        return body
 
 
 class ProfileRequest(_Body):

@@ -1,5 +1,6 @@
 """The server's state on disk: one SQLite database (``state/rl-insight.db``), in WAL mode:
-pushed groups, the trace spool, registered targets and their owners' runs, experiments.
+pushed groups, the trace spool, registered targets and their owners' runs, experiments,
+runs' configurations.
 
 Every write is a transaction, so a SIGKILL or a power loss leaves the database as it
 was after some complete write: never a half-written file. What was acknowledged to a
@@ -49,6 +50,11 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS experiments (
         project TEXT NOT NULL, experiment_name TEXT NOT NULL, row TEXT NOT NULL,
         PRIMARY KEY (project, experiment_name))""",
+    # each run's configuration (zlib-compressed JSON; server/ingest/runconfigs.py). A
+    # table added within schema 2: made where missing, left alone by an older server
+    """CREATE TABLE IF NOT EXISTS run_configs (
+        project TEXT NOT NULL, experiment_name TEXT NOT NULL, received_at REAL NOT NULL,
+        row BLOB NOT NULL, PRIMARY KEY (project, experiment_name))""",
 ]
 
 

@@ -1,15 +1,17 @@
 """Experiments: list, their targets with Prometheus' view of them, archive, restore,
-finish."""
+finish; each run's configuration (POST a hand-over, GET it)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from rl_insight.runconfig import wire as runconfig
+from rl_insight.runconfig.flatten import bound
 from rl_insight.server.analyses import promapi
 from rl_insight.server.endpoints import prometheus_auth, prometheus_url
 from rl_insight.server.httpio import HttpError, json_body
-from rl_insight.server.ingest.bodies import RunIdentity, read
+from rl_insight.server.ingest.bodies import RunConfig, RunIdentity, read
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
 
@@ -74,4 +76,41 @@ def router(state: ServerState) -> APIRouter:
                         summary=f"{action.capitalize()} an experiment",
                         openapi_extra=schema.json_body(RunIdentity),
                         responses=schema.answers(*schema.WRITE, 404))
+    _configs(r, state)
     return r
+
+
+def _configs(r: APIRouter, state: ServerState) -> None:
+    """A run's configuration: kept with the run (server/ingest/runconfigs.py)."""
+
+    @r.post(runconfig.CONFIG_PATH, openapi_extra=schema.json_body(RunConfig),
+            responses=schema.answers(*schema.WRITE, 409),
+            summary="Keep a run's configuration (flattened, secrets masked; the latest "
+                    "hand-over wins)")
+    async def put_config(request: Request) -> dict:
+        body = read(RunConfig, await json_body(request, runconfig.MAX_BODY_BYTES,
+                                               "1 MiB for a run's configuration"))
+        why = state.experiments.archived_reason(
+            {"project": body.project, "experiment_name": body.experiment_name})
+        if why:
+            raise HttpError(409, why)
+        flat = bound(body.values)  # masked and bounded again: any client is held to it
+        flat.masked = max(flat.masked, body.masked)  # ours masked the same values already
+        for kind in flat.cut:
+            flat.cut[kind] += body.cut.get(kind, 0)
+
+        def store() -> dict:
+            state.experiments.touch(body.project, body.experiment_name)
+            return state.configs.put(body.project, body.experiment_name, flat, body.source)
+        return await state.writes.run(store)
+
+    @r.get(runconfig.CONFIG_PATH, responses=schema.answers(*schema.READ, 404),
+           summary="A run's configuration: its flattened keys and values, what was masked "
+                   "and what its bounds cut")
+    def get_config(project: str, experiment_name: str) -> dict:
+        got = state.configs.get(project, experiment_name)
+        if got is None:
+            raise HttpError(404, f"no configuration of {project}/{experiment_name}: its "
+                                 "training process handed none over (rl_insight."
+                                 "log_config, or its framework's tracker)")
+        return got
