@@ -35,6 +35,7 @@ DATASOURCES = {"prometheus": {"type": "prometheus", "uid": "prometheus"},
 # upstream rl-insight 0.3.0 client serves its hub's metrics for scraping: job
 # trainer_metrics)
 RUN_SERIES = '__name__=~"push_time_seconds|rl_insight_monitor_.+"'
+RUN_VS_RUN_UID = "rl-insight-run-vs-run"
 RUN_SOURCE = f'{{{RUN_SERIES},project!=""}}'
 
 
@@ -63,6 +64,10 @@ def variable(name: str, replica_metric: str = "") -> dict:
     queries = {
         "project": f"label_values({RUN_SOURCE}, project)",
         "experiment_name": f"label_values({{{RUN_SERIES},{run}}}, experiment_name)",
+        # run against run: run B
+        "project_b": f"label_values({RUN_SOURCE}, project)",
+        "experiment_b": f'label_values({{{RUN_SERIES},project=~"$project_b"}}, '
+                        "experiment_name)",
         "role": f"label_values({replica_metric}{{{P.RUN}}}, role)",
         "replica": f"label_values({replica_metric}{{{P.ROLE}}}, replica)",
         "lane_role": f"label_values({P.M}lane_state{{{P.RUN}}}, role)",
@@ -74,7 +79,7 @@ def variable(name: str, replica_metric: str = "") -> dict:
         "datasource": DATASOURCES["prometheus"],
         "definition": queries[name],
         "query": {"query": queries[name], "refId": f"{name}-values"},
-        "refresh": 2, "sort": 1 if name != "experiment_name" else 2,
+        "refresh": 2, "sort": 2 if name in ("experiment_name", "experiment_b") else 1,
         "includeAll": many, "multi": many, "allValue": ".*" if many else None,
         "current": {}, "options": [], "hide": 0,
     }
@@ -93,6 +98,9 @@ def panel_json(panel: P.Panel, pid: int, x: int, y: int) -> dict:
         t = {"refId": chr(ord("A") + i), "datasource": DATASOURCES[q.datasource]}
         if q.datasource == "tempo":
             t.update(queryType="traceql", query=q.expr, limit=50, tableType="spans")
+        elif q.table and q.instant:
+            t.update(expr=q.expr, legendFormat=q.legend or "__auto", instant=True,
+                     range=False, format="table")
         elif q.table:
             t.update(expr=q.expr, legendFormat=q.legend or "__auto", range=True,
                      format="table")
@@ -207,7 +215,12 @@ def model(d: Dashboard) -> dict:
             if any(p.repeat == g.variable for sec in d.sections for p in sec.panels)]},
         "annotations": {"list": [annotation(a) for a in d.annotations]},
         "links": [{"title": "RL-Insight", "type": "dashboards", "tags": ["rl-insight"],
-                   "asDropdown": True, "includeVars": True, "keepTime": True}],
+                   "asDropdown": True, "includeVars": True, "keepTime": True}] + (
+            [] if d.uid == RUN_VS_RUN_UID or "experiment_name" not in d.variables else
+            [{"title": "Compare this run with another", "type": "link", "icon": "external link",
+              "url": f"/d/{RUN_VS_RUN_UID}?var-project=${{project}}&var-experiment_name="
+                     "${experiment_name}&var-project_b=${project}", "keepTime": True,
+              "tooltip": "RL-Insight · Run vs run, this run as A"}]),
         "panels": layout(d.sections),
     }
 
@@ -223,6 +236,7 @@ TQ = Section("TransferQueue", P.TQ)
 ANATOMY = Section("Step anatomy", P.ANATOMY)
 WHY = Section("Why was a step slow (the engines' requests)", P.WHY)
 CHANGES = Section("What changed", P.CHANGES)
+RUN_VS_RUN = Section("Run A ($experiment_name) against run B ($experiment_b)", P.RUN_VS_RUN)
 BOUND = Section("Where the GPUs wait", P.BOUND)
 ALERTS = Section("Alerts", P.ALERT_PANELS)
 HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
@@ -277,6 +291,12 @@ def dashboards() -> list[Dashboard]:
                   "update; stragglers, idle replicas and ranks, overlap and staleness.",
                   [ALERTS, BOUND, CHANGES, ANATOMY, WHY], ENGINE_VARS, "rl_insight_step_replica_"
                   "generate_seconds", annotations=(P.CHANGE_ANNOTATION,)),
+        Dashboard(RUN_VS_RUN_UID, "RL-Insight · Run vs run",
+                  "Two runs side by side: their steps, the mean step part by part and what "
+                  "each part's difference cost, where each run's GPUs waited, which side "
+                  "bounds each, the configuration keys that differ. `rl-insight compare` "
+                  "ranks the same with its significance.",
+                  [RUN_VS_RUN], ("project", "experiment_name", "project_b", "experiment_b")),
         Dashboard("rl-insight-rollout-vllm", "RL-Insight · Rollout · vLLM",
                   "Every vLLM replica: requests, KV cache, tokens/s, latency, sleep state.",
                   [Section("Rollout (vLLM)", P.VLLM, repeat="role")], ENGINE_VARS,

@@ -26,6 +26,7 @@ class Query:
     legend: str = ""
     datasource: str = "prometheus"  # or "tempo" (then expr is TraceQL)
     table: bool = False  # Prometheus answers as a table (columns: labels and Value)
+    instant: bool = False  # one answer at the range's end (a table of the whole range)
 
 
 @dataclass(frozen=True)
@@ -855,6 +856,82 @@ BOUND = (
                    "step's critical path: a side made faster saves at most what the other "
                    "waited for it. Checked against the runs made again with the change "
                    "(docs/anatomy.md)."),
+)
+
+# -- run against run (rl_insight/anatomy/compare.py; `rl-insight compare` ranks the same
+# in words, with its significance): run A is $project/$experiment_name, run B
+# $project_b/$experiment_b; the dashboard's time range must hold both runs' steps
+RUN_B = 'project=~"$project_b",experiment_name=~"$experiment_b"'
+CONFIG = "rl_insight_run_config_info"
+
+
+def _mean_of(metric: str, sel: str, by: str) -> str:
+    """A step series' mean over the dashboard's range, per ``by``: the run's mean step."""
+    return f"sum by ({by}) (avg_over_time({ST}{metric}{{{sel}}}[$__range]))"
+
+
+JOIN = {"transformations": [{"id": "merge", "options": {}}]}
+RUN_VS_RUN = (
+    ts("Step time, A and B", Query(per_step("duration_seconds"), "A: step"),
+       Query(per_step("duration_seconds", RUN_B), "B: step"), unit="s", width=24,
+       options={"bars": True},
+       description="Each run's steps as they ran (the time range must hold both runs); "
+                   "`rl-insight compare` says whether the difference is significant "
+                   "given each run's own spread."),
+    ts("The mean step, part by part",
+       Query(_mean_of("path_seconds", RUN, "part"), "A", table=True, instant=True),
+       Query(_mean_of("path_seconds", RUN_B, "part"), "B", table=True, instant=True),
+       Query(f'{_mean_of("path_seconds", RUN_B, "part")} - '
+             f'{_mean_of("path_seconds", RUN, "part")}', "B - A", table=True,
+             instant=True),
+       kind="table", width=12, height=9, unit="s", options=JOIN,
+       description="Each run's mean step cut by what it waited on (the rollout alone, its "
+                   "tail, training alone, both at once, other roles, the weight sync, "
+                   "validation, other): the parts add up to the mean step, so their "
+                   "differences (B - A) add up to the mean step's difference; sort by it "
+                   "to rank what it cost."),
+    ts("Where each run's GPUs waited",
+       Query(_mean_of("gpu_cause_seconds", RUN, "role, cause"), "A", table=True,
+             instant=True),
+       Query(_mean_of("gpu_cause_seconds", RUN_B, "role, cause"), "B", table=True,
+             instant=True),
+       kind="table", width=12, height=9, unit="s", options=JOIN,
+       description="Each run's mean GPU-seconds a step per role and cause (busy, waiting "
+                   "for samples, for the slowest, for the trainer, weight sync, asleep, "
+                   "startup, validation, other)."),
+    ts("Which side bounds each",
+       Query(f"max by (verdict) (last_over_time({ST}verdict{{{RUN}}}[$__range]) == 1)",
+             "A: {{verdict}}", table=True, instant=True),
+       Query(f"max by (verdict) (last_over_time({ST}verdict{{{RUN_B}}}[$__range]) == 1)",
+             "B: {{verdict}}", table=True, instant=True),
+       kind="table", width=8, height=6,
+       description="The verdict over each run's newest steps: rollout-, training-, "
+                   "weight-sync- or tail-bound, or balanced."),
+    ts("Tokens per GPU-second",
+       Query(_mean_of("tokens_per_gpu_second", RUN, "experiment_name"), "A", table=True,
+             instant=True),
+       Query(_mean_of("tokens_per_gpu_second", RUN_B, "experiment_name"), "B",
+             table=True, instant=True),
+       kind="table", width=8, height=6, needs="engine-traces",
+       description="Tokens generated per GPU-second, each run's mean over its steps (with "
+                   "the engines' request spans)."),
+    ts("Request latency p90",
+       Query(_mean_of("request_e2e_seconds", RUN + ',quantile="p90"', "role"), "A",
+             table=True, instant=True),
+       Query(_mean_of("request_e2e_seconds", RUN_B + ',quantile="p90"', "role"), "B",
+             table=True, instant=True),
+       kind="table", width=8, height=6, unit="s", needs="engine-traces",
+       description="The engines' requests' p90 end to end, per role, each run's mean over "
+                   "its steps (with the engines' request spans)."),
+    ts("Configuration: the keys that differ",
+       Query(f"max by (key, value) ({CONFIG}{{{RUN}}} unless on (key, value) "
+             f"{CONFIG}{{{RUN_B}}})", "A", table=True, instant=True),
+       Query(f"max by (key, value) ({CONFIG}{{{RUN_B}}} unless on (key, value) "
+             f"{CONFIG}{{{RUN}}})", "B", table=True, instant=True),
+       kind="table", width=24, height=9, needs="config", quiet="the same configuration",
+       description="Each configuration key whose value differs between the runs (or is "
+                   "in one only), with each run's value: what each framework hands its "
+                   "tracker, flattened, secrets masked (docs/client.md)."),
 )
 
 # -- what changed: a run's sustained regressions, found as its steps are finalized

@@ -273,7 +273,8 @@ def first_slower_step(d: Drift) -> int:
 def causes(d: Drift) -> set[tuple[str, str]]:
     """(series name, the replica or node it is of) that name the drift's cause."""
     if d.kind == "response-length":
-        return {("response_length/mean", ""), ("completion_tokens_per_request", "")}
+        return {("response_length/mean", ""), ("completion_tokens_per_request", ""),
+                ("completion_tokens", "")}
     if d.kind == "kv-shrink":
         rep = str(d.target)
         return {("vllm:kv_cache_usage_perc", rep), ("vllm:num_preemptions", rep),

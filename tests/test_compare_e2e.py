@@ -110,3 +110,38 @@ def test_runs_the_server_no_longer_follows_compare_from_prometheus_alone(runs, r
     assert again["step_time"]["diff_s"] == pytest.approx(live["step_time"]["diff_s"],
                                                          rel=0.01)
     assert parts(again)[0]["part"] == parts(live)[0]["part"]
+
+
+def test_the_run_vs_run_dashboard_has_data_for_two_runs(runs, ray_world):
+    """Every panel's query of RL-Insight · Run vs run against the real Prometheus, run A
+    the even run and B the one with more samples a step; the configuration's keys that
+    differ include the batch."""
+    import time
+
+    from dashboards import build
+    from tests.test_simulation_e2e import query_range
+
+    board = next(d for d in build.dashboards() if d.uid == build.RUN_VS_RUN_UID)
+    rows = runs["even"] + runs["even-more"]
+    start = min(r["start_ns"] for r in rows) / 1e9 - 5
+    end = max(r["end_ns"] for r in rows) / 1e9 + 5
+    values = {"$project_b": PAIRS_PROJECT, "$experiment_b": "even-more",
+              "$project": PAIRS_PROJECT, "$experiment_name": "even",
+              "$__range": f"{int(end - start) + 1}s", "$__interval_ms": "2000",
+              "$__interval": "2s"}
+    empty, checked = [], 0
+    prom = ray_world.cli.prometheus
+    for section in board.sections:
+        for panel in section.panels:
+            for q in panel.queries:
+                expr = q.expr
+                for k in sorted(values, key=len, reverse=True):
+                    expr = expr.replace(k, values[k])
+                assert "$" not in expr, expr
+                checked += 1
+                at = end if q.instant else None
+                got = query_range(prom, expr, at or start, at or end)
+                if not got:
+                    empty.append(f"{panel.title}: {expr}")
+    assert checked >= 12 and time.time() > start
+    assert not empty, "panels without data:\n" + "\n".join(empty)

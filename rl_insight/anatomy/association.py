@@ -218,7 +218,10 @@ RESTATING = ("timing_s/", "timing/", "timing_per_token_ms/", "timing_per_image_m
              "perf/step_time", "perf/rollout_time", "training/global_step", "step")
 # per role, the steps' request statistics (rl_insight/anatomy/requests.py) and whether
 # they can cause a slowdown (the work, the preemptions) or only show one
-REQUEST_FIELDS = {"completion_tokens_per_request": CAUSE, "preemptions": CAUSE,
+# the work itself (how many samples a step, and their tokens) is a cause: a bigger batch
+# (more samples per prompt) makes every step longer
+REQUEST_FIELDS = {"requests": CAUSE, "completion_tokens": CAUSE,
+                  "completion_tokens_per_request": CAUSE, "preemptions": CAUSE,
                   "queue_s_mean": SYMPTOM, "prefill_s_mean": SYMPTOM,
                   "decode_s_mean": SYMPTOM, "e2e_p90_s": SYMPTOM}
 ENGINE_SYMPTOMS = ("num_requests_running", "num_requests_waiting", "running", "waiting",

@@ -164,9 +164,11 @@ def accounted(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> list[dict
         if a == 0 and bb == 0:
             continue
         d = bb - a
+        # the detail of the parts that moved: under the others it would repeat theirs
+        moved_ = abs(d) >= max(0.01, 0.05 * abs(total))
         out.append({"part": part, "a": a, "b": bb, "diff_s": d,
                     "share": d / total if total else None,
-                    "detail": _detail(part, with_a, with_b)})
+                    "detail": _detail(part, with_a, with_b) if moved_ else []})
     out.sort(key=lambda e: -abs(e["diff_s"]))
     return out
 
