@@ -39,6 +39,9 @@ ALPHA = 0.01  # the Mann-Whitney test's two-sided level
 MIN_RELATIVE = 0.02  # a difference under this share of A's median is not worth acting on
 MIN_STEPS = 5  # fewer steps on either side: no verdict on significance
 DETAIL = 3  # the details shown under each part
+# the steps of a window the details, what moved and the side-by-side figures read, evenly
+# spaced (a week of one-minute steps is 10,000: the step time and the parts read them all)
+DETAILED = 1000
 
 
 def _q(values: Sequence[float], q: float) -> float | None:
@@ -149,18 +152,41 @@ def _path(row: Mapping) -> Mapping[str, float] | None:
     return bd.get("path") if bd else None
 
 
-def accounted(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> list[dict]:
+def _means(rows: Sequence[Mapping], flat) -> dict[str, float]:
+    """Each key's mean over the rows (a key a row lacks counts 0 there), one pass."""
+    sums: dict[str, float] = {}
+    for r in rows:
+        for k, v in flat(r).items():
+            sums[k] = sums.get(k, 0.0) + v
+    n = len(rows) or 1
+    return {k: v / n for k, v in sums.items()}
+
+
+def _parts(row: Mapping) -> dict[str, float]:
+    """A step's anatomy parts (explain.parts) and each replica's generating time."""
+    got = dict(step_parts(row))
+    for rep, v in row.get("replicas", {}).items():
+        got[f"replica:{rep}"] = v.get("generate_s", 0.0)
+    return got
+
+
+def accounted(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping],
+              detailed_a: Sequence[Mapping] | None = None,
+              detailed_b: Sequence[Mapping] | None = None) -> list[dict]:
     """The mean step's parts, A against B, ranked by what their difference cost; each
-    part's share of the mean step's difference (they add up to it), and its details."""
+    part's share of the mean step's difference (they add up to it), and its details
+    (from ``detailed_*``, the rows with every figure, where the caller thinned them)."""
     with_a = [r for r in rows_a if _path(r)]
     with_b = [r for r in rows_b if _path(r)]
     if not with_a or not with_b:
         return []
     total = _mean(rows_b, lambda r: r["duration_s"]) - _mean(rows_a, lambda r: r["duration_s"])
+    pa, pb = _means(with_a, _path), _means(with_b, _path)
+    da = _means([r for r in detailed_a or with_a if _path(r)], _parts)
+    db = _means([r for r in detailed_b or with_b if _path(r)], _parts)
     out = []
     for part in b.PATH:
-        a = _mean(with_a, lambda r, p=part: _path(r).get(p, 0.0))
-        bb = _mean(with_b, lambda r, p=part: _path(r).get(p, 0.0))
+        a, bb = pa.get(part, 0.0), pb.get(part, 0.0)
         if a == 0 and bb == 0:
             continue
         d = bb - a
@@ -168,7 +194,7 @@ def accounted(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> list[dict
         moved_ = abs(d) >= max(0.01, 0.05 * abs(total))
         out.append({"part": part, "a": a, "b": bb, "diff_s": d,
                     "share": d / total if total else None,
-                    "detail": _detail(part, with_a, with_b) if moved_ else []})
+                    "detail": _detail(part, da, db) if moved_ else []})
     out.sort(key=lambda e: -abs(e["diff_s"]))
     return out
 
@@ -180,25 +206,17 @@ _DETAIL = {b.ROLLOUT: ("generate:", "replica:"), b.TAIL: ("replica:", "generate:
            b.VALIDATION: ("phase:validation",), b.OTHER: ("other", "wait:")}
 
 
-def _detail(part: str, rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> list[dict]:
+def _detail(part: str, means_a: Mapping[str, float], means_b: Mapping[str, float]
+            ) -> list[dict]:
     """The anatomy's own parts (a replica's generation, a phase, a named wait) that moved
-    most within a path part, A against B."""
+    most within a path part, A against B (their means)."""
     prefixes = _DETAIL.get(part, ())
-
-    def flat(row: Mapping) -> dict[str, float]:
-        got = dict(step_parts(row))
-        for rep, v in row.get("replicas", {}).items():
-            got[f"replica:{rep}"] = v.get("generate_s", 0.0)
-        return got
-    fa = [flat(r) for r in rows_a]
-    fb = [flat(r) for r in rows_b]
-    keys = {k for f in fa + fb for k in f if k.startswith(prefixes)}
     out = []
-    for k in keys:
-        a = statistics.fmean(f.get(k, 0.0) for f in fa)
-        bb = statistics.fmean(f.get(k, 0.0) for f in fb)
-        if a or bb:
-            out.append({"part": k, "a": a, "b": bb, "diff_s": bb - a})
+    for k in {*means_a, *means_b}:
+        if k.startswith(prefixes):
+            a, bb = means_a.get(k, 0.0), means_b.get(k, 0.0)
+            if a or bb:
+                out.append({"part": k, "a": a, "b": bb, "diff_s": bb - a})
     out.sort(key=lambda e: -abs(e["diff_s"]))
     return out[:DETAIL]
 
@@ -306,19 +324,34 @@ def align_by_samples(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]
             [r for r, c in zip(rows_b, cb, strict=True) if c <= upto])
 
 
+def thin(rows: Sequence[Mapping], most: int = DETAILED) -> list[Mapping]:
+    """At most ``most`` of the rows, evenly spaced (the first and last kept): the steps
+    the details, what moved and the side-by-side figures are read from."""
+    if len(rows) <= most:
+        return list(rows)
+    return [rows[round(i * (len(rows) - 1) / (most - 1))] for i in range(most)]
+
+
 def compare(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping],
             extra_a: Iterable[association.Candidate] = (),
             extra_b: Iterable[association.Candidate] = (),
-            config: Mapping | None = None) -> dict:
+            config: Mapping | None = None, detailed_a: Sequence[Mapping] | None = None,
+            detailed_b: Sequence[Mapping] | None = None) -> dict:
     """Run B against run A: the step time and its significance, what accounts for the
-    difference and what moved with it, both runs side by side, their configurations."""
+    difference and what moved with it, both runs side by side, their configurations.
+    ``rows_*`` need only their step, duration and path (every step of the window);
+    ``detailed_*`` every figure (at most DETAILED steps of it: :func:`thin`), else the
+    rows thinned."""
     st = step_time(rows_a, rows_b)
-    parts = [{"type": "part", **p} for p in accounted(rows_a, rows_b)]
-    went = [{"type": "moved", **m} for m in moved(rows_a, rows_b, extra_a, extra_b)] \
+    da = detailed_a if detailed_a is not None else thin(rows_a)
+    db = detailed_b if detailed_b is not None else thin(rows_b)
+    parts = [{"type": "part", **p} for p in accounted(rows_a, rows_b, da, db)]
+    went = [{"type": "moved", **m} for m in moved(da, db, extra_a, extra_b)] \
         if st["significant"] else []
     return {"step_time": st, "significant": st["significant"], "why": st["why"],
-            "differences": parts + went, "side_by_side": side_by_side(rows_a, rows_b),
-            "config": config}
+            "differences": parts + went, "side_by_side": side_by_side(da, db),
+            "config": config,
+            "detailed_steps": {"a": len(da), "b": len(db)}}
 
 
 def _s(v: float | None, unit: str = " s") -> str:
