@@ -19,7 +19,8 @@ _EXPORTS = {
     "check_rollout_stats": "rl_insight.client.registration",
     "Tracking": "rl_insight.client.tracking",
     **{name: "rl_insight.client.api" for name in (
-        "enabled", "finish", "flush", "init", "is_platform_mode", "metric_count",
+        "enabled", "finish", "flush", "init", "is_platform_mode", "log_config",
+        "metric_count",
         "metric_gauge",
         "metric_histogram", "register_rollout_replicas", "register_transfer_queue",
         "trace_op", "trace_span", "trace_state", "update_prometheus_config")},
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as they resolve
         flush,
         init,
         is_platform_mode,
+        log_config,
         metric_count,
         metric_gauge,
         metric_histogram,

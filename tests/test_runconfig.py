@@ -240,3 +240,21 @@ def test_text_of_values_and_the_options_section():
     assert options_section(SimpleNamespace(trainer=SimpleNamespace(rl_insight=opts))) == opts
     assert options_section(OmegaConf.create({"trainer": {"rl_insight": opts}})) == opts
     assert options_section({"trainer": {}}) is None and options_section(None) is None
+
+
+def test_trackings_config_is_the_options_or_the_runs_configuration():
+    """``Tracking(project, experiment_name, config)``: a mapping of init() keys only is the
+    options, as before; verl's layout is the run's configuration with its options under
+    trainer.rl_insight; a namespace or a dataclass is the run's."""
+    from rl_insight.client.runconfig import split
+
+    opts = {"server": {"url": "http://h:1"}, "flush_interval_s": 1.0}
+    assert split(opts) == (opts, None) and split({}) == ({}, None)
+    assert split(None) == (None, None)
+    verl = {"trainer": {"rl_insight": opts, "total_epochs": 2}}
+    assert split(verl) == (opts, verl)
+    cfg = OmegaConf.create(verl)
+    assert split(cfg)[1] is cfg and split(cfg)[0] == opts
+    ns = argparse.Namespace(lr=0.1)
+    assert split(ns) == (None, ns) and split(Args())[1] == Args()
+    assert split({"server": {"url": "x"}, "lr": 0.1})[0] is None  # not options alone

@@ -68,6 +68,8 @@ class Client:
         # own metrics where the configuration names none (the agent loop's)
         self.bucket_map: dict[str, tuple[float, ...] | None] = dict(config.bucket_map)
         self._registrar = None
+        # a run's configuration handed over before the run was named (client/runconfig.py)
+        self.held_config: tuple[object, str] | None = None
         self._exit_deadline: float | None = None  # set by finish(): exit waits no longer
         self.add = self.buffer.add  # what every API call does: one O(1) append
         self.steps = StepClock(self.buffer.add)
@@ -168,6 +170,11 @@ class Client:
             self.registrar().submit({"owner": self.owner_key(), "project": identity.project,
                                      "experiment_name": identity.experiment_name},
                                     BIND_PATH)
+        held, self.held_config = self.held_config, None
+        if held is not None:  # handed over before the run had its name
+            from rl_insight.client import runconfig
+
+            runconfig.hand_over(self, *held)
 
     def wait_registrations(self, timeout: float) -> bool:
         r = self._registrar

@@ -42,6 +42,24 @@ def as_mapping(config: Any) -> dict[str, Any]:
     return out
 
 
+UPSTREAM_SECTIONS = ("server", "prometheus", "otel")
+
+
+def reads_as_options(config: Any) -> bool:
+    """A mapping every key of which is an ``init(config=...)`` key (upstream's sections,
+    ``client``, a client setting's name): the options, not a run's configuration, which
+    ``Tracking(project, experiment_name, config)`` then takes as verl's and wandb's
+    ``config`` (rl_insight/client/runconfig.py)."""
+    if not isinstance(config, Mapping) and not _is_dictconfig(config):
+        return False
+    known = {f.name for f in dataclasses.fields(config_mod.ClientSettings)}
+    known.update(UPSTREAM_SECTIONS, ("client",))
+    try:
+        return all(str(k) in known for k in config.keys())
+    except Exception:
+        return False
+
+
 def _is_dictconfig(value: Any) -> bool:
     return type(value).__name__ == "DictConfig"
 
@@ -136,7 +154,7 @@ def read_init_config(mapping: Any) -> InitConfig:
     buckets: list[tuple[str, tuple[float, ...] | None]] = []
     unknown: list[str] = []
     for key, value in as_mapping(mapping).items():
-        if key in ("server", "prometheus", "otel") and isinstance(value, Mapping):
+        if key in UPSTREAM_SECTIONS and isinstance(value, Mapping):
             for sub, v in _dotted(value).items():
                 if not _upstream(key, sub, v, settings):
                     unknown.append(f"{key}.{sub}")

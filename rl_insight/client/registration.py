@@ -1,6 +1,7 @@
 """Registering scrape targets with the server from training code: rollout replicas'
-engine endpoints, the TransferQueue controller, anything else. Registration is handed to
-a background thread that deduplicates and retries while the server is unreachable."""
+engine endpoints, the TransferQueue controller, anything else; and a run's configuration
+(rl_insight/client/runconfig.py). Each is handed to a background thread that
+deduplicates and retries while the server is unreachable."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rl_insight.collector.push import Sender
@@ -103,14 +104,18 @@ BIND_PATH = "/api/v1/runs/bind"
 DONE_KEEP = 10_000
 
 
+Body = dict | Callable[[], dict | None]  # a body, or what makes it on the thread
+
+
 class Registrar:
-    """Sends registrations and run bindings in order from one thread; keeps retrying
-    one the server could not take. ``wait`` lets finish() and exit deliver them."""
+    """Sends registrations, run bindings and run configurations in order from one
+    thread; keeps retrying one the server could not take. ``wait`` lets finish() and
+    exit deliver them."""
 
     def __init__(self, server_url: str, token: str, retry_max_s: float = 30.0) -> None:
         self.sender = Sender(server_url, token)
         self.retry_max_s = retry_max_s
-        self.pending: deque[tuple[str, dict]] = deque(maxlen=10_000)
+        self.pending: deque[tuple[str, Body]] = deque(maxlen=10_000)
         # registrations delivered, to skip a repeat: the latest DONE_KEEP only (a process
         # registering per trajectory must not grow without bound)
         self.done: OrderedDict[str, None] = OrderedDict()
@@ -123,9 +128,15 @@ class Registrar:
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, body: dict, path: str = TARGETS_PATH) -> bool:
+    def submit(self, body: Body, path: str = TARGETS_PATH) -> bool:
         """Queue a registration (or a binding); False when the same one is already done
-        or queued."""
+        or queued. A callable body is made on the thread, then skipped if the same was
+        done or queued (a run's configuration, flattened off the caller's thread)."""
+        if callable(body):
+            with self._lock:
+                self.pending.append((path, body))
+            self._wake.set()
+            return True
         key = path + json.dumps(body, sort_keys=True)
         with self._lock:
             if key in self.done or key in self.queued:
@@ -143,6 +154,9 @@ class Registrar:
             while self.pending:
                 path, body = self.pending[0]
                 self.in_flight = True
+                if callable(body) and not self._made(path, body):
+                    continue
+                path, body = self.pending[0]
                 if not self.sender.post_json(path, body):
                     self.in_flight = False
                     delay = min(delay * 2, self.retry_max_s)
@@ -159,6 +173,24 @@ class Registrar:
                 self.in_flight = False
             with self._idle:
                 self._idle.notify_all()
+
+    def _made(self, path: str, make: Callable[[], dict | None]) -> bool:
+        """Make the first pending body in its place; False when there is none to send
+        (it made nothing, or the same is done or queued: it leaves the queue)."""
+        try:
+            body = make()
+        except Exception:
+            log.warning("rl-insight: a body for %s could not be made", path, exc_info=True)
+            body = None
+        key = path + json.dumps(body, sort_keys=True) if body is not None else ""
+        with self._lock:
+            self.pending.popleft()
+            if body is None or key in self.done or key in self.queued:
+                self.in_flight = False
+                return False
+            self.queued.add(key)
+            self.pending.appendleft((path, body))
+        return True
 
     def idle(self) -> bool:
         return not self.pending and not self.in_flight

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rl_insight import frameworks
-from rl_insight.client import api
+from rl_insight.client import api, runconfig
 from rl_insight.frameworks.table import Framework, timing_values
 from rl_insight.frameworks.wire import (
     FRAMEWORK_ATTR,
@@ -52,17 +52,19 @@ def as_number(value: Any) -> float | None:
 class Tracking:
     """``Tracking(project, experiment_name, config)``; ``log(data, step)``; ``finish()``:
     one dict per step becomes gauges and ``step`` the step's mark, as verl's logger list
-    takes it. With ``framework=`` (a table of :mod:`rl_insight.frameworks`, or its name)
-    it is every other framework's backend too (rl_insight/integrations/tracker.py): the
-    step from the framework's own step key, only the dict that ends a step marking it, and
-    the step's timing keys sent as one record, from which the server cuts the step into
-    its parts where no lane tells them. Calls only the client API; never raises."""
+    takes it; a run's configuration given as ``config`` (or ``run_config``) is handed to
+    the server (``rl_insight.log_config``). With ``framework=`` (a table of
+    :mod:`rl_insight.frameworks`, or its name) it is every other framework's backend too
+    (rl_insight/integrations/tracker.py): the step from the framework's own step key, only
+    the dict that ends a step marking it, and the step's timing keys sent as one record,
+    from which the server cuts the step into its parts where no lane tells them. Calls
+    only the client API; never raises."""
 
     STEP_METRIC = "step"
 
     def __init__(self, project_name: str | None = None, experiment_name: str | None = None,
-                 config: Mapping[str, Any] | None = None, *,
-                 framework: str | Framework | None = None, marks: bool = True) -> None:
+                 config: Any = None, *, framework: str | Framework | None = None,
+                 marks: bool = True, run_config: Any = None) -> None:
         self.framework = framework if framework is None or isinstance(framework, Framework) \
             else frameworks.get(framework)
         # the step marks; False where the framework's own trace marks its steps exactly
@@ -70,7 +72,14 @@ class Tracking:
         self.marks = marks
         self.skipped: set[str] = set()
         self.finished = False
-        api.init(project_name, experiment_name, config)
+        # ``config``: this package's options (a mapping of init() keys, as before), or the
+        # run's configuration as verl's and wandb's trackers take it, its options under
+        # trainer.rl_insight; ``run_config``: the run's, where the caller tells them apart
+        options, handed = runconfig.split(config)
+        api.init(project_name, experiment_name, options)
+        if run_config is not None or handed is not None:
+            api.log_config(run_config if run_config is not None else handed,
+                           source=self.framework.name if self.framework else "tracking")
 
     def step_of(self, data: Mapping[str, Any], step: Any) -> int | None:
         """The dict's step: the framework's step key where it has one (slime's

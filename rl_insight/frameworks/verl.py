@@ -33,4 +33,7 @@ TABLE = Framework(
              "timing_s/update_weights": t(WEIGHTS), "timing_s/testing": t(VALIDATION),
              "timing_s/save_checkpoint": t(CHECKPOINT)},
     key_prefixes=("actor/", "critic/", "timing_s/", "perf/", "response_length/"),
+    # verl's own logger calls this package; patched in the process that imports it (the
+    # TaskRunner), it hands the run's whole config over too
+    on_import={"verl.utils.tracking": "rl_insight.integrations.verl:patch_tracking"},
 )

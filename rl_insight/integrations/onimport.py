@@ -90,6 +90,17 @@ def install(patches: Mapping[str, str]) -> list[str]:
     return [m for m, _ in now]
 
 
+def apply_imported(patches: Mapping[str, str]) -> list[str]:
+    """Patch the modules of ``patches`` this process imported already, and set no hook
+    for later imports: a process whose framework ran before any hook (verl's logger calls
+    ``init`` itself, with no worker setup hook in the job) is patched when its run is
+    named. Each patch patches once however often it is applied."""
+    now = [(m, t) for m, t in patches.items() if m in sys.modules]
+    for module, target in now:
+        apply(sys.modules[module], target)
+    return [m for m, _ in now]
+
+
 def framework_patches() -> dict[str, str]:
     """Every table's ``on_import``, merged (rl_insight/frameworks/)."""
     from rl_insight import frameworks

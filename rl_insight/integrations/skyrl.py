@@ -22,6 +22,7 @@ from typing import Any
 import rl_insight
 from rl_insight import frameworks
 from rl_insight.integrations.tracker import FrameworkTracker
+from rl_insight.runconfig.section import options_section
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,8 @@ class _Backend:
 def _rl_insight_config(config: Any) -> dict:
     """``trainer.rl_insight`` of SkyRL's config (a dataclass, a dict, or skyrl_train's
     Hydra ``DictConfig``, a Mapping whose missing keys may raise), if any."""
-    try:
-        trainer = config.get("trainer") if isinstance(config, Mapping) else \
-            getattr(config, "trainer", None)
-        got = trainer.get("rl_insight") if isinstance(trainer, Mapping) else \
-            getattr(trainer, "rl_insight", None)
-    except Exception:  # a struct-mode DictConfig without the key
-        return {}
-    return _plain(got) if isinstance(got, Mapping) else {}
+    got = options_section(config)
+    return _plain(got) if got is not None else {}
 
 
 def _plain(m: Mapping) -> dict:

@@ -19,9 +19,13 @@ STEP_GAUGE = Tracking.STEP_METRIC  # rl_insight_monitor_step: the step marks
 class FrameworkTracker(Tracking):
     """``FrameworkTracker(framework, project, experiment_name, config)``;
     ``log(data, step)``; ``finish()``. ``framework`` names a table
-    (``rl_insight.frameworks.FRAMEWORKS``); a name without one logs scalars only."""
+    (``rl_insight.frameworks.FRAMEWORKS``); a name without one logs scalars only.
+    ``run_config``: what the framework hands its own trackers as the run's
+    configuration, handed to the server."""
 
     def __init__(self, framework: str | Framework, project: str | None = None,
                  experiment_name: str | None = None,
-                 config: Mapping[str, Any] | None = None, marks: bool = True) -> None:
-        super().__init__(project, experiment_name, config, framework=framework, marks=marks)
+                 config: Mapping[str, Any] | None = None, marks: bool = True,
+                 run_config: Any = None) -> None:
+        super().__init__(project, experiment_name, config, framework=framework, marks=marks,
+                         run_config=run_config)
