@@ -152,8 +152,21 @@ def test_the_route_compares_two_runs_over_real_otlp_and_renders_them(server):  #
                   headers={"Content-Type": "application/x-protobuf"}).status_code == 200
     for name in ("a", "b"):
         c.post("/api/v1/experiments/finish", json={"project": "p", "experiment_name": name})
+    no_config = c.get("/api/v1/compare", params={"project": "p", "experiment_name": "a",
+                                                 "against": "b"}).json()
+    assert no_config["config"] is None
+    assert "configuration: not kept for both runs" in compare.render(no_config)
+    for name, n in (("a", 4), ("b", 5)):  # what each run handed over (verl's rollout.n)
+        assert c.post("/api/v1/experiments/config", json={
+            "project": "p", "experiment_name": name,
+            "values": {"actor_rollout_ref.rollout.n": n, "data.train_batch_size": 64}}
+        ).status_code == 200
     got = c.get("/api/v1/compare", params={"project": "p", "experiment_name": "a",
                                            "against": "b"}).json()
+    cfg = got["config"]
+    assert cfg["differing"] == 1 and cfg["counts"]["same"] == 1
+    assert cfg["keys"][0] == {"key": "actor_rollout_ref.rollout.n", "a": 4, "b": 5,
+                              "status": "changed"}
     st = got["step_time"]
     assert st["a"] == st["b"] == 7.0 and st["diff_s"] == 0  # the same wall time a step...
     parts = {d["part"]: d for d in got["differences"] if d["type"] == "part"}
@@ -165,6 +178,8 @@ def test_the_route_compares_two_runs_over_real_otlp_and_renders_them(server):  #
     text = compare.render(got)
     assert "run B p/b (steps 1-8) against run A p/a (steps 1-8)" in text
     assert "no significant difference" in text and "tail" in text
+    assert "configuration: 1 key differs (1 the same)" in text
+    assert "actor_rollout_ref.rollout.n: 4 -> 5" in text
     assert compare.to_csv(got).splitlines()[0].startswith("type,what,a,b")
     window = c.get("/api/v1/compare", params={"project": "p", "experiment_name": "a",
                                               "against": "b", "steps": "3:6"}).json()

@@ -359,16 +359,23 @@ def _s(v: float | None, unit: str = " s") -> str:
 
 
 def _config_lines(config: Mapping | None) -> list[str]:
+    """Two runs' configurations (rl_insight.runconfig.diff), the differing keys first."""
     if not config:
         return ["configuration: not kept for both runs (docs/client.md: how a run hands "
                 "its configuration over)"]
-    changed = config.get("differences") or []
-    lines = [f"configuration: {len(changed)} key{'s' if len(changed) != 1 else ''} differ"
-             f" ({config.get('same', 0)} the same)"]
-    for d in changed[:20]:
-        lines.append(f"  {d['key']}: {d.get('a', '-')} -> {d.get('b', '-')}")
-    if len(changed) > 20:
-        lines.append(f"  ... {len(changed) - 20} more (--format json)")
+    counts = config.get("counts", {})
+    n = config["differing"]
+    lines = [f"configuration: {n} key{'s differ' if n != 1 else ' differs'} "
+             f"({counts.get('same', 0)} the same)"]
+    differing = [k for k in config["keys"] if k["status"] != "same"]
+    for k in differing[:20]:
+        lines.append(f"  {k['key']}: {k.get('a', '-')} -> {k.get('b', '-')}"
+                     + (" (a secret, masked)" if k.get("masked") else ""))
+    if len(differing) > 20:
+        lines.append(f"  ... {len(differing) - 20} more (--format json)")
+    if not config.get("complete", True):
+        lines.append("  (a run's configuration was cut to its bounds: a key only one "
+                     "side has may be one the other's cut)")
     return lines
 
 

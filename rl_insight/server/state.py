@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rl_insight import netaddr
 from rl_insight.config import Settings, duration_seconds
+from rl_insight.runconfig import wire as config_wire
+from rl_insight.runconfig.diff import diff as config_diff
 from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.analyses.changes import ChangeStore, Prom
 from rl_insight.server.analyses.comparison import Comparison
@@ -87,7 +89,7 @@ class ServerState:
         self.anatomy.listener = self.changes.observe
         # run against run: the anatomy's rows, or Prometheus', and what changes gathers
         self.comparison = Comparison(self.anatomy.rows, self.changes.rows_from_prometheus,
-                                     self.changes.gather)
+                                     self.changes.gather, self._configs_diff)
         self.requests = RequestMetrics()  # rl_insight_request_*
         self.profiles = ProfileStore(settings.profiles, state / "profiles",
                                      known_lane=self.lanes.has)
@@ -118,6 +120,14 @@ class ServerState:
             return True
         return e.status == "finished" and e.finished_at is not None and \
             e.finished_at >= time.time() - self.settings.push.finished_ttl_s
+
+    def _configs_diff(self, a: tuple[str, str], b: tuple[str, str]) -> dict | None:
+        """Two runs' configurations told apart, where the server keeps both."""
+        ra, rb = self.configs.get(*a), self.configs.get(*b)
+        if ra is None or rb is None:
+            return None
+        return config_diff(ra[config_wire.VALUES], rb[config_wire.VALUES],
+                           cut_a=ra[config_wire.CUT], cut_b=rb[config_wire.CUT])
 
     def run_ended(self, project: str, experiment_name: str) -> bool:
         """Finished or archived: nothing more of it is waited for."""
