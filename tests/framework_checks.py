@@ -1,7 +1,7 @@
 """What every framework's run must show on its dashboard, checked the same way for each
 (the replays on the Ray world, the real TRL, AReaL and SkyRL runs on the route server):
 every panel's query returns data for the run, and every key it logged reaches exactly
-one row of its dashboard's "All ... metrics"."""
+one row of its dashboard's "All ... metrics"; and the configuration it handed over."""
 
 from __future__ import annotations
 
@@ -12,10 +12,23 @@ import requests
 from dashboards import build
 from dashboards import frameworks as F
 from rl_insight.frameworks import FRAMEWORKS
+from rl_insight.runconfig import wire
 from tests.traceql import span_filter
 
 OWN = re.compile(r"rl_insight_monitor_(lane_state|lanes_in_state|state_duration_seconds|"
                  r"step$)")
+
+
+def run_config(url: str, run: dict, source: str) -> dict[str, object]:
+    """The configuration a framework's run handed over, as the server keeps it: its
+    values, after checking who handed it over and that nothing was cut."""
+    r = requests.get(url + wire.CONFIG_PATH, timeout=10, params={
+        "project": run["project"], "experiment_name": run["experiment_name"]})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["source"] == source and got["cut"]["keys"] == 0, {
+        k: v for k, v in got.items() if k != "values"}
+    return got["values"]
 
 
 def board(name: str) -> build.Dashboard:

@@ -29,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from rl_insight import frameworks
 from rl_insight.integrations import tracefiles
+from rl_insight.runconfig import wire
 from rl_insight.server.ingest import framework_spans, spanwalk
 from rl_insight.server.ingest.otlp import value_of
 from tests import framework_checks as checks
@@ -134,6 +135,18 @@ def test_committed_scalars_reach_prometheus_with_the_runs_labels(route_server, r
     wait_for(lambda: any(float(x["value"][1]) == STEPS - 1 for x in prom_query(
         prom, f"last_over_time(rl_insight_monitor_step{{{keyed}}}[10m])")), 30,
         f"the last step of {PROJECT}/{KEYS}, marked by its commits")
+
+
+@pytest.mark.integration
+def test_the_experiment_config_is_the_runs_configuration(route_server, runs):
+    """AReaL's experiment config (the dataclass its StatsLogger hands wandb), handed over
+    by ``attach``: its fields, the wandb key in it masked; the two runs differ in it by
+    their trial and their perf tracer."""
+    traced, keys = (checks.run_config(route_server.url, {
+        "project": PROJECT, "experiment_name": t}, "areal") for t in (TRACED, KEYS))
+    assert traced["trial_name"] == TRACED and traced["total_train_epochs"] == 2
+    assert traced["stats_logger.wandb.wandb_api_key"] == wire.MASK
+    assert traced["perf_tracer.enabled"] is True and keys["perf_tracer"] is None
 
 
 @pytest.mark.integration

@@ -34,6 +34,7 @@ from rl_insight import frameworks, naming
 from rl_insight.frameworks import openrlhf as table
 from rl_insight.integrations import onimport
 from rl_insight.integrations import openrlhf as adapter
+from rl_insight.runconfig.diff import diff
 from tests import framework_checks as checks
 from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for
@@ -201,6 +202,23 @@ def test_openrlhf_runs_report_their_steps_parts_and_engines(route_server):
     logged, off = checks.keys_not_in_one_row(cli.prometheus, "openrlhf",
                                              {**run, "experiment_name": "grpo-async"})
     assert logged > 20 and not off, off
+
+
+@pytest.mark.integration
+def test_the_parsed_arguments_are_each_runs_configuration(route_server):
+    """OpenRLHF's arguments as its CLI parsed them (``hierarchize``'s nested namespaces),
+    handed over by the trainer's patch: both runs', which differ in what their flags do."""
+    code, output = route_server.background["openrlhf"].result(400)
+    assert code == 0, output[-3000:]
+    sync, async_ = (checks.run_config(route_server.url, {
+        "project": PROJECT, "experiment_name": f"grpo-{m}"}, "openrlhf")
+        for m in ("sync", "async"))
+    assert sync["algo.advantage.estimator"] == "group_norm"
+    assert sync["vllm.num_engines"] == 2 and sync["algo.kl.init_coef"] == 0.001
+    assert sync["train.async_enable"] is False and async_["train.async_enable"] is True
+    assert sync["logger.wandb.key"] is None  # unset; a key given is masked
+    differ = {r["key"] for r in diff(sync, async_)["keys"] if r["status"] != "same"}
+    assert differ == {"train.async_enable", "logger.wandb.run_name", "ckpt.path"}, differ
 
 
 # ---------------------------------------------------------------- the fast tier

@@ -285,6 +285,20 @@ def _items(d: dict) -> list[tuple[str, float]]:
     return [(k, float(v)) for k, v in d.items()]
 
 
+@pytest.mark.integration
+def test_the_experiments_cfg_is_the_runs_configuration(route_server):
+    """SkyRL's ``cfg`` (what its ``Tracking`` gives wandb as ``config``) handed over by the
+    adapter's backend; ``trainer.rl_insight`` also read as the client's options."""
+    for name, run in (("skyrl_sync", SYNC), ("skyrl_async", ASYNC)):
+        code, output = route_server.background[name].result(180)
+        assert code == 0, output[-3000:]
+        got = checks.run_config(route_server.url, run, "skyrl")
+        assert got["trainer.run_name"] == run["experiment_name"]
+        assert got["trainer.policy.optimizer_config.lr"] == 1e-6
+        assert got["generator.n_samples_per_prompt"] == 5
+        assert got["trainer.rl_insight.flush_interval_s"] == 0.5
+
+
 def test_the_skyrl_table_reads_a_sync_step():
     """Step 1's payload: the step's time, the generation and each phase from their
     Timer keys; train_critic_and_policy (which holds policy_train) no part; every other

@@ -205,6 +205,19 @@ def _same(got: float, want: float) -> bool:
 # ---------------------------------------------------------------- the fast tier
 
 
+@pytest.mark.integration
+def test_the_trainers_arguments_are_the_runs_configuration(route_server):
+    """The callback hands TRL's ``GRPOConfig`` over at ``on_train_begin`` (what TRL gives
+    wandb as the run's config): its fields, enums as their values, kept with the run."""
+    code, output = route_server.background["trl"].result(180)
+    assert code == 0, output[-3000:]
+    got = checks.run_config(route_server.url, RUN, "trl")
+    assert got["num_generations"] == 2 and got["learning_rate"] == 1e-3
+    assert got["beta"] == 0.04 and got["max_steps"] == STEPS
+    assert got["save_strategy"] == "no" and got["report_to"] == "[]"
+    assert got["hub_token"] is None  # unset: shown as such, never a value
+
+
 def test_log_prob_passes_before_prepare_inputs_are_the_references():
     """Log-prob passes that end before ``_prepare_inputs`` does are the reference's (and
     the old policy's); the pass inside ``compute_loss`` is the loss's own; ``take`` hands

@@ -195,3 +195,18 @@ def test_upstream_slime_dashboard_fills_from_the_slime_run(runs, ray_world):
             empty.append(f"{q['panel']}: {expr}")
     assert len(doc["queries"]) == 25
     assert not empty, "upstream slime panels without data:\n" + "\n".join(empty)
+
+
+@pytest.mark.parametrize("name, want", [
+    ("slime", {"hf_checkpoint": "/models/Qwen3-4B", "use_rl_insight": True,
+               "custom_megatron_init_path": "rl_insight.integrations.slime.megatron_init"}),
+    ("roll", {"seed": 42, "track_with": "rl_insight", "system_envs.ROLL_OTEL_ENABLED": "1"}),
+    ("nemo_rl", {"grpo.num_generations_per_prompt": 16, "policy.optimizer.kwargs.lr": 5e-6,
+                 "policy.model_name": "Qwen/Qwen2.5-1.5B"}),
+])
+def test_each_frameworks_configuration_is_kept_with_its_run(runs, ray_world, name, want):
+    """What each framework hands its trackers as the run's configuration (slime's parsed
+    ``args`` from ``attach``, ROLL's pipeline config given to its tracker, NeMo-RL's
+    ``master_config`` given to ``attach``) is kept with the run, flattened."""
+    got = checks.run_config(ray_world.url, runs[name], name)
+    assert {k: got.get(k) for k in want} == want

@@ -17,7 +17,8 @@ Chrome-trace files are followed as they are written: the driver's (the trainer l
 scopes, on the driver lane) and, in the single-controller mode AReaL runs by default,
 every actor worker's (its work on its rank's lane). Its inference
 servers (``AREAL_LLM_SERVER_ADDRS``, or the rollout controller's) are registered so the
-rollout dashboards fill.
+rollout dashboards fill. The trainer's config (its ``GRPOConfig`` or ``PPOConfig``) is the
+run's configuration, handed over.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def _attach(trainer: Any) -> FrameworkTracker:
     # a followed perf trace marks each step exactly (its events' global_step): the
     # commits then carry no marks of their own, which would win by arriving first
     following = follow_perf_tracer(config, project, experiment)
-    tracker = FrameworkTracker(FRAMEWORK, project, experiment, marks=not following)
+    tracker = FrameworkTracker(FRAMEWORK, project, experiment, marks=not following,
+                               run_config=config)
     wrap(trainer.stats_logger, tracker)
     if _rank() == 0:
         register_servers(trainer, config)

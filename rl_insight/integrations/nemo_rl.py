@@ -11,7 +11,8 @@ Each call's keys go out with their prefix (``timing/train/policy_training``); th
 is the one of the call that finishes it (``step_finished=True``: the ``timing/train``
 dict, its last), so a step's mark falls at its end, and its ``timing/train/*`` keys are
 its parts. The GPU monitor's calls (prefix ``ray``, its step wall-clock seconds) are
-scalars only. With NeMo-RL's OpenTelemetry tracing (``telemetry.enabled``; OTLP over
+scalars only. ``master_config`` (what NeMo-RL logs as its hyperparameters) is the run's
+configuration, handed over. With NeMo-RL's OpenTelemetry tracing (``telemetry.enabled``; OTLP over
 HTTP through the ``OTEL_*`` variables ``rl-insight ray-env --otel`` writes), its
 ``rl.grpo.*`` spans reach the server and its ``rl.bucket`` the goodput.
 """
@@ -44,7 +45,8 @@ class RLInsightLogger:
                  master_config: Mapping[str, Any] | None = None) -> None:
         if project is None or experiment_name is None:
             project, experiment_name = run_names(master_config)
-        self.tracker = FrameworkTracker(FRAMEWORK, project, experiment_name)
+        self.tracker = FrameworkTracker(FRAMEWORK, project, experiment_name,
+                                        run_config=master_config)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, prefix: str | None = "",
                     step_metric: str | None = None, step_finished: bool = False) -> None:
@@ -54,7 +56,9 @@ class RLInsightLogger:
         self.tracker.log(data, step if keep_step else None)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Nothing: a run's configuration is no time series."""
+        """Nothing: NeMo-RL logs its hyperparameters before ``attach`` (setup()), and the
+        run's configuration was handed over from ``master_config`` there; a later call's
+        part would replace the whole."""
 
     def log_histogram(self, histogram: list, step: int, name: str) -> None:
         """Nothing: the histograms' summaries come as scalars."""

@@ -62,10 +62,12 @@ def run_names(args: Any) -> tuple[str, str]:
 
 
 def tracker(trainer: Any) -> FrameworkTracker:
-    """This process's tracker, named after the trainer's run."""
+    """This process's tracker, named after the trainer's run; the trainer's parsed
+    arguments (``hierarchize``'s nested namespaces) are the run's configuration."""
     global _tracker
     if _tracker is None:
-        _tracker = FrameworkTracker(FRAMEWORK, *run_names(trainer.args))
+        _tracker = FrameworkTracker(FRAMEWORK, *run_names(trainer.args),
+                                    run_config=trainer.args)
     return _tracker
 
 

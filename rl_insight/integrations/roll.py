@@ -43,7 +43,9 @@ class RLInsightTracker:
     """``tracker_registry["rl_insight"]``: ``RLInsightTracker(config, **tracker_kwargs)``
     with ``log(values, step)`` and ``finish()``. The run: ``tracker_kwargs`` ``project``
     and ``experiment_name`` if given, else ``RL_INSIGHT_PROJECT`` /
-    ``RL_INSIGHT_EXPERIMENT_NAME``, else project ``roll`` and ROLL's ``exp_name``."""
+    ``RL_INSIGHT_EXPERIMENT_NAME``, else project ``roll`` and ROLL's ``exp_name``. The
+    pipeline's config (``to_dict()``, as ROLL hands its other trackers) is the run's
+    configuration, handed over."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **tracker_kwargs: Any) -> None:
         config = dict(config or {})
@@ -57,7 +59,8 @@ class RLInsightTracker:
         self.project = kit.first(tracker_kwargs.get("project")) or project
         self.experiment_name = kit.first(tracker_kwargs.get("experiment_name")) or experiment
         self.tracker = FrameworkTracker(FRAMEWORK, self.project, self.experiment_name,
-                                        tracker_kwargs.get("rl_insight") or {})
+                                        tracker_kwargs.get("rl_insight") or {},
+                                        run_config=config)
         self.config = config
         self.following = None
         atexit.register(self.finish)  # ROLL never calls finish: its end is the driver's

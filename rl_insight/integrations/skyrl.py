@@ -6,7 +6,8 @@ SkyRL's ``Tracking`` takes a backend name and refuses one it does not list
 ``BasePPOExp.get_tracker()`` inside a Ray worker. :class:`RLInsightTracking` is that
 ``Tracking`` with ``rl_insight`` listed: an experiment whose ``get_tracker`` returns it
 (``RLInsightExp``, or one line in your own ``BasePPOExp`` subclass) logs every step's
-payload here, the step from ``trainer/global_step``, the anatomy from ``timing/*``.
+payload here, the step from ``trainer/global_step``, the anatomy from ``timing/*``; the
+experiment's ``cfg`` (what SkyRL hands wandb as ``config``) is the run's configuration.
 
 SkyRL forwards only the variables it names to its workers: pass ``RL_INSIGHT_*`` in
 your runtime env (``rl-insight ray-env``) or export them before ``ray start``.
@@ -36,7 +37,7 @@ class _Backend:
 
     def __init__(self, project: str, experiment_name: str, config: Any) -> None:
         self.tracker = FrameworkTracker(FRAMEWORK, project, experiment_name,
-                                        _rl_insight_config(config))
+                                        _rl_insight_config(config), run_config=config)
         self.exp: Any = None  # the experiment, once get_tracker hands it over
         self.engines_registered = False
 

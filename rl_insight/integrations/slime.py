@@ -16,7 +16,8 @@ rollout logged: the table moves them back one step). On every training rank, sli
 ``actor_compute_log_prob``, ``ref_compute_log_prob``, ``update_weights``); the rollout
 manager puts each rollout's generation on the driver's
 lane (``sglang_generate``, from the samples' own traces) and registers every SGLang
-engine behind its router (job ``sglang``, labels ``replica`` and ``model``).
+engine behind its router (job ``sglang``, labels ``replica`` and ``model``). The driver
+hands slime's parsed arguments over as the run's configuration.
 
 slime versions with ``BACKEND_REGISTRY`` (``slime/utils/tracking/manager.py``: main has
 none at 624b824a, pull request 1591 adds it) take :class:`RLInsightBackend` there as
@@ -88,6 +89,7 @@ def attach(args: Any) -> Any:
             setattr(args, attr, ours)
         register_backend()
         tracker(args)
+        rl_insight.log_config(args, source=FRAMEWORK.name)  # the run's: from the driver only
         _patch_logging(args)
         # slime's finish_tracking is imported by name in train.py: the run ends with the
         # driver, which named it

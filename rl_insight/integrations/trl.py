@@ -10,6 +10,8 @@ reports each one through ``_log_metrics``, which it wraps once), and each step's
 logged with it as ``profiling/<name>`` keys, the step's parts: generation, rewards, the
 reference log-probs, the loss, the weight sync to vLLM; the optimizer step it times
 itself. With ``use_vllm`` in server mode, the vLLM server's ``/metrics`` is registered.
+The trainer's arguments (its ``GRPOConfig``, as TRL hands them to wandb) are the run's
+configuration, handed over at ``on_train_begin``.
 ``report_to=["rl_insight"]`` works too once :func:`register` ran. A vLLM server
 TRL reaches at 0.0.0.0 (its default host) is kept at this machine's address by the
 server's registration.
@@ -123,7 +125,7 @@ class RLInsightCallback:
             return
         project, name = run_names(args)
         self.tracker = FrameworkTracker(FRAMEWORK, self.project or project,
-                                        self.experiment_name or name)
+                                        self.experiment_name or name, run_config=args)
         _PROFILES.append(self.profile)
         _wrap_profiling()
         if getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", "") == "server":

@@ -203,6 +203,9 @@ def config_for(root: str, experiment: str, trial: str, tracer: bool) -> BaseExpe
     cfg.stats_logger.experiment_name = experiment
     cfg.stats_logger.trial_name = trial
     cfg.stats_logger.fileroot = root
+    # a key in the config (wandb stays disabled: AReaL only exports it): masked when the
+    # config is handed over
+    cfg.stats_logger.wandb.wandb_api_key = "0123456789abcdef0123456789abcdef01234567"
     if tracer:  # perf_tracer.enabled=true on the command line
         cfg.perf_tracer = PerfTracerConfig(experiment_name=experiment, trial_name=trial,
                                            fileroot=root, enabled=True, save_interval=1)

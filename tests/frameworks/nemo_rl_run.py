@@ -61,7 +61,13 @@ def main(argv=None) -> int:
         "service.instance.id": "a1b2c3d4e5f6-rank0"}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     tracer = provider.get_tracer("nemo.lens")
-    master_config = {"logger": {"wandb": {"project": a.project, "name": a.experiment_name}}}
+    # MasterConfig's sections (examples/configs/grpo_math_1B.yaml), those this replay
+    # reads and a few a run sets
+    master_config = {"logger": {"wandb": {"project": a.project, "name": a.experiment_name}},
+                     "grpo": {"num_prompts_per_step": 32, "num_generations_per_prompt": 16,
+                              "max_num_steps": a.steps},
+                     "policy": {"model_name": "Qwen/Qwen2.5-1.5B",
+                                "optimizer": {"kwargs": {"lr": 5e-6}}}}
     logger = Logger(master_config["logger"])  # setup() builds it
     rl_nemo.attach(logger, master_config)  # the entry script's one line after setup()
     steps, t_start = [], time.time()

@@ -132,9 +132,14 @@ def main() -> None:
     except AssertionError as e:
         truth["plain_refused"] = str(e)
 
+    # SkyRLTrainConfig's shape (skyrl/train/config/config.py: dataclasses), the fields
+    # this replay reads and a few a run sets; trainer.rl_insight: the client's options
     cfg = SimpleNamespace(trainer=SimpleNamespace(
         project_name=a.project, run_name=a.experiment, logger="rl_insight", tags=None,
-        eval_interval=a.eval_interval, eval_before_train=True))
+        eval_interval=a.eval_interval, eval_before_train=True,
+        policy=SimpleNamespace(optimizer_config=SimpleNamespace(lr=1e-6)),
+        rl_insight={"flush_interval_s": 0.5}),
+        generator=SimpleNamespace(backend="vllm", n_samples_per_prompt=5))
     exp = Experiment(cfg)
     held = {"tracker": exp.get_tracker()}
     # BasePPOExp builds the trainer after the tracker (main_base.py _setup_trainer): its
