@@ -314,7 +314,9 @@ class Simulation:
         self.tq = data_queue.config() if args.transfer_queue else None
         self.tq_endpoint: str | None = None
         self.live: list[tuple[str, list[str]]] = []  # batches in TransferQueue
-        self.tracking = rl_insight.Tracking(args.project, args.experiment_name)
+        # the run's configuration handed over with it, as verl's Tracking(config=) does
+        self.tracking = rl_insight.Tracking(args.project, args.experiment_name,
+                                            handed_config(args))
         self.total_tokens = 0
         self.drifts = list(args.drift or [])
         self.preempted: dict[int, list[int]] = {}  # step -> preemptions per replica
@@ -650,6 +652,13 @@ def _drift(text: str) -> drifts.Drift:
             "--drift throttle: a real run has no GPU here to throttle; "
             "bench/changes.py runs it in virtual time")
     return d
+
+
+def handed_config(args: argparse.Namespace) -> argparse.Namespace:
+    """The run's configuration as it is handed over: its arguments but its names (its
+    identity, kept beside it), so two runs that differ in one flag differ in that key."""
+    return argparse.Namespace(**{k: v for k, v in vars(args).items()
+                                 if k not in ("project", "experiment_name")})
 
 
 def parse_args(argv=None) -> argparse.Namespace:
