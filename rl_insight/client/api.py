@@ -144,31 +144,17 @@ def init(project: str | None = None, experiment_name: str | None = None,
         if c is None:
             return
         if project is not None:
-            identity = Identity(str(project), str(experiment_name))
-            named = c.identity != identity or not c.owner
-            c.set_identity(identity)
-            if named:
-                _patch_imported_frameworks()
+            c.set_identity(Identity(str(project), str(experiment_name)))
     except Exception:
         _failed("init")
 
 
-def _patch_imported_frameworks() -> None:
-    """The frameworks' modules this process imported before any hook could patch them
-    (rl_insight/integrations/onimport.py): verl's logger names the run by calling
-    init() itself, in a process the job's worker setup hook may never have reached."""
-    from rl_insight.integrations import onimport
-
-    onimport.apply_imported(onimport.framework_patches())
-
-
 def log_config(config: Any, *, source: str | None = None) -> None:
-    """Hand this run's configuration to the server, where it is kept with the run and
-    two runs' are diffed: a mapping, a list, a dataclass, an argparse or simple
-    namespace, a pydantic model or an OmegaConf config, as the framework hands it to its
-    tracker. Flattened to dotted keys, secrets masked and bounded off the caller's thread
-    (rl_insight/client/runconfig.py), sent once per run and again when it changed; before
-    the run is named, when ``init`` names it. Returns at once; never raises."""
+    """Hand this run's configuration (a mapping, a dataclass, a namespace, an OmegaConf
+    config: what a framework hands its tracker) to the server, which keeps it with the
+    run for comparison: flattened, secrets masked and bounded off the caller's thread
+    (rl_insight/client/runconfig.py), sent once and again when it changed, held until
+    ``init`` names the run. Returns at once; never raises."""
     c = _client or _get()
     if c is None or config is None:
         return

@@ -158,6 +158,7 @@ class Client:
         return f"proc:{self.process}"
 
     def set_identity(self, identity: Identity) -> None:
+        named = identity != self.identity or not self.owner  # a run named here, anew
         self.identity = identity
         self.owner = True
         self._exit_deadline = None  # a new run: its finish() has its own deadline
@@ -170,6 +171,10 @@ class Client:
             self.registrar().submit({"owner": self.owner_key(), "project": identity.project,
                                      "experiment_name": identity.experiment_name},
                                     BIND_PATH)
+        if named:  # verl's logger names its run itself, maybe where no hook patched it
+            from rl_insight.integrations import onimport
+
+            onimport.apply_imported(onimport.framework_patches())
         held, self.held_config = self.held_config, None
         if held is not None:  # handed over before the run had its name
             from rl_insight.client import runconfig

@@ -11,10 +11,10 @@ CUT = "cut"  # what the bounds left out, by kind (CUT_KINDS)
 SOURCE = "source"  # who handed it over: "verl", "trl", "log_config", ...
 CUT_KINDS = ("keys", "values", "depth")  # keys left out, values cut short, nodes not entered
 
-MAX_KEYS = 2_000  # keys a run keeps (verl 0.9.1's whole PPO config: 885)
+MAX_KEYS = 2_000  # keys a run keeps (verl 0.9.1's whole PPO config: 915)
 MAX_KEY_CHARS = 256
 MAX_VALUE_BYTES = 1_024  # UTF-8 bytes of one value; a longer one is cut, ending TRUNCATED
-MAX_RUN_BYTES = 128 * 1024  # keys and values of one run (verl's: 52 KiB)
+MAX_RUN_BYTES = 128 * 1024  # keys and values of one run (verl's: 46 KB)
 MAX_DEPTH = 24  # nesting entered; deeper containers are one value, counted as cut depth
 MAX_NODES = 50_000  # what one flattening visits at most: a bounded time, whatever it is given
 MAX_SOURCE_CHARS = 64
