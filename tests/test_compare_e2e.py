@@ -70,6 +70,9 @@ def test_more_samples_a_step_rank_the_rollout_first(runs, ray_world):
     assert parts(got)[0]["part"] in ("rollout", "tail"), parts(got)
     side = got["side_by_side"]
     assert side["a"]["samples_per_step"] == 16 and side["b"]["samples_per_step"] == 24
+    # what the simulation handed over as its configuration: the batch, the one key apart
+    assert [(k["key"], k["a"], k["b"]) for k in got["config"]["keys"]
+            if k["status"] != "same"] == [("batch", 16, 24)], got["config"]["counts"]
     # per sample, the bigger batch is no slower: aligned by samples consumed, B has
     # fewer steps over the same 16 x 5 samples
     aligned = compare(ray_world.url, "even", "even-more", align="samples")
