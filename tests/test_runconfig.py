@@ -258,3 +258,18 @@ def test_trackings_config_is_the_options_or_the_runs_configuration():
     ns = argparse.Namespace(lr=0.1)
     assert split(ns) == (None, ns) and split(Args())[1] == Args()
     assert split({"server": {"url": "x"}, "lr": 0.1})[0] is None  # not options alone
+
+
+def test_a_hand_over_says_what_its_bounds_cut_and_is_made_once_per_change(caplog):
+    """The body the registrar's thread makes: the run's names, who handed it over, the
+    flat values; a warning when the bounds cut something; None for the same
+    configuration of the same run again (not sent twice), a body when it changed."""
+    from rl_insight.client.runconfig import body
+
+    config = {"lr": 0.1, "note": "x" * (wire.MAX_VALUE_BYTES + 10)}
+    got = body("p", "cut-once", config, "trl")
+    assert got["project"] == "p" and got["source"] == "trl" and got["values"]["lr"] == 0.1
+    assert "1 values cut short" in caplog.text
+    assert body("p", "cut-once", config, "log_config") is None
+    config["lr"] = 0.2
+    assert body("p", "cut-once", config)["values"]["lr"] == 0.2

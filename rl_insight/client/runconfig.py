@@ -19,7 +19,7 @@ from typing import Any
 from rl_insight.client.options import reads_as_options
 from rl_insight.runconfig.flatten import flatten
 from rl_insight.runconfig.section import options_section
-from rl_insight.runconfig.wire import CONFIG_PATH, MAX_SOURCE_CHARS, SOURCE
+from rl_insight.runconfig.wire import CONFIG_PATH, CUT, MAX_SOURCE_CHARS, SOURCE
 
 log = logging.getLogger(__name__)
 DEFAULT_SOURCE = "log_config"
@@ -58,6 +58,12 @@ def body(project: str, experiment_name: str, config: Any, source: str = "") -> d
     run = (project, experiment_name)
     if _last.get(run) == digest:
         return None
+    if any(flat[CUT].values()):
+        cut = flat[CUT]
+        log.warning("rl-insight: the configuration of %s/%s was cut to its bounds "
+                    "(rl_insight/runconfig/wire.py): %d keys left out, %d values cut "
+                    "short, %d containers not entered", project, experiment_name,
+                    cut["keys"], cut["values"], cut["depth"])
     _last[run] = digest
     _last.move_to_end(run)
     while len(_last) > LAST_KEPT:
