@@ -175,6 +175,8 @@ def test_the_route_compares_two_runs_over_real_otlp_and_renders_them(server):  #
     assert parts["other"]["diff_s"] == pytest.approx(-1.7, abs=0.05)
     assert got["runs"]["b"]["source"] == "live" and got["runs"]["a"]["steps"] == 8
     assert got["side_by_side"]["b"]["verdict"] == "tail-bound"
+    gpus = got["side_by_side"]["b"]["gpus"]  # each role's GPUs' time by cause, as shares
+    assert sum(gpus["rollout"].values()) == pytest.approx(1.0) and gpus["trainer"]["busy"] > 0
     text = compare.render(got)
     assert "run B p/b (steps 1-8) against run A p/a (steps 1-8)" in text
     assert "no significant difference" in text and "tail" in text

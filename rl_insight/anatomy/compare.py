@@ -270,12 +270,18 @@ def side_by_side(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> dict:
                              for k in ("e2e_p50_s", "e2e_p90_s", "e2e_max_s",
                                        "queue_s_mean", "decode_s_mean")}
         bounded = verdict.bounded_rows(rows)
-        v = verdict.decide(verdict.account(bounded)) if bounded else None
+        acc = verdict.account(bounded) if bounded else None
+        v = verdict.decide(acc) if acc else None
         out[name] = {"samples_per_s": samples / step if samples and step else None,
                      "tokens_per_s": tokens / step if tokens and step else None,
                      "samples_per_step": samples, "tokens_per_step": tokens,
                      "requests": latency, "culprits": culprits,
                      "verdict": v["verdict"] if v else None, "why": v["why"] if v else None,
+                     # each role's GPU-seconds by cause, as shares of its GPUs' time
+                     "gpus": {role: {c: x / r["total_gpu_seconds"]
+                                     for c, x in r["gpu_seconds"].items()}
+                              for role, r in (acc or {}).get("roles", {}).items()
+                              if r.get("total_gpu_seconds")},
                      "staleness": _med([r.get("staleness") for r in rows]),
                      "overlap_s": _med([r.get("overlap_s") for r in rows])}
     return out
@@ -427,6 +433,10 @@ def render(r: Mapping) -> str:
             continue
         cells = ["-" if v is None else fmt.format(v) for v in (a, bb)]
         lines.append(f"  {label:<24}{cells[0]:>16}{cells[1]:>16}")
+    for role in sorted(set(side["a"].get("gpus", {})) | set(side["b"].get("gpus", {}))):
+        ga, gb = side["a"]["gpus"].get(role, {}), side["b"]["gpus"].get(role, {})
+        cells = [f"{100 * g.get('busy', 0.0):.0f}% busy" if g else "-" for g in (ga, gb)]
+        lines.append(f"  {role + ' GPUs':<24}{cells[0]:>16}{cells[1]:>16}")
     for role in sorted(set(side["a"]["requests"]) | set(side["b"]["requests"])):
         qa, qb = side["a"]["requests"].get(role, {}), side["b"]["requests"].get(role, {})
         lines.append(f"  {role + ' request p90 (s)':<24}{_s(qa.get('e2e_p90_s'), ''):>16}"
