@@ -238,6 +238,8 @@ def _put(row: dict, name: str, labels: Mapping[str, str], value: float) -> None:
         row["replicas"].setdefault(labels.get("replica", ""), {})["generate_s"] = value
     elif name in REQUEST_SERIES:
         row["requests"].setdefault(role, {})[REQUEST_SERIES[name]] = value
+    elif name == "request_e2e_seconds":  # e2e_p50_s ... e2e_max_s, as summarize() names
+        row["requests"].setdefault(role, {})[f"e2e_{labels.get('quantile', '')}_s"] = value
     elif name == "path_seconds":  # the step's path (rl_insight/anatomy/bound.py)
         _bound(row)["path"][labels.get("part", "")] = value
     elif name == "gpu_cause_seconds":
