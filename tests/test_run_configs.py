@@ -58,6 +58,10 @@ def test_a_hand_over_is_kept_read_back_masked_again_and_replaced_by_the_next(ser
     assert got["source"] == "test" and got["cut"] == {"keys": 0, "values": 0, "depth": 0}
     assert state.experiments.get("p", "a") is not None  # the run is known from it
     assert hand_over(c, {"lr": 2e-6}).status_code == 200  # the latest wins
+    # JSON Schema's integers include 2.0, which JSON reads as a float
+    assert c.post(PATH, json={**RUN, "values": {}, "masked": 2.0, "cut": {"keys": 3.0}}
+                  ).json()["cut"]["keys"] == 3
+    assert hand_over(c, {"lr": 2e-6}).status_code == 200
     assert read(c).json()["values"] == {"lr": 2e-6}
     r = read(c, experiment_name="never")
     assert r.status_code == 404 and "handed none over" in r.json()["error"]
@@ -71,7 +75,8 @@ def test_a_hand_over_is_kept_read_back_masked_again_and_replaced_by_the_next(ser
     ({**RUN, "values": {str(i): i for i in range(wire.MAX_KEYS + 1)}},
      "values: Dictionary should have at most 2000 items"),
     ({"project": "p", "values": {}}, "experiment_name: Field required"),
-    ({**RUN, "values": {}, "masked": -1}, "masked"),
+    ({**RUN, "values": {}, "masked": -1}, "masked: a count is a whole number"),
+    ({**RUN, "values": {}, "cut": {"keys": 1.5}}, "cut.keys: a count is a whole number"),
     ({**RUN, "values": "a=1"}, "values"),
     ([1], "the body must be a JSON object"),
 ])
@@ -99,7 +104,8 @@ def test_metrics_show_a_bounded_few_keys_a_run_the_differing_first(served, monke
     c, _ = served
     monkeypatch.setattr(wire, "EXPOSED_KEYS", 4)
     common = {f"actor.k{i:02d}": i for i in range(20)}
-    assert hand_over(c, {**common, "actor.lr": 1e-6, "long": "v" * 300}).status_code == 200
+    assert hand_over(c, {**common, "actor.lr": 1e-6, "long": "v\n\x00" * 100}).status_code \
+        == 200
     assert hand_over(c, {**common, "actor.lr": 2e-6}, experiment_name="b").status_code == 200
     shown = info(c)
     assert list(shown[("p", "a")]) == ["actor.lr", "long", "actor.k00", "actor.k01"]
@@ -107,6 +113,7 @@ def test_metrics_show_a_bounded_few_keys_a_run_the_differing_first(served, monke
     assert shown[("p", "a")]["actor.lr"] == "1e-06"
     assert len(shown[("p", "a")]["long"]) == wire.EXPOSED_VALUE_CHARS
     assert shown[("p", "a")]["long"].endswith(wire.TRUNCATED)
+    assert shown[("p", "a")]["long"].startswith("v  v  ")  # one line: a scrape reads it
     keys = [line for line in c.get("/metrics").text.splitlines()
             if line.startswith(wire.KEYS_METRIC + "{") and 'experiment_name="a"' in line]
     assert any('kind="stored"' in x and x.endswith(" 22.0") for x in keys), keys

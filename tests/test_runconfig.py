@@ -182,6 +182,7 @@ def test_a_config_that_is_one_value_or_raises_everywhere_still_flattens():
                 raise RuntimeError("unreadable")
             return object.__getattribute__(self, name)
 
+    assert flatten({"a": "x\udad0y", "b\udc00": 1}).values == {"a": "x?y", "b?": 1}
     assert flatten("abc").values == {"config": "abc"}
     assert flatten(Hostile()).values == {"config": "<Hostile>"}
     assert flatten(Broken()).values == {"x": "<unreadable: RuntimeError>"}

@@ -17,6 +17,7 @@ the call in progress is read from that call, found by its code object.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import sys
 from typing import Any
@@ -47,11 +48,17 @@ def patch_tracking(module: Any) -> bool:
     if getattr(cls, PATCHED, False):
         return True
     original = init.__func__
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def init_and_hand_over(klass, project_name=None, experiment_name=None, config=None):
-        out = original(klass, project_name, experiment_name, config)
-        if config is not None and project_name is not None and \
+    def init_and_hand_over(klass, *args, **kwargs):
+        out = original(klass, *args, **kwargs)  # verl's call, exactly as it was made
+        try:
+            given = signature.bind(klass, *args, **kwargs).arguments
+        except TypeError:
+            return out
+        config = given.get("config")
+        if config is not None and given.get("project_name") is not None and \
                 getattr(klass, "_init_done", False):
             hand_over(config)
         return out

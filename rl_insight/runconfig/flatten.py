@@ -118,7 +118,8 @@ class _Out:
             raise _Full
 
     def add(self, key: str, name: str, value: Scalar, in_secret: bool) -> None:
-        value, hidden = secrets.masked(name, value, in_secret)
+        key = _utf8(key)
+        value, hidden = secrets.masked(name, _utf8(value), in_secret)
         self.masked += hidden
         if isinstance(value, str) and len(value.encode()) > MAX_VALUE_BYTES:
             keep = MAX_VALUE_BYTES - len(TRUNCATED.encode())
@@ -176,6 +177,16 @@ def _walk(value: Any, key: str, name: str, depth: int, in_secret: bool, path: se
                   in_secret or secrets.secret_name(child_name), path, out)
     finally:
         path.discard(id(value))
+
+
+def _utf8(value: Any) -> Any:
+    """A string UTF-8 can carry (a lone surrogate replaced), anything else as it is."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode(errors="replace").decode()
+    return value
 
 
 def _is_mapping_like(value: Any) -> bool:

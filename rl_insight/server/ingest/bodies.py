@@ -237,6 +237,17 @@ ConfigValue = Annotated[StrictStr, StringConstraints(max_length=runconfig.MAX_VA
                         ] | StrictInt | StrictFloat | StrictBool | None
 
 
+def _count(value: int | float) -> int:
+    """A count: JSON Schema's integers include ``3.0``, which JSON parses as a float."""
+    if value < 0 or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"a count is a whole number, 0 or more, not {value!r}")
+    return int(value)
+
+
+Count = Annotated[StrictInt | StrictFloat, AfterValidator(_count), WithJsonSchema(
+    {"type": "integer", "minimum": 0})]
+
+
 class RunConfig(_Body):
     """A run's configuration as its training process hands it over
     (rl_insight/runconfig/wire.py): flattened, secrets masked, bounded. The server masks
@@ -247,10 +258,8 @@ class RunConfig(_Body):
     values: dict[ConfigKey, ConfigValue] = Field(
         max_length=runconfig.MAX_KEYS, description="dotted key -> its value (text, number, "
                                                    "boolean or null)")
-    masked: Annotated[StrictInt, Field(ge=0)] = Field(0, description="values masked as "
-                                                                     "secrets")
-    cut: dict[Annotated[StrictStr, StringConstraints(max_length=32)],
-              Annotated[StrictInt, Field(ge=0)]] = Field(
+    masked: Count = Field(0, description="values masked as secrets")
+    cut: dict[Annotated[StrictStr, StringConstraints(max_length=32)], Count] = Field(
         default_factory=dict, max_length=8, description="what the client's bounds left "
                                                         "out: keys, values, depth")
     source: Annotated[StrictStr, StringConstraints(

@@ -149,8 +149,9 @@ class RunConfigStore:
 
 
 def label_value(value: Any) -> str:
-    """A value as a label: its text, cut to ``EXPOSED_VALUE_CHARS``."""
-    text = as_text(value)
+    """A value as a label: its text on one line, control characters as spaces, cut to
+    ``EXPOSED_VALUE_CHARS``."""
+    text = "".join(c if c.isprintable() else " " for c in as_text(value))
     if len(text) > wire.EXPOSED_VALUE_CHARS:
         text = text[:wire.EXPOSED_VALUE_CHARS - 1] + wire.TRUNCATED
     return text
