@@ -172,9 +172,13 @@ class Client:
                                      "experiment_name": identity.experiment_name},
                                     BIND_PATH)
         if named:  # verl's logger names its run itself, maybe where no hook patched it
-            from rl_insight.integrations import onimport
+            try:
+                from rl_insight.integrations import onimport
 
-            onimport.apply_imported(onimport.framework_patches())
+                onimport.apply_imported(onimport.framework_patches())
+            except Exception:  # the run is named all the same
+                log.warning("rl-insight: patching the frameworks imported here failed",
+                            exc_info=True)
         held, self.held_config = self.held_config, None
         if held is not None:  # handed over before the run had its name
             from rl_insight.client import runconfig
