@@ -316,6 +316,21 @@ def test_engine_targets_registered_before_init_carry_the_run(verl_run):
     assert not query_range(cli.prometheus, 'vllm:num_requests_running{project=""}', start, end)
 
 
+def test_the_whole_config_verl_hands_its_trackers_is_kept_with_the_run(verl_run):
+    """verl's logger passes init() only trainer.rl_insight; the whole config reaches the
+    server all the same (rl_insight/integrations/verl.py): in this stock run no worker
+    setup hook patched verl, so its logger's call in progress in the TaskRunner actor is
+    read when it names the run."""
+    _, url, _, _ = verl_run
+    r = requests.get(url + "/api/v1/experiments/config", timeout=5, params={
+        "project": PROJECT, "experiment_name": EXPERIMENT})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["source"] == "verl", got
+    assert got["values"]["trainer.logger"] == '["console", "rl_insight"]'
+    assert got["values"]["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == 2
+
+
 def test_transfer_queue_registered_as_verl_does_with_its_storage_units(verl_run):
     """verl's Tracking registers only tq.get_metrics_endpoint(); the storage units that
     serve their own request metrics are found and registered under the run as well."""
