@@ -849,6 +849,7 @@ BOUND = (
        Query(f"max by (change) ({ST}whatif_step_seconds{{{RUN}}})", "{{change}}",
              table=True),
        kind="table", width=24, height=7, unit="s",
+       quiet="no step of this run accounted yet (a step is, seconds after it ends)",
        description="The step time predicted over the run's newest steps with one change: "
                    "the slowest replica as fast as the median, more or fewer rollout "
                    "replicas, the trainer twice as fast, the weight sync free, the longest "
