@@ -40,7 +40,14 @@ COLLECTIVES = "rank.collectives"  # collectives enqueued in the phase (Flight Re
 MEAN_TO_END = "rank.mean_to_end_s"  # mean time from an arrival to the phase's end
 FIRST_TO_END = "rank.first_to_end_s"  # the first arrival's time to the phase's end
 NODE, GPU = "rank.node", "rank.gpu"
-EVIDENCE_KEYS = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END, NODE, GPU)
+# what the rank's GPU did in the phase, from a profiler's kernels (rl_insight/profiler/
+# kernels.py): busy (any kernel), communicating, communication under computation, seconds
+GPU_BUSY, GPU_COMM, GPU_OVERLAP = "rank.gpu_busy_s", "rank.gpu_comm_s", "rank.gpu_overlap_s"
+# tokens per expert per MoE layer in the phase, the step's ranks summed (rl_insight/
+# profiler/experts.py: "layer:t0,t1,...;layer:..."), on one rank's span of the phase
+EXPERT_TOKENS = "rank.expert_tokens"
+EVIDENCE_KEYS = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END, NODE, GPU, GPU_BUSY, GPU_COMM,
+                 GPU_OVERLAP, EXPERT_TOKENS)
 
 
 
@@ -65,6 +72,8 @@ HIDDEN = "hidden"  # the ranks met and started together: no recorder, no culprit
 # (a straggler's arrivals and its phase's start cannot both be right)
 UNCLEAR = "unclear"
 SUMMARY = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END)  # a phase's collectives, summarised
+KERNEL_SUMS = (GPU_BUSY, GPU_COMM, GPU_OVERLAP)  # measured over the whole span: they add
+WHOLE = SUMMARY + KERNEL_SUMS  # figures of the span as it was: none for a piece of it
 COMPUTE, INPUT = "compute", "input"
 MIN_SHARE = 0.05  # a culprit leads the median rank by this share of the phase at least
 MIN_LEAD_S = 0.05  # seconds: below this no rank is worth chasing
@@ -270,7 +279,7 @@ def attribute(phases: Mapping[str, Mapping[str, RankPhase]]) -> RankFigures:
         if unclear:
             out.unclear[phase] = unclear
         for r, p in ranks.items():
-            if _nested(phases, phase, r, p):  # verl's train_batch inside actor_update
+            if nested(phases, phase, r, p):  # verl's train_batch inside actor_update
                 continue
             w = min(max(0.0, waits.get(r, 0.0)), p.duration)
             wait[r] = wait.get(r, 0.0) + w
@@ -292,8 +301,8 @@ def attribute(phases: Mapping[str, Mapping[str, RankPhase]]) -> RankFigures:
     return out
 
 
-def _nested(phases: Mapping[str, Mapping[str, RankPhase]], phase: str, rank: str,
-            p: RankPhase) -> bool:
+def nested(phases: Mapping[str, Mapping[str, RankPhase]], phase: str, rank: str,
+           p: RankPhase) -> bool:
     """Whether this interval lies inside another phase's on the same rank (counted
     there: a rank's compute and wait add up to its busy time once)."""
     for other, ranks in phases.items():
@@ -338,8 +347,9 @@ def from_lanes(lanes: Mapping[str, Iterable[tuple]], lo: int, hi: int, *,
                 continue
             ev = unpack(iv[3] if len(iv) > 3 else None)
             if not by_end:
-                if e > hi:
-                    ev = {k: v for k, v in ev.items() if k not in SUMMARY}
+                if e > hi or s < lo:  # the summary is against the end; the GPU's all of it
+                    cut = WHOLE if e > hi else KERNEL_SUMS
+                    ev = {k: v for k, v in ev.items() if k not in cut}
                 s, e = max(s, lo), min(e, hi)
             here = RankPhase(s, e, ev)
             have = out.setdefault(state, {}).get(rank)
@@ -363,7 +373,10 @@ def _joined(a: RankPhase, b: RankPhase) -> RankPhase:
     adds none; one it could not read leaves the whole without a summary (a partial
     count would mislead)."""
     start, end = min(a.start, b.start), max(a.end, b.end)
-    ev = {k: v for k, v in {**a.evidence, **b.evidence}.items() if k not in SUMMARY}
+    ev = {k: v for k, v in {**a.evidence, **b.evidence}.items() if k not in WHOLE}
+    for k in KERNEL_SUMS:  # both measured: their sum; one of them not: none (a part misleads)
+        if a.evidence.get(k) is not None and b.evidence.get(k) is not None:
+            ev[k] = float(a.evidence[k]) + float(b.evidence[k])
     na, nb = _count(a), _count(b)
     if na is not None and nb is not None:
         ev[COLLECTIVES] = na + nb
