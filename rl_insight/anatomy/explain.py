@@ -15,6 +15,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
+from rl_insight.anatomy.experts import line as expert_line
+from rl_insight.anatomy.gpu import gpu_line
 from rl_insight.anatomy.ranks import HIDDEN, profile_lines, where, why_rank, why_unclear
 
 BASELINE_STEPS = 10
@@ -78,7 +80,7 @@ def explain(rows: Sequence[Mapping], step: int,
     if row.get("buckets"):
         out["goodput"]["buckets"] = row["buckets"]
     for key in ("culprit", "ranks", "rank_median", "rank_evidence", "rank_unclear",
-                "rank_count"):
+                "rank_count", "gpu_longest", "gpu_median", "gpu_ranks", "experts"):
         if row.get(key):
             out[key] = row[key]
     return out
@@ -196,6 +198,9 @@ def render(e: Mapping) -> str:
         lines.append(f"  {c['over_s']:+8.2f}s  {c['part']:<34} {c['seconds']:.2f}s "
                      f"(baseline {c['baseline_s']:.2f}s)")
     lines += _rank_lines(e)
+    if e.get("gpu_longest"):
+        lines.append(gpu_line(e["gpu_longest"], e.get("gpu_median") or {}))
+    lines += [expert_line(phase, s) for phase, s in (e.get("experts") or {}).items()]
     cp = e.get("critical_path")
     if cp and cp.get("slowest_replica") is None:
         lines.append(f"critical path: {cp['role']} generation, as a whole (no replica lanes: "

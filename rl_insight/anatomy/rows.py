@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 from rl_insight import laneid
 from rl_insight.anatomy import bound as accounting
+from rl_insight.anatomy import experts as expert_load
+from rl_insight.anatomy import gpu as gpu_figures
 from rl_insight.anatomy import ranks as rank_figures
 from rl_insight.anatomy.intervals import Interval, clip, intersect, length, union
 from rl_insight.anatomy.requests import (
@@ -131,6 +133,14 @@ class StepRow:
     # phases whose evidence disagrees (rank_evidence "unclear"): the rank each source
     # pointed at (ranks.why_unclear says it)
     rank_unclear: dict[str, dict] = field(default_factory=dict)
+    # the ranks' GPUs from a profiler's kernels (rl_insight.anatomy.gpu): busy, comm,
+    # overlap and idle per rank (those whose kernels ran longest) and the median rank's,
+    # the rank whose kernels ran longest; per phase, an MoE model's expert load
+    gpu_ranks: dict[str, dict[str, float]] = field(default_factory=dict)
+    gpu_median: dict[str, float] = field(default_factory=dict)
+    gpu_longest: dict | None = None
+    gpu_count: int = 0
+    experts: dict[str, dict] = field(default_factory=dict)
     # what the step's wall time waited on and its GPU-seconds by role and cause
     # (rl_insight.anatomy.bound): the bound, its verdict and the what-if read it
     bound: accounting.StepBound | None = None
@@ -229,11 +239,17 @@ def _ranks(row: StepRow, lanes: Mapping[str, list[tuple]]) -> None:
     """Each rank's compute and wait, and the rank the step waited for."""
     if not lanes:
         return
-    got = rank_figures.attribute(rank_figures.from_lanes(lanes, row.start_ns, row.end_ns,
-                                                         by_end=True))
+    phases = rank_figures.from_lanes(lanes, row.start_ns, row.end_ns, by_end=True)
+    got = rank_figures.attribute(phases)
     row.ranks, row.rank_median, row.rank_count = got.ranks, got.median, got.count
     row.culprit, row.rank_evidence = got.culprit, got.evidence
     row.rank_unclear = got.unclear
+    gpu = gpu_figures.step_gpu(phases)
+    row.gpu_ranks, row.gpu_median, row.gpu_count = gpu.ranks, gpu.median, gpu.count
+    row.gpu_longest = gpu.longest
+    row.experts = expert_load.from_evidence(
+        ((phase, p.evidence) for phase, ranks in phases.items() for p in ranks.values()),
+        rank_figures.EXPERT_TOKENS)
 
 
 def timing_row(step: int, end_ns: int, parts: Parts, framework: str,

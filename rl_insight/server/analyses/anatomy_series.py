@@ -13,6 +13,9 @@ from rl_insight.anatomy.verdict import VERDICTS
 PREFIX = "rl_insight_step_"
 RUN = ("project", "experiment_name")
 MAX_PHASES = 32
+MAX_EXPERT_CELLS = 8192  # tokens-per-expert series a step may export (layers x experts)
+GPU_SERIES = (("rank_gpu_busy_seconds", "busy_s"), ("rank_gpu_idle_seconds", "idle_s"),
+              ("rank_gpu_comm_seconds", "comm_s"), ("rank_gpu_overlap_seconds", "overlap_s"))
 
 
 class Families:
@@ -75,6 +78,24 @@ class Families:
         "culprit_lead_seconds": "How much longer the culprit rank took than the median other "
                                 "rank in its phase",
         "culprit_waited_seconds": "What the median other rank waited for the culprit rank",
+        "rank_gpu_busy_seconds": "Time this trainer rank's GPU ran any kernel in the step's "
+                                 "phases, from the profiler's kernels (rank=median: the "
+                                 "median rank)",
+        "rank_gpu_idle_seconds": "Time of the step's phases this trainer rank's GPU ran no "
+                                 "kernel (rank=median: the median rank)",
+        "rank_gpu_comm_seconds": "Time this trainer rank's GPU ran communication kernels "
+                                 "(NCCL, HCCL) in the step's phases (rank=median: the median "
+                                 "rank)",
+        "rank_gpu_overlap_seconds": "Time this trainer rank's GPU communicated while it also "
+                                    "computed (communication hidden under computation; "
+                                    "rank=median: the median rank)",
+        "gpu_longest_rank": "The trainer rank whose kernels ran longest in the step",
+        "gpu_longest_lead_seconds": "How much longer the longest rank's kernels ran than the "
+                                    "median rank's",
+        "expert_tokens": "Tokens routed to this expert of this MoE layer in the phase, the "
+                         "step's ranks summed (msprobe's grouped-matmul dumps)",
+        "expert_top_share": "The share of its layer's tokens the step's most loaded expert "
+                            "took (1/experts when balanced)",
         "path_seconds": "The step's wall time by what ran (rl_insight/anatomy/bound.py): "
                         "the rollout alone (the trainer waiting for samples), its tail, "
                         "training alone (the rollout waiting for the trainer), both, other "
@@ -175,6 +196,8 @@ class Families:
             self.add("wait_seconds", self.DOCS["wait_seconds"], [*run, key], seconds,
                      ("wait",), ts)
         self.ranks(run, r, ts)
+        self.gpu(run, r, ts)
+        self.experts(run, r, ts)
         self.bound(run, r, ts)
         for phase, seconds in sorted(r.phases.items())[:MAX_PHASES]:
             self.add("trainer_phase_seconds", self.DOCS["trainer_phase_seconds"],
@@ -222,3 +245,36 @@ class Families:
                  c["lead_s"], extra, ts)
         self.add("culprit_waited_seconds", self.DOCS["culprit_waited_seconds"], labels,
                  c["waited_s"], extra, ts)
+
+    def gpu(self, run: list[str], r: StepRow, ts: float) -> None:
+        """Each kept rank's GPU busy, idle, communication and overlap, the median rank's,
+        and the rank whose kernels ran longest."""
+        figures = {**r.gpu_ranks, **({"median": r.gpu_median} if r.gpu_median else {})}
+        for rank, v in figures.items():
+            for name, key in GPU_SERIES:
+                self.add(name, self.DOCS[name], [*run, rank], v[key], ("rank",), ts)
+        top = r.gpu_longest
+        if top and str(top.get("rank", "")).isdigit():
+            self.add("gpu_longest_rank", self.DOCS["gpu_longest_rank"], run,
+                     float(top["rank"]), ts=ts)
+            self.add("gpu_longest_lead_seconds", self.DOCS["gpu_longest_lead_seconds"], run,
+                     top["lead_s"], ts=ts)
+
+    def experts(self, run: list[str], r: StepRow, ts: float) -> None:
+        """Tokens per expert per MoE layer of each phase (at most MAX_EXPERT_CELLS a
+        step), and the most loaded expert's share."""
+        cells = 0
+        for phase, s in r.experts.items():
+            top = s.get("top")
+            if top:
+                self.add("expert_top_share", self.DOCS["expert_top_share"],
+                         [*run, phase, str(top["layer"]), str(top["expert"])], top["share"],
+                         ("phase", "layer", "expert"), ts)
+            for layer, tokens in (s.get("layers") or {}).items():
+                cells += len(tokens)
+                if cells > MAX_EXPERT_CELLS:
+                    return
+                for expert, t in enumerate(tokens):
+                    self.add("expert_tokens", self.DOCS["expert_tokens"],
+                             [*run, phase, layer, str(expert)], float(t),
+                             ("phase", "layer", "expert"), ts)
