@@ -238,6 +238,7 @@ WHY = Section("Why was a step slow (the engines' requests)", P.WHY)
 CHANGES = Section("What changed", P.CHANGES)
 RUN_VS_RUN = Section("Run A ($experiment_name) against run B ($experiment_b)", P.RUN_VS_RUN)
 BOUND = Section("Where the GPUs wait", P.BOUND)
+KERNELS = Section("The ranks' GPUs and the experts (imported profiles)", P.KERNELS)
 ALERTS = Section("Alerts", P.ALERT_PANELS)
 HARDWARE = (Section("Nodes (node_exporter)", P.NODE_EXPORTER),
             Section("GPUs (DCGM)", P.DCGM), Section("Ascend NPUs (npu-exporter)", P.NPU))
@@ -289,7 +290,8 @@ def dashboards() -> list[Dashboard]:
                   "Where each RL step's time went: which side bounds the run, its GPUs by "
                   "role and cause, what a change would buy; rollout, trainer phases, weight "
                   "update; stragglers, idle replicas and ranks, overlap and staleness.",
-                  [ALERTS, BOUND, CHANGES, ANATOMY, WHY], ENGINE_VARS, "rl_insight_step_replica_"
+                  [ALERTS, BOUND, CHANGES, ANATOMY, KERNELS, WHY], ENGINE_VARS,
+                  "rl_insight_step_replica_"
                   "generate_seconds", annotations=(P.CHANGE_ANNOTATION,)),
         Dashboard(RUN_VS_RUN_UID, "RL-Insight · Run vs run",
                   "Two runs side by side: their steps, the mean step part by part and what "

@@ -813,6 +813,61 @@ ANATOMY = (
                    "consumed and the trainer using it: 0 on-policy, 1 one step off."),
 )
 
+# -- the ranks' GPUs from an imported profile's kernels (rl_insight/anatomy/gpu.py) and an
+# MoE model's expert load from msprobe's dumps (anatomy/experts.py): `rl-insight import
+# --profiler ...` makes them; `report --step N` says them in words
+PROFILED = "profiler-import"
+KERNELS = (
+    ts("Trainer ranks' GPUs: busy and idle (profiled steps)",
+       Query(per_step("rank_gpu_busy_seconds", by="rank"), "rank {{rank}} busy"),
+       Query(per_step("rank_gpu_idle_seconds", by="rank"), "rank {{rank}} idle"),
+       unit="s", width=12, options={"bars": True}, needs=PROFILED,
+       quiet="no profiled step: rl-insight import --profiler torch|nvtx|mstx",
+       description="Per profiled step, each trainer rank's GPU in its phases: busy (any "
+                   "kernel or collective ran, on any stream) and idle (no kernel ran), from "
+                   "the profiler's own kernels; rank \"median\" is the median rank. At most "
+                   "the 8 ranks whose kernels ran longest are kept per step."),
+    ts("Communication, and how much of it computation hid",
+       Query(per_step("rank_gpu_comm_seconds", by="rank"), "rank {{rank}} communicating"),
+       Query(per_step("rank_gpu_overlap_seconds", by="rank"),
+             "rank {{rank}} communicating under computation"),
+       unit="s", width=12, options={"bars": True}, needs=PROFILED,
+       quiet="no profiled step: rl-insight import --profiler torch|nvtx|mstx",
+       description="Per profiled step, each rank's time in communication kernels (NCCL, "
+                   "HCCL) and the part of it that ran while the GPU also computed; the "
+                   "difference is communication nothing hid."),
+    ts("The rank whose kernels ran longest",
+       Query(per_step("number"), "step", table=True),
+       Query(per_step("gpu_longest_rank"), "rank", table=True),
+       Query(per_step("gpu_longest_lead_seconds"), "longer than the median rank (s)",
+             table=True),
+       kind="table", width=8, needs=PROFILED, unit="s",
+       quiet="no profiled step: rl-insight import --profiler torch|nvtx|mstx",
+       options={"transformations": [{"id": "joinByField",
+                                     "options": {"byField": "Time", "mode": "outer"}}]},
+       description="Per profiled step, the trainer rank whose kernels ran longest and by "
+                   "how much more than the median rank's: a rank that computes more, or "
+                   "on a slower GPU."),
+    ts("The most loaded expert, step by step",
+       Query(per_step("expert_top_share", by="phase, layer, expert"),
+             "{{phase}} layer {{layer}} expert {{expert}}", table=True),
+       kind="table", width=8, needs=PROFILED, unit="percentunit",
+       quiet="no expert load: import verl's msprobe dumps of an MoE model",
+       description="Per profiled step and stage, the expert that took the largest share "
+                   "of its MoE layer's tokens (balanced: 1 / the layer's experts), from "
+                   "the grouped matmul's group_list in msprobe's dumps."),
+    ts("Tokens per expert per layer (the newest profiled step)",
+       Query(f"max by (phase, layer, expert) (last_over_time({ST}expert_tokens{{{RUN}}}"
+             "[$__range]))", "tokens", table=True, instant=True),
+       kind="table", width=8, needs=PROFILED,
+       quiet="no expert load: import verl's msprobe dumps of an MoE model",
+       options={"transformations": [{"id": "groupingToMatrix", "options": {
+           "columnField": "expert", "rowField": "layer", "valueField": "Value"}}]},
+       description="Upstream RL-Insight's expert heatmap as a table: a row per MoE layer "
+                   "(the grouped matmul's calls in order, a layer's repeated call once), a "
+                   "column per expert, the tokens routed to it, the step's ranks summed."),
+)
+
 # -- which side bounds the run: each step's path and GPU-seconds by role and cause
 # (rl_insight/anatomy/bound.py), the verdict and the what-if over the newest steps
 # (verdict.py, whatif.py); `rl-insight report --bound` says the same in words

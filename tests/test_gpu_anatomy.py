@@ -111,3 +111,23 @@ def test_the_route_the_series_and_the_report_carry_the_gpu_figures(server):  # n
     assert "rank 2's kernels ran longest, 4.50 s (+1.50 s on the median rank)" in text
     assert "60% of it under computation" in text
     assert "layer 1's expert 3 took 70.0% of its layer's tokens" in text
+
+
+def test_the_dashboard_s_kernel_panels_query_series_the_server_exports():
+    import json
+    import re
+
+    from dashboards import panels
+    from rl_insight.resources import dashboards_dir
+    from rl_insight.server.analyses.anatomy_series import Families
+
+    asked = {m for p in panels.KERNELS for q in p.queries
+             for m in re.findall(r"rl_insight_step_(\w+)\{", q.expr)}
+    assert asked >= {"rank_gpu_busy_seconds", "rank_gpu_idle_seconds", "rank_gpu_comm_seconds",
+                     "rank_gpu_overlap_seconds", "gpu_longest_rank", "expert_tokens",
+                     "expert_top_share"}
+    assert asked <= set(Families.DOCS) | {"number"}
+    built = json.loads((dashboards_dir() / "rl-insight-step-anatomy.json").read_text())
+    titles = {p["title"]: p for p in built["panels"]}
+    for p in panels.KERNELS:  # in the built Step anatomy dashboard, quiet until an import
+        assert titles[p.title]["fieldConfig"]["defaults"]["noValue"].startswith("no ")
