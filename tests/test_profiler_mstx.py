@@ -104,6 +104,7 @@ def test_a_profile_is_its_rank_s_mstx_ranges_tasks_and_hccl_operators_in_wall_ti
     [t] = mstx.read(profile(tmp_path))
     assert (t.rank, t.world_size, t.role, t.step, t.node, t.device) == \
         (2, 8, "actor_update", 3, "gpu-node-3", "3")
+    assert mstx.step_of(t.source) == 3 and mstx.step_of(profile(tmp_path, step="x")) is None
     [r] = t.ranges()
     assert (r.name, r.start_ns, r.end_ns) == ("actor_update", T0_US * 1000 + 50_000_250,
                                              T0_US * 1000 + 1_050_000_250)

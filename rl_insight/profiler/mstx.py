@@ -65,6 +65,12 @@ def files(root: str | Path) -> Iterator[Path]:
     yield from sorted(p for p in root.rglob("*" + SUFFIX) if p.is_dir())
 
 
+def step_of(path: str | Path) -> int | None:
+    """The step verl's save layout names for a profile (``.../step_<N>/<role>/...``)."""
+    path = Path(path)
+    return _step(path.parent.parent if path.name == TRACE else path)
+
+
 def read(path: str | Path) -> Iterator[RankTrace]:
     """The profile's trace; ``path``: its ``*_ascend_pt`` directory or its
     ``trace_view.json``."""

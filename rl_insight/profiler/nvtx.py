@@ -99,8 +99,13 @@ class _Rows:
         self.session: int | None = None
         self.env: dict[str, str] = {}
         self.domains: dict[int, object] = {}
-        # (kind, name or string id, start, end, lane, domain id) until the strings are in
-        self.raw: list[tuple] = []
+        # device work as it comes (times from the session's start, placed at the end); a
+        # name whose string is not in yet waits in ``unnamed`` (index -> string id)
+        self.work: list[Event] = []
+        self.unnamed: dict[int, int] = {}
+        self.lanes: dict[object, str] = {}
+        # ranges: (name or string id, start, end, lane, domain id), the domains named later
+        self.ranges: list[tuple] = []
 
     def read(self) -> None:
         try:
@@ -140,12 +145,21 @@ class _Rows:
         elif table == "NVTX_EVENTS":
             self._nvtx(row)
         elif table == KERNELS:  # start, end, shortName (string id), streamId
-            self.raw.append((KERNEL, row.get("shortName", row.get("demangledName")),
-                             int(row["start"]), int(row["end"]),
-                             f"stream {row.get('streamId', '')}", None))
+            self._work(row.get("shortName", row.get("demangledName")), row)
         elif table in COPIES:
-            self.raw.append((KERNEL, COPIES[table], int(row["start"]), int(row["end"]),
-                             f"stream {row.get('streamId', '')}", None))
+            self._work(COPIES[table], row)
+
+    def _work(self, ref: object, row: dict) -> None:
+        stream = row.get("streamId", "")
+        lane = self.lanes.get(stream) or self.lanes.setdefault(stream, f"stream {stream}")
+        if isinstance(ref, int):
+            name = self.strings.get(ref)
+            if name is None:
+                self.unnamed[len(self.work)] = ref
+        else:
+            name = "" if ref is None else str(ref)
+        self.work.append(Event(KERNEL, sys.intern(name or ""), int(row["start"]),
+                               int(row["end"]), lane))
 
     def _nvtx(self, row: dict) -> None:
         kind = row.get("eventType")
@@ -154,8 +168,8 @@ class _Rows:
             self.domains[int(row.get("domainId") or 0)] = text
         elif kind in RANGE_TYPES and row.get("end") is not None:
             tid = int(row.get("globalTid") or 0) & 0xFFFFFF
-            self.raw.append((RANGE, text, int(row["start"]), int(row["end"]),
-                             f"thread {tid}", int(row.get("domainId") or 0)))
+            self.ranges.append((text, int(row["start"]), int(row["end"]), f"thread {tid}",
+                                int(row.get("domainId") or 0)))
 
     def _name(self, ref: object) -> str:
         if isinstance(ref, int):
@@ -168,24 +182,36 @@ class _Rows:
                           "TIME), so its times cannot be placed in wall time; export the "
                           ".nsys-rep again with `nsys export --type jsonlines` (a file cut "
                           "down by hand loses it)")
-        if not self.raw:
+        if not self.work and not self.ranges:
             raise BadFile(f"{self.path}: no NVTX range and no CUDA kernel in it; profile "
                           "with nsys' --trace=cuda,nvtx (verl's worker_nsight_options)")
         library = {d for d, name in self.domains.items()
                    if self._name(name).lower() in LIBRARY_DOMAINS}
         host = self.env.get("__host__") or self.host
         rank = self._rank(ranks, host)
-        base = self.session
-        events = [Event(kind, sys.intern(self._name(ref)), base + s, base + e, lane)
-                  for kind, ref, s, e, lane, domain in self.raw
-                  if e >= s and domain not in library]
-        self.raw = []
-        events = [e._replace(kind=COLLECTIVE) if e.kind == KERNEL and is_collective(e.name)
-                  else e for e in events]
+        events, self.work = self._placed(self.session), []
+        events += [Event(RANGE, self._name(ref), self.session + s, self.session + e, lane)
+                   for ref, s, e, lane, domain in self.ranges
+                   if e >= s and domain not in library]
         world = self.env.get("WORLD_SIZE", "")
         device = self.env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
         return RankTrace(rank, str(self.path), None, self.prefix,
                          int(world) if world.isdigit() else None, host, device, events)
+
+    def _placed(self, base: int) -> list[Event]:
+        """The device work in wall time, NCCL's kernels as collectives; in place, one
+        event at a time (a million kernels are not held twice)."""
+        work, comm = self.work, {}
+        for i, e in enumerate(work):
+            name = sys.intern(self._name(self.unnamed[i])) if i in self.unnamed else e.name
+            kind = comm.get(name)
+            if kind is None:
+                kind = comm[name] = COLLECTIVE if is_collective(name) else KERNEL
+            if e.end_ns >= e.start_ns:
+                work[i] = Event(kind, name, base + e.start_ns, base + e.end_ns, e.lane)
+            else:
+                work[i] = None  # type: ignore[call-overload]  (dropped below)
+        return [e for e in work if e is not None]
 
     def _rank(self, ranks: Mapping[str, int], host: str) -> int:
         told = self.env.get("RANK", "")
