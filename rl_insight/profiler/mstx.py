@@ -241,17 +241,20 @@ class _Events:
 
     def _events(self) -> list[Event]:
         hccl = any(layer == HCCL for layer, *_ in self.kept)
-        out = []
-        for layer, pid, tid, name, start, end in self.kept:
-            thread = self.threads.get((pid, tid), f"thread {tid}")
+        kept, lanes = self.kept, {}
+        for i, (layer, pid, tid, name, start, end) in enumerate(kept):  # in place
+            thread = self.threads.get((pid, tid)) or f"thread {tid}"
+            thread = lanes.setdefault(thread, thread)
             kind = READ[layer]
+            kept[i] = None  # type: ignore[call-overload]  (left out unless set below)
             if layer == HCCL and "Communication" not in thread:
                 continue  # a plane's small steps of the group's operators
             if layer == HARDWARE and is_collective(name):
                 if hccl:
                     continue  # the same operator the HCCL layer names
                 kind = COLLECTIVE
-            out.append(Event(kind, name, start, max(start, end), thread))
+            kept[i] = Event(kind, name, start, max(start, end), thread)
+        out, self.kept = [e for e in kept if e is not None], []
         if not out:
             raise BadFile(f"{self.path}: no MSTX range, device task or HCCL operator in "
                           "it; profile with the NPU activity on (verl's contents: npu) at "
