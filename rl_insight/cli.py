@@ -296,23 +296,42 @@ def _add_setup_tools(top, remote: argparse.ArgumentParser) -> None:
 
     traced = [fw for fw in frameworks.FRAMEWORKS.values() if fw.spans]
     p = top.add_parser("import", parents=[remote],
-                       help="a framework's trace files into the server (Chrome traces, "
-                            "OTLP/JSON lines) of " + ", ".join(fw.title for fw in traced))
-    p.add_argument("files", nargs="+", metavar="FILE",
-                   help="files or shell patterns (quoted with --follow: new files count)")
-    p.add_argument("--framework", required=True, metavar="NAME",
-                   help=", ".join(fw.name.replace("_", "-") for fw in traced))
+                       help="a run's profiler files (--profiler torch|nvtx|mstx: verl's "
+                            "torch traces, Nsight's NVTX JSON lines, Ascend's MSTX) or a "
+                            "framework's trace files (--framework: Chrome traces, "
+                            "OTLP/JSON lines of " + ", ".join(fw.title for fw in traced)
+                            + ") into the server")
+    p.add_argument("files", nargs="+", metavar="PATH",
+                   help="files, directories (--profiler) or shell patterns (quoted with "
+                        "--follow: new files count)")
+    kind = p.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--profiler", choices=("torch", "nvtx", "mstx"),
+                      help="the profiler that wrote the files: each rank becomes a lane "
+                           "of the run with its stages and steps (docs/importing.md)")
+    kind.add_argument("--framework", metavar="NAME",
+                      help=", ".join(fw.name.replace("_", "-") for fw in traced))
     p.add_argument("--project", required=True)
     p.add_argument("--experiment-name", "--experiment", dest="experiment", required=True)
+    p.add_argument("--timeline", metavar="FILE",
+                   help="--profiler: also write every rank's ranges and device work to "
+                        "FILE, a Chrome trace Perfetto opens (one process per rank)")
+    p.add_argument("--rank-from", metavar="FILE",
+                   help="--profiler nvtx: each report's rank where its process's "
+                        "environment tells none, lines `<file name, host:pid or pid> "
+                        "<rank>`")
+    p.add_argument("--settle", type=float, default=10.0, metavar="SECONDS",
+                   help="--profiler --follow: a file is read once it stopped growing for "
+                        "this long, a step marked once no file of it came for this long")
     p.add_argument("--anchor", type=float, default=None, metavar="UNIX_SECONDS",
-                   help="the unix time of the trace clock's zero (default: the last "
-                        "event ends when the file was last written)")
+                   help="--framework: the unix time of the trace clock's zero (default: "
+                        "the last event ends when the file was last written)")
     p.add_argument("--follow", action="store_true",
-                   help="keep reading the files as they grow, until Ctrl-C")
+                   help="keep reading the files as they grow or appear, until Ctrl-C")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between reads")
     p.add_argument("--running", action="store_true",
                    help="the run goes on: do not mark it finished after the files are in "
-                        "(a one-off import marks it finished, so its last step is final)")
+                        "(a one-off import marks it finished, so its last step is final; "
+                        "a run the server sees active is never marked)")
     p.set_defaults(func=runs_cmd.cmd_import)
 
     p = top.add_parser("alerts", parents=[remote],

@@ -92,6 +92,17 @@ HIDDEN_NOTE = ("the ranks met at its collectives and started together: who compu
                "Recorder) and each rank's arrivals will tell it")
 
 
+def _code_hint(c: Mapping) -> str:
+    """Where the culprit's code is seen: its profile while the run goes on, or (told by a
+    profiler's files) the operators under its phase in the merged timeline."""
+    if c.get("arrivals"):
+        return (f"  (its code: rank {c['rank']}'s profiler file in Perfetto, the operators "
+                f"under {c.get('phase') or 'the phase'}; every rank's kernels side by "
+                "side: `rl-insight import ... --timeline FILE`)")
+    return (f"  (its code: `rl-insight profile --rank {c['rank']}` with the run's "
+            "--project and --experiment-name, while it is slow)")
+
+
 def _rank_lines(e: Mapping) -> list[str]:
     """The rank the step waited for, and why; or why none can be named (a phase whose
     evidence disagrees says so, beside another phase's culprit too)."""
@@ -100,9 +111,7 @@ def _rank_lines(e: Mapping) -> list[str]:
     if c:
         return [f"the step waited for {where(c)}", f"  {why_rank(c)}",
                 *("  " + line for line in profile_lines(e.get("profile")))] + \
-            ([] if e.get("profile") else [
-                f"  (its code: `rl-insight profile --rank {c['rank']}` with the run's "
-                "--project and --experiment-name, while it is slow)"]) + unclear
+            ([] if e.get("profile") else [_code_hint(c)]) + unclear
     if unclear:
         return unclear
     hidden = [p for p, how in (e.get("rank_evidence") or {}).items() if how == HIDDEN]

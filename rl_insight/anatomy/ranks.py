@@ -14,6 +14,9 @@ culprit rank"):
   an arrival to the end, the first arrival's. A rank that arrives later on average waited
   less: the culprit waited least. What the others waited, summed over the collectives,
   is the median rank's count times its mean lead over the culprit;
+- a profiler's trace of the rank (``rl-insight import --profiler``): its collectives'
+  starts, summarised the same way (rl_insight/profiler/export.py), named by
+  ``rank.arrivals``;
 - the phase's own boundaries, where no recorder is on: a rank that starts the phase late
   (its data or its dispatch came late) arrives late at the first collective, and where
   the ranks never meet (no collective: the phase ends on each rank on its own) the
@@ -46,15 +49,21 @@ GPU_BUSY, GPU_COMM, GPU_OVERLAP = "rank.gpu_busy_s", "rank.gpu_comm_s", "rank.gp
 # tokens per expert per MoE layer in the phase, the step's ranks summed (rl_insight/
 # profiler/experts.py: "layer:t0,t1,...;layer:..."), on one rank's span of the phase
 EXPERT_TOKENS = "rank.expert_tokens"
+# who measured the arrivals: a profiler's name (torch, nvtx, mstx: its trace's
+# collectives, rl_insight/profiler/export.py); absent, torch's Flight Recorder
+ARRIVALS = "rank.arrivals"
 EVIDENCE_KEYS = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END, NODE, GPU, GPU_BUSY, GPU_COMM,
-                 GPU_OVERLAP, EXPERT_TOKENS)
+                 GPU_OVERLAP, EXPERT_TOKENS, ARRIVALS)
+# the arrivals' source as the report says it
+SOURCES = {"torch": "the torch profiler's collectives", "nvtx": "Nsight's NCCL kernels",
+           "mstx": "the Ascend profiler's HCCL operators"}
 
 
 
 def pack(evidence: Mapping) -> tuple:
     """A phase span's evidence as the server holds it (a run's rank lanes keep 64 spans
     each: at 1,000 ranks a dict apiece was tens of MB); node and GPU names interned."""
-    return tuple(sys.intern(str(evidence[k])) if k in (NODE, GPU) and k in evidence
+    return tuple(sys.intern(str(evidence[k])) if k in (NODE, GPU, ARRIVALS) and k in evidence
                  else evidence.get(k) for k in EVIDENCE_KEYS)
 
 
@@ -247,7 +256,8 @@ def _culprit(rank: str, kind: str, lead: float, ranks: Mapping[str, RankPhase],
     ev = ranks[rank].evidence
     out = {"rank": rank, "kind": kind, "lead_s": lead, "ranks": len(ranks),
            "evidence": evidence, **extra}
-    for key, name in ((NODE, "node"), (GPU, "gpu")):
+    for key, name in ((NODE, "node"), (GPU, "gpu")) + \
+            (((ARRIVALS, "arrivals"),) if evidence == RECORDER else ()):
         if ev.get(key) not in (None, ""):
             out[name] = str(ev[key])
     return out
@@ -408,8 +418,9 @@ def why_rank(c: Mapping) -> str:
     """Why a rank is the culprit, in a line (a step's culprit, or a change's scope)."""
     others = (c.get("ranks") or 2) - 1
     phase = c.get("phase") or "its phase"
-    source = "torch's Flight Recorder" if c.get("evidence") == "flight_recorder" else \
-        "the phase's boundaries"
+    source = "the phase's boundaries"
+    if c.get("evidence") == RECORDER:
+        source = SOURCES.get(str(c.get("arrivals")), "torch's Flight Recorder")
     if c.get("kind") == "input":
         what = f"its data came {c['lead_s']:.2f} s late into {phase}"
     else:

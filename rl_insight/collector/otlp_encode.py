@@ -35,16 +35,17 @@ def key_value(k: str, v: Any) -> KeyValue:
     return kv
 
 
-def encode(spans: Iterable[tuple[Identity, str, Span]]) -> bytes:
-    """(identity, process id, span) triples as one request with one resource."""
+def encode(spans: Iterable[tuple[Identity, str, Span]], scope: str = "rl_insight") -> bytes:
+    """(identity, process id, span) triples as one request with one resource; ``scope``
+    the instrumentation scope's name (an import's tells the server so)."""
     req = ExportTraceServiceRequest()
     rs = req.resource_spans.add()
     rs.resource.attributes.append(KeyValue(key="service.name",
                                            value=AnyValue(string_value=SERVICE_NAME)))
-    scope = rs.scope_spans.add()
-    scope.scope.name = "rl_insight"
+    scoped = rs.scope_spans.add()
+    scoped.scope.name = scope
     for ident, process, s in spans:
-        span = scope.spans.add()
+        span = scoped.spans.add()
         span.name = s.name
         span.trace_id = (s.trace_id or _rand.getrandbits(128) or 1).to_bytes(16, "big")
         span.span_id = (s.span_id or _rand.getrandbits(64) or 1).to_bytes(8, "big")

@@ -203,9 +203,15 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """A framework's trace files into the server (once, or following them as they grow):
-    AReaL's and NeMo-RL's Chrome traces, ROLL's OTLP/JSON lines."""
+    AReaL's and NeMo-RL's Chrome traces, ROLL's OTLP/JSON lines; a profiler's files
+    (``--profiler``) in rl_insight/commands/profimport.py."""
     import glob
     import time
+
+    if getattr(args, "profiler", None):
+        from rl_insight.commands.profimport import cmd_import_profiler
+
+        return cmd_import_profiler(args)
 
     from rl_insight import frameworks
     from rl_insight.commands.api_client import ApiError
@@ -268,10 +274,18 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(f"{total} spans of {len(paths)} files sent to {client.url} as "
           f"{args.project}/{args.experiment}" + (f"; {failed} failed" if failed else ""))
     if not failed and not args.running:  # the run's last step is made now, not at max_wait
-        try:
-            client.post("/api/v1/experiments/finish", {"project": args.project,
-                                                       "experiment_name": args.experiment})
-        except ApiError as exc:
-            print(f"rl-insight: marking the run finished failed ({exc}); its last step "
-                  "is reported within anatomy.max_wait_s", file=sys.stderr)
+        mark_finished(client, args.project, args.experiment)
     return 1 if failed else 0
+
+
+def mark_finished(client, project: str, experiment: str) -> None:
+    """An imported run marked finished, so its last step is final now (said, not
+    raised, when the server refuses: the step comes within anatomy.max_wait_s)."""
+    from rl_insight.commands.api_client import ApiError
+
+    try:
+        client.post("/api/v1/experiments/finish", {"project": project,
+                                                   "experiment_name": experiment})
+    except ApiError as exc:
+        print(f"rl-insight: marking the run finished failed ({exc}); its last step "
+              "is reported within anatomy.max_wait_s", file=sys.stderr)

@@ -125,6 +125,9 @@ class TraceSettings:
 
     relay_url: str = ""  # empty: Tempo's OTLP/HTTP receiver on tempo.otlp_http_port
     max_body_bytes: int = 64 * 1024 * 1024
+    # a profiler file uploaded to POST /api/v1/import/<profiler>: spooled to disk as it
+    # arrives, read streamed (`rl-insight import` reads files of any size)
+    import_max_bytes: int = 1024 * 1024 * 1024
     spool_max_bytes: int = 1024 * 1024 * 1024
     relay_timeout_s: float = 10.0
     retry_initial_s: float = 0.5

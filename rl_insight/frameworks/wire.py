@@ -12,6 +12,9 @@ TIMING_PREFIX = "timing."  # a timing key's attribute: timing.<the framework's o
 STEP_ATTR = "step"  # the step a span or record belongs to
 # the instrumentation scope of spans read from a framework's trace files (+ its name)
 IMPORT_SCOPE = "rl_insight.import."
+# the process a profiler import's spans name (+ ": <file>" for a rank's phases): its
+# step marks widen one another, its phases join a live rank's (rl_insight/profiler/)
+IMPORT_PROCESS = "rl-insight import"
 # what a span is to the state lanes (the client's trace_state spans carry the same)
 SEGMENT_ATTR = "monitor.trace_segment"
 STATE_INTERVAL = "state_interval"  # a lane's state, from its start to its end

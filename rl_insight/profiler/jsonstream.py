@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -21,6 +22,15 @@ CHUNK = 1 << 20  # characters read at a time
 MAX_VALUE = 1 << 28  # characters one element may take: beyond, it is damaged or no trace
 GZIP_MAGIC = b"\x1f\x8b"
 _WS = " \t\r\n"
+_NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")  # what may go on a number in the next chunk
+
+
+class Member(str):
+    """The key of a member :func:`items` yields whole: equal to the plain key, and tells
+    a member from the streamed array's elements (``{"traceEvents": {...}}`` is no array
+    of one event)."""
+
+    __slots__ = ()
 
 
 class BadJson(ValueError):
@@ -96,7 +106,10 @@ class _Window:
                 if len(self.buf) - self.pos < MAX_VALUE and self.fill():
                     continue
                 raise self.error(f"no JSON value here ({e.msg})") from e
-            if end == len(self.buf) and self.fill():
+            # a number the window cut after "1." or "1e" decodes as 1: read on
+            cut = end == len(self.buf) or (type(v) in (int, float) and
+                                           _NUMBER_TAIL.fullmatch(self.buf, end) is not None)
+            if cut and self.fill():
                 continue
             self.pos = end
             return v
@@ -108,7 +121,8 @@ class _Window:
 def items(f: IO[str], array_key: str = "traceEvents") -> Iterator[tuple[str | None, Any]]:
     """A JSON document's parts in file order: a top-level array's elements as ``(None,
     element)``; an object's members as ``(key, value)``, except the array under
-    ``array_key``, whose elements come one by one as ``(array_key, element)``. Members
+    ``array_key``, whose elements come one by one as ``(array_key, element)`` (the
+    others' keys are :class:`Member`, so an ``array_key`` that is no array is told). Members
     after the array (torch writes ``distributedInfo`` before or after it) come after."""
     w = _Window(f)
     opener = w.expect("[{")
@@ -143,6 +157,6 @@ def _members(w: _Window, array_key: str) -> Iterator[tuple[str, Any]]:
             w.pos += 1
             yield from ((key, v) for v in _elements(w))
         else:
-            yield key, w.value()
+            yield Member(key), w.value()
         if w.expect(",}") == "}":
             return

@@ -9,8 +9,13 @@ A reader is a module of this package with:
   (:mod:`rl_insight.profiler.model`), raising :class:`~rl_insight.profiler.model.BadFile`
   (with why, and what to do) for a file it cannot read. The importer takes a file's
   traces only once ``read`` is exhausted, so a file that breaks half-way sends nothing;
+- optionally ``step_of(path) -> int | None``: the step a file's name says it holds (the
+  importer reads a step's files together and sends its mark after them; without it,
+  every mark comes after the last file);
 - optionally ``UPLOAD``: the JSON schema of one file as the API's upload takes it
-  (``application/json``); a reader without one is imported by the CLI only.
+  (``application/json``); its ``read`` then also takes ``name=`` (the uploaded file's
+  name), ``step=`` (where the name tells none) and ``strict=True`` (what the schema
+  requires must be inside the file). A reader without one is imported by the CLI only.
 
 Modules are imported when asked for, so naming a profiler loads only its reader (the
 server and the CLI load none until an import comes).
@@ -19,12 +24,15 @@ server and the CLI load none until an import comes).
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
 from rl_insight.profiler.model import RankTrace
+
+log = logging.getLogger(__name__)
 
 READERS = {
     "torch": "rl_insight.profiler.torch",  # torch.profiler's Chrome traces (verl's tool=torch)
@@ -71,6 +79,10 @@ def uploadable() -> dict[str, dict]:
         try:
             schema = getattr(get(name), "UPLOAD", None)
         except NoReader:
+            continue
+        except Exception:  # a broken reader loses its route, never the server's start
+            log.exception("the %s reader cannot be loaded; its upload route is left out",
+                          name)
             continue
         if schema:
             out[name] = schema

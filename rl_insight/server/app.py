@@ -31,6 +31,7 @@ from rl_insight.server.routes import (
     compare,
     core,
     experiments,
+    imports,
     profiles,
     push,
     schema,
@@ -79,7 +80,7 @@ def create_app(state: ServerState) -> FastAPI:
         return error(400, "invalid request: " + "; ".join(parts))
 
     for module in (core, targets, experiments, push, traces, anatomy, bound, compare,
-                   alerts, profiles):
+                   alerts, profiles, imports):
         app.include_router(module.router(state))
 
     def openapi() -> dict:
@@ -109,7 +110,8 @@ def allowed_methods(app: FastAPI, scope) -> list[str]:
     return sorted(methods)
 
 
-INTAKE = ("/v1/traces", "/metrics/", "/api/v1/push/batch")  # writes that carry data
+# writes that carry data (a profiler file's upload streams its own body, to disk)
+INTAKE = ("/v1/traces", "/metrics/", "/api/v1/push/batch", "/api/v1/import/")
 
 
 class Guard:

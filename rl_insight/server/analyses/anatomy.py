@@ -25,7 +25,7 @@ from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
 from rl_insight.frameworks.table import parts, wait_causes
-from rl_insight.frameworks.wire import STEP_STATE, TRAINER_LANE
+from rl_insight.frameworks.wire import IMPORT_PROCESS, STEP_STATE, TRAINER_LANE
 from rl_insight.server.analyses.anatomy_series import Families
 
 # a lane has a handful of states per step and a step needs its own and the previous
@@ -38,6 +38,25 @@ RUN = ("project", "experiment_name")
 REDO_ROWS = 8  # final rows a late lane can still be put in (with max_wait_s)
 MAX_TIMING_STEPS = 64  # steps whose timing keys wait for their row (the oldest dropped)
 MAX_BUCKET_SPANS = 4096  # goodput-bucket intervals held per run (a few steps' worth)
+
+
+def _told_again(q: deque, iv: tuple) -> bool:
+    """Whether ``iv`` is a phase the lane holds already (a rank monitored live and
+    imported from its profile: the same block twice): the two made one in place, the
+    one whose evidence summarises its collectives winning, the other's keys added."""
+    for i, have in enumerate(q):
+        if have[0] == iv[0] and have[1] < iv[2] and iv[1] < have[2]:
+            a = ranks.unpack(have[3] if len(have) > 3 else None)
+            b = ranks.unpack(iv[3] if len(iv) > 3 else None)
+            keep, other = (iv, a) if _summarised(b) and not _summarised(a) else (have, b)
+            ev = {**other, **ranks.unpack(keep[3] if len(keep) > 3 else None)}
+            q[i] = (keep[0], keep[1], keep[2], ranks.pack(ev)) if ev else keep[:3]
+            return True
+    return False
+
+
+def _summarised(evidence: dict) -> bool:
+    return bool(evidence.get(ranks.COLLECTIVES)) and evidence.get(ranks.MEAN_TO_END) is not None
 
 
 def _from_lanes(row: StepRow) -> bool:
@@ -95,6 +114,11 @@ class RunAnatomy:
         # the windows of the newest final marks, made into rows or not (nothing but
         # timing keys told them yet): a late lane's spans make them again
         self.windows: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        # profiler imports (rl_insight/profiler/export.py): steps whose mark an import
+        # made (later marks of the step widen it), lanes it put spans on (a phase told
+        # twice there, live and from the profile, is one)
+        self.imported_steps: deque[int] = deque(maxlen=MAX_SPANS_PER_LANE)
+        self.imported_lanes: set[str] = set()
         # the verdict and the what-if over the newest steps, made again as rows are made:
         # the per-step series and the status page read it
         self.summary: dict | None = None
@@ -174,18 +198,24 @@ class RunAnatomy:
             self.rows.insert(max(i, 0), row)
 
     def add_span(self, lane: str, state: str, start: int, end: int, step,
-                 evidence: dict | None = None) -> None:
+                 evidence: dict | None = None, process: str = "") -> None:
+        imported = process.startswith(IMPORT_PROCESS)
         if lane == TRAINER_LANE and state == STEP_STATE:
             try:
                 number = int(step)
             except (TypeError, ValueError):
                 return
             # one mark per step: a framework's own step span and its tracker's mark (two
-            # processes, or two paths, telling the same step) are one step, the first
+            # processes, or two paths, telling the same step) are one step, the first;
+            # an imported step's later marks widen it (its files came one at a time)
             if number in self.mark_steps:
+                if imported and number in self.imported_steps:
+                    self._widen(number, start, end)
                 return
             if end not in self.marks and end > self.final_end:
                 self.mark_steps.append(number)
+                if imported:
+                    self.imported_steps.append(number)
                 self.marks[end] = (number, start)
                 self.durations.append((end - start) / 1e9)
                 self.last_mark_end = max(self.last_mark_end, end)
@@ -193,17 +223,38 @@ class RunAnatomy:
         if not laneid.is_dedicated(lane):
             return
         if end <= self.final_end or start < self.final_end:
+            self._late(start, end)
             self.late_spans += end <= self.final_end
-            self.late = [min(start, self.late[0]), max(end, self.late[1])] if self.late \
-                else [start, end]
         q = self.lanes.get(lane)
         if q is None:
             q = self.lanes[lane] = deque(maxlen=MAX_SPANS_PER_LANE)
-        q.append((state, start, end, ranks.pack(evidence)) if evidence else (state, start, end))
+        iv = (state, start, end, ranks.pack(evidence)) if evidence else (state, start, end)
+        if imported:
+            self.imported_lanes.add(lane)
+        if not (lane in self.imported_lanes and _told_again(q, iv)):
+            q.append(iv)
         if end > self.last_end.get(lane, 0):
             self.last_end[lane] = end
         if start < self.first_start.get(lane, 1 << 62):
             self.first_start[lane] = start
+
+    def _late(self, start: int, end: int) -> None:
+        self.late = [min(start, self.late[0]), max(end, self.late[1])] if self.late \
+            else [start, end]
+
+    def _widen(self, number: int, start: int, end: int) -> None:
+        """An imported step's mark widened by another of its files: pending, its
+        window; final, its window and its row made again (as for a late span)."""
+        for at, (n, s) in list(self.marks.items()):
+            if n == number:
+                del self.marks[at]
+                self.marks[max(at, end)] = (n, min(s, start))
+                return
+        if number in self.windows:
+            s, e = self.windows[number]
+            self.windows[number] = (min(s, start), max(e, end))
+            self.final_end = max(self.final_end, end)
+            self._late(min(s, start), max(e, end))
 
     def add_request(self, r: Request) -> None:
         if r.end_ns <= self.final_end:
@@ -350,11 +401,11 @@ class AnatomyStore:
         if not self.settings.enabled:
             return
         with self._lock:
-            for project, experiment, lane, state, start, end, _process, step, *ev in rows:
+            for project, experiment, lane, state, start, end, process, step, *ev in rows:
                 if lane != TRAINER_LANE and not laneid.is_dedicated(lane):
                     continue
                 self._run((project, experiment)).add_span(lane, state, start, end, step,
-                                                          ev[0] if ev else None)
+                                                          ev[0] if ev else None, process)
 
     def add_timings(self, rows: Iterable[tuple[str, str, str, int, int, dict]]) -> None:
         """Framework trackers' timing keys: (project, experiment, framework, step, sent
