@@ -120,6 +120,7 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
             stamps.append({"step": step, "stage": stage, "before_ns": before,
                            "after_ns": time.time_ns()})
         w.profiler.stop(run_command=step == args["steps"])
+        dist.barrier()  # verl's driver gathers every rank's stop_profile, then logs the step
         if live and rank == 0:
             import rl_insight
 

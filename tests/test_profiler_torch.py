@@ -177,7 +177,7 @@ def test_an_upload_names_its_step_where_its_name_tells_none(tmp_path):
 
 
 @pytest.mark.parametrize("damage, why", [
-    (lambda b: gzip.compress(b)[:-40], "cut short or damaged|truncated gzip"),
+    (lambda b: gzip.compress(b)[:-40], "truncated or damaged gzip"),
     (lambda b: b"this is no trace", "not a whole JSON document"),
     (lambda b: b'{"traceEvents": {"a": 1}, "distributedInfo": {"rank": 0}}', "not an array"),
     (lambda b: b'{"traceEvents": [1, 2]}', "not events"),

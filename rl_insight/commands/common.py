@@ -52,3 +52,16 @@ def api_call(call) -> int:
     if result is not None:
         print(result if isinstance(result, str) else json.dumps(result, indent=2))
     return 0
+
+
+def mark_finished(client, project: str, experiment: str) -> None:
+    """An imported run marked finished, so its last step is final now (said, not
+    raised, when the server refuses: the step comes within anatomy.max_wait_s)."""
+    from rl_insight.commands.api_client import ApiError
+
+    try:
+        client.post("/api/v1/experiments/finish", {"project": project,
+                                                   "experiment_name": experiment})
+    except ApiError as exc:
+        print(f"rl-insight: marking the run finished failed ({exc}); its last step "
+              "is reported within anatomy.max_wait_s", file=sys.stderr)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rl_insight.commands.common import server_client
+from rl_insight.commands.common import mark_finished, server_client
 
 RETRIES = 5  # a busy server (503, Retry-After) is asked again this many times
 NOTE_EVERY_S = 10.0  # without a terminal, a progress line this often
@@ -215,7 +215,5 @@ def _live(client, args: argparse.Namespace) -> bool:
 
 def _finish(client, args: argparse.Namespace) -> None:
     """A one-off import marks the run finished, so its last step is final now."""
-    from rl_insight.commands.runs import mark_finished
-
     if not (args.running or args.follow):
         mark_finished(client, args.project, args.experiment)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from rl_insight import config as config_mod
-from rl_insight.commands.common import api_call, server_client
+from rl_insight.commands.common import api_call, mark_finished, server_client
 
 
 def cmd_targets_add(args: argparse.Namespace) -> int:
@@ -276,16 +276,3 @@ def cmd_import(args: argparse.Namespace) -> int:
     if not failed and not args.running:  # the run's last step is made now, not at max_wait
         mark_finished(client, args.project, args.experiment)
     return 1 if failed else 0
-
-
-def mark_finished(client, project: str, experiment: str) -> None:
-    """An imported run marked finished, so its last step is final now (said, not
-    raised, when the server refuses: the step comes within anatomy.max_wait_s)."""
-    from rl_insight.commands.api_client import ApiError
-
-    try:
-        client.post("/api/v1/experiments/finish", {"project": project,
-                                                   "experiment_name": experiment})
-    except ApiError as exc:
-        print(f"rl-insight: marking the run finished failed ({exc}); its last step "
-              "is reported within anatomy.max_wait_s", file=sys.stderr)

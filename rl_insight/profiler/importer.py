@@ -76,6 +76,7 @@ class Import:
         self.timeline = timeline
         self.tally = Tally()
         self.pending: dict[int, export.Window] = {}  # steps read, not yet marked
+        self.marked_end = 0  # the newest mark's end (the next starts there at the earliest)
         self.step_of = getattr(self.reader, "step_of", None)
 
     def read(self, path: Path) -> list[RankTrace] | None:
@@ -126,7 +127,13 @@ class Import:
                         [s for s in steps if s in self.pending])
         if not chosen:
             return
-        self.send(export.marks({s: self.pending[s] for s in chosen}))
+        windows = {}
+        for s in chosen:  # a step's window starts where the one before ended: a rank's
+            w = self.pending[s]  # phase is read in the step it ended in, once
+            w[0] = min(max(w[0], self.marked_end), w[1])
+            self.marked_end = max(self.marked_end, w[1])
+            windows[s] = w
+        self.send(export.marks(windows))
         for s in chosen:
             del self.pending[s]
             self.tally.steps.add(s)

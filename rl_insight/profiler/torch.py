@@ -139,6 +139,9 @@ def read(path: str | Path, *, name: str | None = None, step: int | None = None,
         with jsonstream.open_text(path) as f:
             trace = _Reader(str(name or path), fname, strict).read(f)
     except jsonstream.BadJson as exc:
+        if str(exc).startswith("cannot be read to its end"):  # the gzip stream broke
+            raise BadFile(f"a truncated or damaged gzip ({exc}): a file copied or written "
+                          "in part; copy it again, or export it again") from None
         raise BadFile(f"not a whole JSON document ({exc}): a torch trace cut short or "
                       "damaged; export it again") from None
     except (OSError, EOFError, UnicodeError, RecursionError) as exc:

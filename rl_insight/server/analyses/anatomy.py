@@ -243,8 +243,14 @@ class RunAnatomy:
             else [start, end]
 
     def _widen(self, number: int, start: int, end: int) -> None:
-        """An imported step's mark widened by another of its files: pending, its
-        window; final, its window and its row made again (as for a late span)."""
+        """An imported step's mark widened by another of its files, never into its
+        neighbours' windows (a phase is read in the step it ended in: windows that
+        overlap would count it twice): pending, its window; final, its window and its
+        row made again (as for a late span)."""
+        steps = [(n, s, at) for at, (n, s) in self.marks.items()] + \
+            [(n, s, e) for n, (s, e) in self.windows.items()]
+        start = max([start, *(e for n, _, e in steps if n < number)])
+        end = min([end, *(s for n, s, _ in steps if n > number)])
         for at, (n, s) in list(self.marks.items()):
             if n == number:
                 del self.marks[at]
