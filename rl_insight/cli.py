@@ -315,6 +315,9 @@ def _add_setup_tools(top, remote: argparse.ArgumentParser) -> None:
     p.add_argument("--timeline", metavar="FILE",
                    help="--profiler: also write every rank's ranges and device work to "
                         "FILE, a Chrome trace Perfetto opens (one process per rank)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="--profiler: read N files at a time, in N processes (each holds "
+                        "one file's events: memory N times the largest file's)")
     p.add_argument("--rank-from", metavar="FILE",
                    help="--profiler nvtx: each report's rank where its process's "
                         "environment tells none, lines `<file name, host:pid or pid> "

@@ -90,7 +90,7 @@ def made(route_server, tmp_path_factory) -> Made:
     common = ("import", str(out), "--profiler", "torch", "--server-url", url,
               "--project", PROJECT, "--experiment-name")
     imported = cli.run(*common, IMPORTED["experiment_name"], "--timeline", str(timeline))
-    joined = cli.run(*common, LIVE["experiment_name"])
+    joined = cli.run(*common, LIVE["experiment_name"], "--jobs", "2")  # two processes
     return Made(out, timeline, imported, joined, before)
 
 

@@ -137,8 +137,11 @@ def cmd_import_profiler(args: argparse.Namespace) -> int:
                       f"{' '.join(args.files)}", file=sys.stderr)
                 return 2
             progress = Progress(len(files), job.tally)
+            if args.jobs > 1 and timeline is not None:
+                print("rl-insight: --timeline reads the files in this process; --jobs "
+                      "left out", file=sys.stderr)
             try:
-                job.run(files, progress)
+                job.run(files, progress, jobs=max(1, args.jobs))
             finally:
                 progress.close()
     except importer.SendFailed as exc:

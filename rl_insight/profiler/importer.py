@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 from rl_insight.events import Span
 from rl_insight.profiler import export, readers
-from rl_insight.profiler.model import BadFile, RankTrace
+from rl_insight.profiler.model import BadFile
 from rl_insight.profiler.stages import phase_of
 from rl_insight.profiler.timeline import RankTimeline
 
@@ -62,6 +64,50 @@ def inputs(reader: readers.Reader, paths: Iterable[str | Path]) -> list[Path]:
     return sorted(seen, key=key)
 
 
+@dataclass
+class Digest:
+    """What an import keeps of one file read whole (small: the events are let go):
+    its ranks' stage spans, their steps' windows, its figures; or why it is bad."""
+
+    path: str
+    bad: str = ""
+    spans: list[Span] = field(default_factory=list)
+    windows: dict[int, export.Window] = field(default_factory=dict)
+    ranks: set[int] = field(default_factory=set)
+    roles: set[str] = field(default_factory=set)
+    unmarked: int = 0
+    bytes: int = 0
+
+
+def digest(profiler: str, path: Path, options: dict,
+           timeline: RankTimeline | None = None) -> Digest:
+    """One file read whole and reduced to what the import sends (in a worker process
+    with ``--jobs``); its events go to ``timeline`` first where there is one."""
+    try:
+        traces = list(readers.get(profiler).read(path, **options))
+    except READ_ERRORS as exc:
+        why = str(exc) if isinstance(exc, BadFile) else \
+            f"cannot be read ({exc.__class__.__name__}: {exc})"
+        return Digest(str(path), bad=why)
+    if not traces:
+        return Digest(str(path), bad="no rank's events in it")
+    d = Digest(str(path))
+    for t in traces:
+        d.spans += export.rank_spans(t, profiler, export.process_of(t))
+        d.unmarked += sum(1 for r in t.ranges() if phase_of(r.name) is None)
+        d.ranks.add(t.rank)
+        if t.role:
+            d.roles.add(t.role)
+        if timeline is not None:
+            timeline.add(t)
+    export.steps_of(traces, d.windows)
+    try:
+        d.bytes = os.path.getsize(path)
+    except OSError:
+        pass
+    return d
+
+
 class Import:
     """An import's state: the reader, the run, the sender, the steps not yet marked."""
 
@@ -79,40 +125,24 @@ class Import:
         self.marked_end = 0  # the newest mark's end (the next starts there at the earliest)
         self.step_of = getattr(self.reader, "step_of", None)
 
-    def read(self, path: Path) -> list[RankTrace] | None:
-        """The file's ranks, whole; None (and why, in the tally) when it is bad."""
-        try:
-            traces = list(self.reader.read(path, **self.options))
-        except READ_ERRORS as exc:
-            why = str(exc) if isinstance(exc, BadFile) else \
-                f"cannot be read ({exc.__class__.__name__}: {exc})"
-            self.tally.bad[str(path)] = why
-            return None
-        if not traces:
-            self.tally.bad[str(path)] = "no rank's events in it"
-            return None
-        return traces
+    def digest(self, path: Path) -> Digest:
+        return digest(self.profiler, path, self.options, self.timeline)
 
-    def take(self, path: Path, traces: list[RankTrace]) -> None:
+    def take(self, d: Digest) -> None:
         """A file read whole: its ranks' spans sent, its steps' windows kept for their
-        marks, its events written to the timeline."""
-        spans: list[Span] = []
-        for t in traces:
-            spans += export.rank_spans(t, self.profiler, export.process_of(t))
-            self.tally.unmarked += sum(1 for r in t.ranges()
-                                       if phase_of(r.name) is None)
-            self.tally.ranks.add(t.rank)
-            if t.role:
-                self.tally.roles.add(t.role)
-            if self.timeline is not None:
-                self.timeline.add(t)
-        self.send(spans)
-        export.steps_of(traces, self.pending)
-        self.tally.read += 1
-        try:
-            self.tally.bytes += os.path.getsize(path)
-        except OSError:
-            pass
+        marks; a bad one named with why."""
+        if d.bad:
+            self.tally.bad[d.path] = d.bad
+            return
+        self.send(d.spans)
+        for step, w in d.windows.items():
+            export.widen(self.pending, step, w)
+        t = self.tally
+        t.read += 1
+        t.bytes += d.bytes
+        t.unmarked += d.unmarked
+        t.ranks |= d.ranks
+        t.roles |= d.roles
 
     def send(self, spans: list[Span]) -> None:
         for payload, n in export.exports(spans, self.project, self.experiment,
@@ -138,23 +168,31 @@ class Import:
             del self.pending[s]
             self.tally.steps.add(s)
 
-    def run(self, files: list[Path], progress: Callable[[Path], None] = lambda p: None
-            ) -> Tally:
-        """Every file in order; a step's mark as soon as the next file is of another
+    def run(self, files: list[Path], progress: Callable[[Path], None] = lambda p: None,
+            jobs: int = 1) -> Tally:
+        """Every file in order (read by ``jobs`` processes; one with a timeline, which
+        needs the events here); a step's mark as soon as the next file is of another
         step (the reader's names say so), the rest at the end. Raises SendFailed when
         the server stops taking exports: the files before were sent whole, and sending
         them again is harmless (the server takes a rank's phase told twice as one)."""
         self.tally.files += len(files)
-        for path in files:
+        for path, d in self._digests(files, jobs):
             hint = self.step_of(path) if self.step_of else None
             if hint is not None:
                 self.mark([s for s in self.pending if s != hint])
-            traces = self.read(path)
-            if traces is not None:
-                self.take(path, traces)
+            self.take(d)
             progress(path)
         self.mark()
         return self.tally
+
+    def _digests(self, files: list[Path], jobs: int) -> Iterator[tuple[Path, Digest]]:
+        if jobs <= 1 or self.timeline is not None or len(files) < 2:
+            for path in files:
+                yield path, self.digest(path)
+            return
+        with ProcessPoolExecutor(jobs) as pool:  # results in order, each small
+            yield from zip(files, pool.map(digest, repeat(self.profiler), files,
+                                           repeat(self.options)), strict=True)
 
 
 @dataclass
@@ -198,26 +236,23 @@ class Follower:
             self.done[path] = shape
             self.job.tally.bad.pop(str(path), None)
             self.job.tally.files += 1
-            traces = self.job.read(path)
-            if traces is not None:
-                before = set(self.job.pending)
-                self.job.take(path, traces)
-                for t in traces:
-                    if t.step is not None:
-                        self.last_file[t.step] = now
-                self._late(before, traces)
+            d = self.job.digest(path)
+            before = set(self.job.pending)
+            self.job.take(d)
+            for step in d.windows:
+                self.last_file[step] = now
+            self._late(before, d.windows)
             read.append(path)
         ready = [s for s in self.job.pending if now - self.last_file.get(s, now) >= self.settle_s]
         self.job.mark(ready)
         return read
 
-    def _late(self, before: set[int], traces: list[RankTrace]) -> None:
+    def _late(self, before: set[int], steps: Iterable[int]) -> None:
         """A file of a step already marked: its mark sent again, widened (the server
         widens an imported step's mark with it)."""
-        for t in traces:
-            if t.step is not None and t.step in self.job.tally.steps and \
-                    t.step not in before:
-                self.last_file[t.step] = self.clock() - self.settle_s  # mark it now
+        for step in steps:
+            if step in self.job.tally.steps and step not in before:
+                self.last_file[step] = self.clock() - self.settle_s  # mark it now
 
     def finish(self) -> None:
         self.job.mark()

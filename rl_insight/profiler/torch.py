@@ -270,10 +270,9 @@ class _Reader:
         """(global rank, world size): distributedInfo's, else verl's name's."""
         info = self.header.get("distributedInfo")
         info = info if isinstance(info, dict) else {}
-        world = info.get("world_size")
-        world = _integer(world, "distributedInfo.world_size", 1, MAX_RANK + 1) \
-            if world is not None else self.fname.world
-        if info.get("rank") is not None:
+        world = _integer(info["world_size"], "distributedInfo.world_size", 1, MAX_RANK + 1) \
+            if "world_size" in info else self.fname.world
+        if "rank" in info:
             return _integer(info["rank"], "distributedInfo.rank", 0, MAX_RANK), world
         if self.strict:
             raise BadFile("no distributedInfo.rank inside: an upload must say its rank "
