@@ -301,6 +301,54 @@ def culprit_step(server: str, project: str, experiment: str, step: int, out: Pat
     return path
 
 
+def imported_run(server: str, project: str, experiment: str, step: int, timeline: Path,
+                 out: Path) -> Path:
+    """An imported run's step: every rank's stages and collectives from the merged
+    timeline `rl-insight import --timeline` wrote (the rank the step waited for marked),
+    and `rl-insight report --step N` as it prints."""
+    import json
+
+    plt, rows, e, text = _explained(server, project, experiment, step)
+    row = next(r for r in rows if r["step"] == step)
+    events = [ev for ev in json.loads(timeline.read_text())["traceEvents"]
+              if ev.get("ph") == "X" and (ev.get("args") or {}).get("step") == step]
+    fig, grid = _over_text(plt, text, 2.4)
+    ax = fig.add_subplot(grid[0, :])
+    t0 = min(ev["ts"] for ev in events)
+    stages = sorted({ev["name"] for ev in events if ev["cat"] == "range"})
+    colors = dict(zip(stages, plt.get_cmap("tab10").colors, strict=False))
+    ranks = sorted({ev["pid"] for ev in events})
+    culprit = str((row.get("culprit") or {}).get("rank"))
+    for ev in events:
+        y = ranks.index(ev["pid"])
+        x, w = (ev["ts"] - t0) / 1e6, ev["dur"] / 1e6
+        if ev["cat"] == "range":
+            inner = ev["name"] == "train_batch"  # verl nests it in actor_update
+            ax.broken_barh([(x, w)], (y - (0.2 if inner else 0.38), 0.4 if inner else 0.76),
+                           color=colors[ev["name"]], alpha=0.9 if inner else 0.55)
+        else:
+            ax.broken_barh([(x, max(w, 0.002))], (y + 0.22, 0.14), color="black")
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" + (" (waited for)" if str(r) == culprit
+                                                     else "") for r in ranks], fontsize=8)
+    for label in ax.get_yticklabels():
+        if "waited" in label.get_text():
+            label.set_color("tab:red")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"seconds since step {step}'s first event", fontsize=8)
+    ax.set_title(f"RL-Insight · an imported run's step {step}: each rank's verl stages "
+                 "(colour) and its collectives (black), from verl's torch-profiler files",
+                 fontsize=10, loc="left")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[s]) for s in stages],
+              labels=stages, fontsize=7, ncol=len(stages), loc="upper left")
+    ax.set_ylim(len(ranks) - 0.3, -1.1)
+    _command(fig, grid, f"rl-insight report --project {project} --experiment-name "
+                        f"{experiment} --step {step}", text)
+    path = out / "imported-run.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prometheus", required=True)
@@ -315,9 +363,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="only the What changed picture of this (drifting) run")
     ap.add_argument("--culprit-step", type=int,
                     help="only this step traced to its rank and code (a straggler run)")
+    ap.add_argument("--imported-step", type=int,
+                    help="only this step of an imported run, with --timeline")
+    ap.add_argument("--timeline", help="the merged timeline `rl-insight import` wrote")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.imported_step:
+        drawn = imported_run(a.server, a.project, a.experiment, a.imported_step,
+                             Path(a.timeline), out)
+        print(f"wrote {drawn}")
+        return 0
     if a.culprit_step:
         print(f"wrote {culprit_step(a.server, a.project, a.experiment, a.culprit_step, out)}")
         return 0

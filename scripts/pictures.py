@@ -66,6 +66,20 @@ def main() -> int:
                         "stragglers", "--start", "0", "--end", "0", "--server",
                         "http://127.0.0.1:18080", "--culprit-step", "6"],
                        env=env, cwd=REPO, check=True)
+        # an imported run: verl's torch profiler on three gloo ranks, rank 2 slow from
+        # step 2, its files imported with a merged timeline
+        traces = Path(home) / "profile"
+        subprocess.run([sys.executable, "examples/profiled_ranks.py", "--out", str(traces),
+                        "--discrete-last"], env={**env, "RL_INSIGHT_SERVER_URL": ""},
+                       cwd=REPO, capture_output=True, text=True, check=True)
+        subprocess.run(cli + ["import", str(traces), "--profiler", "torch", "--project",
+                              "demo", "--experiment-name", "profiled", "--timeline",
+                              str(traces / "merged.json")], env=env, cwd=REPO, check=True)
+        subprocess.run([sys.executable, "-m", "dashboards.render", "--prometheus",
+                        "http://127.0.0.1:9090", "--project", "demo", "--experiment",
+                        "profiled", "--start", "0", "--end", "0", "--server",
+                        "http://127.0.0.1:18080", "--imported-step", "3", "--timeline",
+                        str(traces / "merged.json")], env=env, cwd=REPO, check=True)
     finally:
         subprocess.run(cli + ["server", "stop"], env=env, cwd=REPO)
     return 0
