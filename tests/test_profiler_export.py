@@ -102,6 +102,17 @@ def decode(payload: bytes) -> tuple[str, list]:
     return ss.scope.name, list(ss.spans)
 
 
+def test_every_profiler_s_reader_is_found_by_its_name_and_torch_s_takes_uploads():
+    from rl_insight.profiler import readers
+
+    for name in ("torch", "nvtx", "mstx"):
+        reader = readers.get(name)
+        assert callable(reader.files) and callable(reader.read), name
+    assert list(readers.uploadable()) == ["torch"]
+    with pytest.raises(readers.NoReader, match="known: mstx, nvtx, torch"):
+        readers.get("nsys")
+
+
 def test_exports_carry_the_import_s_scope_and_hold_at_most_their_size():
     spans = [s for r in range(3) for s in export.rank_spans(trace(r), "torch")]
     spans += export.marks(export.steps_of([trace(r) for r in range(3)]))

@@ -95,8 +95,9 @@ def summary(tally, args: argparse.Namespace, url: str) -> list[str]:
         lines.append(f"see it: rl-insight report --project {args.project} "
                      f"--experiment-name {args.experiment} --step {step}")
     elif tally.read:
-        lines.append("no file named its step (verl's names carry step<N>): the ranks' "
-                     "lanes are in, no step marks; keep verl's file names")
+        lines.append("no file said which step it holds (verl's torch traces name it, "
+                     "step<N>): the ranks' lanes are in, no step marks; a run monitored "
+                     "live has its own: import into it")
     return lines
 
 
