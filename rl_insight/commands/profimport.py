@@ -7,15 +7,22 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rl_insight.commands.common import mark_finished, server_client
+
+if TYPE_CHECKING:
+    from rl_insight.commands.api_client import ServerClient
+    from rl_insight.profiler.importer import Import, Tally
+    from rl_insight.profiler.readers import Reader
 
 RETRIES = 5  # a busy server (503, Retry-After) is asked again this many times
 NOTE_EVERY_S = 10.0  # without a terminal, a progress line this often
 
 
-def _sender(client):
+def _sender(client: ServerClient) -> Callable[[bytes], bool]:
     """``send(export) -> bool`` to the server's /v1/traces, a busy server waited for."""
     from rl_insight.commands.api_client import ApiError
 
@@ -37,7 +44,7 @@ class Progress:
     """Files read of N, ranks and bytes: a tqdm bar on a terminal, a line every
     ``NOTE_EVERY_S`` otherwise (a log file), nothing for a few files."""
 
-    def __init__(self, total: int, tally) -> None:
+    def __init__(self, total: int, tally: Tally) -> None:
         from tqdm import tqdm
 
         self.tally, self.total = tally, total
@@ -78,7 +85,7 @@ def _ranges(numbers: set[int]) -> str:
     return ", ".join(out)
 
 
-def summary(tally, args: argparse.Namespace, url: str) -> list[str]:
+def summary(tally: Tally, args: argparse.Namespace, url: str) -> list[str]:
     """What came in, what was skipped and why, and where to look."""
     lines = [f"{tally.read} of {tally.files} files imported into {url} as "
              f"{args.project}/{args.experiment}: {len(tally.ranks)} ranks "
@@ -166,7 +173,7 @@ def cmd_import_profiler(args: argparse.Namespace) -> int:
     return 1 if job.tally.bad and not job.tally.read else 0
 
 
-def _follow(job, args: argparse.Namespace) -> None:
+def _follow(job: Import, args: argparse.Namespace) -> None:
     from rl_insight.profiler import importer
 
     follower = importer.Follower(job, args.files, settle_s=args.settle)
@@ -184,7 +191,7 @@ def _follow(job, args: argparse.Namespace) -> None:
     follower.finish()
 
 
-def _rank_from(reader, path: str) -> dict:
+def _rank_from(reader: Reader, path: str) -> dict:
     """``--rank-from FILE``: lines ``<file name, host:pid or pid> <rank>``, for a reader
     whose files may not say their rank (Nsight's reports without RANK in their
     environment); the reader's ``ranks=``."""
@@ -203,7 +210,7 @@ def _rank_from(reader, path: str) -> dict:
     return {"ranks": ranks}
 
 
-def _live(client, args: argparse.Namespace) -> bool:
+def _live(client: ServerClient, args: argparse.Namespace) -> bool:
     """Whether the run is active at the server already (monitored live: joined, and
     not marked finished by the import)."""
     from rl_insight.commands.api_client import ApiError
@@ -217,7 +224,7 @@ def _live(client, args: argparse.Namespace) -> bool:
                for r in runs)
 
 
-def _finish(client, args: argparse.Namespace) -> None:
+def _finish(client: ServerClient, args: argparse.Namespace) -> None:
     """A one-off import marks the run finished, so its last step is final now."""
     if not (args.running or args.follow):
         mark_finished(client, args.project, args.experiment)
