@@ -272,3 +272,35 @@ def test_following_reads_a_file_once_it_settled_and_marks_a_step_once_it_did(tmp
     now[0] = 25
     follow.poll()
     assert got[-2:] == ["actor_update", "train_step"]  # its mark again, widened
+
+
+def test_an_import_puts_each_stage_s_expert_loads_on_one_span_of_its_step(tmp_path):
+    """verl's msprobe dumps beside the traces (rl_insight/profiler/experts.py): each
+    (step, stage)'s loads, the ranks summed, travel on the first span of that stage and
+    step the import sends, once."""
+    import numpy
+
+    from rl_insight.anatomy.ranks import EXPERT_TOKENS
+    from rl_insight.commands.profimport import _expert_loads
+
+    for rank in range(3):
+        write_trace(tmp_path / name(2, rank), rank, 2, T0 + 2 * S)
+        folder = tmp_path / "dumps" / "step_2" / "actor_update" / f"rank{rank}" / \
+            "dump_tensor_data"
+        folder.mkdir(parents=True)
+        numpy.save(folder / "NPU.npu_grouped_matmul.0.forward.kwargs.group_list.npy",
+                   numpy.array([3, 1, 0, 4 + rank], dtype=numpy.int64))
+    (tmp_path / "dumps" / "step_2" / "actor_update" / "rank0" / "dump_tensor_data" /
+     "NPU.npu_grouped_matmul.1.forward.kwargs.group_list.npy").write_bytes(b"not numpy")
+    bad: dict[str, str] = {}
+    loads = _expert_loads([str(tmp_path)], bad)
+    assert loads == {(2, "actor_update"): {0: [9, 3, 0, 15]}}
+    assert len(bad) == 1 and "group_list.npy" in next(iter(bad))  # named, left out
+    got: list[tuple[str, list]] = []
+    job = importer.Import("torch", "p", "e", lambda b: got.append(decode(b)) or True,
+                          experts=loads)
+    tally = job.run(importer.inputs(job.reader, [tmp_path]))
+    carrying = [s for _, spans in got for s in spans
+                if any(kv.key == EXPERT_TOKENS for kv in s.attributes)]
+    assert len(carrying) == 1 and carrying[0].name == "actor_update"
+    assert tally.experts == 1

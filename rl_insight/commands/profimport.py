@@ -92,6 +92,10 @@ def summary(tally: Tally, args: argparse.Namespace, url: str) -> list[str]:
              f"({_ranges(tally.ranks) or 'none'}), {len(tally.steps)} steps "
              f"({_ranges(tally.steps) or 'none'}), {tally.spans} spans"
              + (f"; roles {', '.join(sorted(tally.roles))}" if tally.roles else "")]
+    if tally.experts:
+        lines.append(f"the experts' load of {tally.experts} stage"
+                     f"{'s' if tally.experts != 1 else ''} (msprobe's dumps) in the report "
+                     "and the Step anatomy dashboard")
     if tally.unmarked:
         lines.append(f"{tally.unmarked} ranges that are no verl stage (FSDP's, your own "
                      "record_function) are in the timeline only")
@@ -106,6 +110,24 @@ def summary(tally: Tally, args: argparse.Namespace, url: str) -> list[str]:
                      "step<N>): the ranks' lanes are in, no step marks; a run monitored "
                      "live has its own: import into it")
     return lines
+
+
+def _expert_loads(paths: list[str], bad: dict[str, str]) -> dict:
+    """An MoE model's expert loads where verl's msprobe dumps lie among the inputs
+    (rl_insight/profiler/experts.py); a dump that cannot be read is said in ``bad``."""
+    from rl_insight.profiler import experts
+
+    out: dict = {}
+    for root in paths:
+        if not Path(root).is_dir():
+            continue
+        said: list[str] = []
+        for key, layers in experts.read(root, said).items():
+            out.setdefault(key, {}).update(layers)
+        for line in said:
+            where, _, why = line.partition(": ")
+            bad[where] = why or line
+    return out
 
 
 def cmd_import_profiler(args: argparse.Namespace) -> int:
@@ -134,7 +156,8 @@ def cmd_import_profiler(args: argparse.Namespace) -> int:
     timeline = RankTimeline(args.timeline, f"{args.project}/{args.experiment}") \
         if args.timeline else None
     job = importer.Import(args.profiler, args.project, args.experiment, _sender(client),
-                          timeline, options)
+                          timeline, options, _expert_loads(args.files, bad := {}))
+    job.tally.bad.update(bad)
     try:
         if args.follow:
             _follow(job, args)

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 
 from rl_insight.events import Span
-from rl_insight.profiler import export, readers
+from rl_insight.frameworks.wire import STEP_ATTR
+from rl_insight.profiler import experts, export, readers
 from rl_insight.profiler.model import BadFile
 from rl_insight.profiler.stages import phase_of
 from rl_insight.profiler.timeline import RankTimeline
@@ -46,6 +47,7 @@ class Tally:
     roles: set[str] = field(default_factory=set)
     unmarked: int = 0  # ranges that are no verl stage (in the timeline only)
     bad: dict[str, str] = field(default_factory=dict)  # file -> why it was skipped
+    experts: int = 0  # (step, stage) expert loads put on a span
 
 
 def inputs(reader: readers.Reader, paths: Iterable[str | Path]) -> list[Path]:
@@ -113,7 +115,9 @@ class Import:
 
     def __init__(self, profiler: str, project: str, experiment: str,
                  send: Callable[[bytes], bool], timeline: RankTimeline | None = None,
-                 options: dict | None = None) -> None:
+                 options: dict | None = None,
+                 experts: Mapping[tuple[int, str], Mapping[int, list[int]]] | None = None
+                 ) -> None:
         self.profiler = profiler
         self.options = options or {}  # the reader's own (nvtx: ranks=, from --rank-from)
         self.reader = readers.get(profiler)
@@ -124,6 +128,11 @@ class Import:
         self.pending: dict[int, export.Window] = {}  # steps read, not yet marked
         self.marked_end = 0  # the newest mark's end (the next starts there at the earliest)
         self.step_of = getattr(self.reader, "step_of", None)
+        # an MoE model's expert loads (profiler/experts.py), (step, phase) -> layers: each
+        # goes on the first span of that stage in that step, once (the ranks' summed)
+        self.experts = {(step, phase_of(stage) or stage): layers
+                        for (step, stage), layers in (experts or {}).items()}
+        self._experts_put: set[tuple[int, str]] = set()
 
     def digest(self, path: Path) -> Digest:
         return digest(self.profiler, path, self.options, self.timeline)
@@ -134,7 +143,7 @@ class Import:
         if d.bad:
             self.tally.bad[d.path] = d.bad
             return
-        self.send(d.spans)
+        self.send([self._with_experts(s) for s in d.spans] if self.experts else d.spans)
         for step, w in d.windows.items():
             export.widen(self.pending, step, w)
         t = self.tally
@@ -143,6 +152,17 @@ class Import:
         t.unmarked += d.unmarked
         t.ranks |= d.ranks
         t.roles |= d.roles
+
+    def _with_experts(self, span: Span) -> Span:
+        """The span with its stage's expert loads, if it is the first of that stage and
+        step to come."""
+        key = (dict(span.attributes).get(STEP_ATTR), span.name)
+        if key not in self.experts or key in self._experts_put:
+            return span
+        self._experts_put.add(key)
+        self.tally.experts += 1
+        return span._replace(attributes=span.attributes + tuple(
+            experts.span_attributes(self.experts[key]).items()))
 
     def send(self, spans: list[Span]) -> None:
         for payload, n in export.exports(spans, self.project, self.experiment,
