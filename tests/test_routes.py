@@ -189,6 +189,14 @@ def test_every_json_body_is_declared_once_by_its_model(client):
               bodies.ProfileRequest, bodies.ProfileTake, bodies.ProfileResult,
               bodies.RunConfig)
     declared = {m.__name__: bodies.schema_of(m) for m in models}
+    # a profiler's file as its upload's body: the schema its reader declares, once
+    # (rl_insight/profiler/readers.py: a reader's UPLOAD)
+    from rl_insight.profiler import readers
+
+    for name in readers.READERS:
+        upload = getattr(readers.get(name), "UPLOAD", None)
+        if upload is not None:
+            declared[f"{name} file"] = upload
     seen = {}
     for path, ops in c.get("/openapi.json").json()["paths"].items():
         for method, op in ops.items():
