@@ -384,3 +384,22 @@ def test_a_change_that_moves_the_run_to_the_other_side_names_the_new_verdict():
                             "why": c["verdict"]["why"], "changed": True}
     text = what_changed.render(got)
     assert "the run is training-bound since (it was rollout-bound)" in text
+
+
+def test_a_phase_inside_another_is_no_second_cause_of_a_slow_step():
+    """verl's DistProfiler marks `train_batch` inside `actor_update` on every rank: a
+    slower train_batch is the step's cause once, its actor_update counted for the rest."""
+    from rl_insight.anatomy import explain
+
+    def step(i: int, batch: float) -> dict:
+        t0 = 100.0 + 10 * i
+        lanes = {f"rank_{k}": [iv("actor_update", t0, t0 + batch + 0.5),
+                               iv("train_batch", t0 + 0.2, t0 + 0.2 + batch)]
+                 for k in range(2)}
+        return step_row(i + 1, int(t0 * S), int((t0 + 10) * S), lanes).as_dict()
+    rows = [step(i, 1.0) for i in range(5)] + [step(5, 3.0)]
+    assert rows[-1]["enclosed"] == {"train_batch": "actor_update"}
+    got = explain.explain(rows, 6)["contributions"]
+    assert got[0]["part"] == "phase:train_batch" and got[0]["over_s"] == pytest.approx(2.0)
+    outer = next(c for c in got if c["part"] == "phase:actor_update")
+    assert outer["seconds"] == pytest.approx(0.5) and outer["over_s"] == pytest.approx(0.0)

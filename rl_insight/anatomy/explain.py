@@ -38,10 +38,16 @@ def _gpus(row: Mapping) -> float:
 
 def parts(row: Mapping) -> dict[str, float]:
     """The seconds of each part of a step: ``generate:<role>`` per replica role,
-    ``phase:<rank state>`` per trainer phase, ``wait:<timing key>`` where the framework
-    times its waits, ``other`` (the driver's own time)."""
+    ``phase:<rank state>`` per trainer phase (an enclosing one for its own share),
+    ``wait:<timing key>`` where the framework times its waits, ``other`` (the driver's
+    own time)."""
     out = {f"generate:{role}": v["generate_s"] for role, v in row.get("roles", {}).items()}
     out.update({f"phase:{p}": s for p, s in row.get("phases", {}).items()})
+    # a phase told inside another (verl's train_batch in actor_update) is the outer's
+    # time too: the outer counts for what it holds beyond it, so no time is a second cause
+    for inner, outer in (row.get("enclosed") or {}).items():
+        if f"phase:{inner}" in out and f"phase:{outer}" in out:
+            out[f"phase:{outer}"] = max(0.0, out[f"phase:{outer}"] - out[f"phase:{inner}"])
     out.update({f"wait:{k}": s for k, s in row.get("waits", {}).items()})
     out["other"] = row.get("other_s", 0.0)
     return out

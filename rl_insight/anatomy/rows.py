@@ -133,6 +133,9 @@ class StepRow:
     # phases whose evidence disagrees (rank_evidence "unclear"): the rank each source
     # pointed at (ranks.why_unclear says it)
     rank_unclear: dict[str, dict] = field(default_factory=dict)
+    # a rank state told inside another on the same lanes (verl's train_batch inside
+    # actor_update): inner -> outer; the explanation counts the outer for its own share
+    enclosed: dict[str, str] = field(default_factory=dict)
     # the ranks' GPUs from a profiler's kernels (rl_insight.anatomy.gpu): busy, comm,
     # overlap and idle per rank (those whose kernels ran longest) and the median rank's,
     # the rank whose kernels ran longest; per phase, an MoE model's expert load
@@ -230,6 +233,7 @@ def step_row(step: int, start_ns: int, end_ns: int,
     _goodput(row, per_rank, requests, max(gpus_per_replica, 0.0) or 1.0,
              max(gpus_per_rank, 0.0) or 1.0)
     _ranks(row, sorted_.rank_lanes)
+    row.enclosed = _enclosed(sorted_.rank_lanes, start_ns, end_ns)
     row.bound = accounting.step_bound(start_ns, end_ns, lanes, requests, first_seen,
                                       gpus_per_replica, gpus_per_rank)
     return row
@@ -250,6 +254,22 @@ def _ranks(row: StepRow, lanes: Mapping[str, list[tuple]]) -> None:
     row.experts = expert_load.from_evidence(
         ((phase, p.evidence) for phase, ranks in phases.items() for p in ranks.values()),
         rank_figures.EXPERT_TOKENS)
+
+
+def _enclosed(lanes: Mapping[str, list[tuple]], lo: int, hi: int) -> dict[str, str]:
+    """Rank states that lie inside one other state on every lane that told them in the
+    step (verl nests ``train_batch`` in ``actor_update``): inner -> outer."""
+    outer_of: dict[str, set[str]] = {}
+    for intervals in lanes.values():
+        ivs = [iv for iv in intervals if iv[2] > lo and iv[1] < hi]
+        for inner in ivs:
+            around = {o[0] for o in ivs if o[0] != inner[0] and o[1] <= inner[1] and
+                      inner[2] <= o[2] and o[2] - o[1] > inner[2] - inner[1]}
+            if inner[0] in outer_of:
+                outer_of[inner[0]] &= around
+            else:
+                outer_of[inner[0]] = around
+    return {inner: next(iter(o)) for inner, o in outer_of.items() if len(o) == 1}
 
 
 def timing_row(step: int, end_ns: int, parts: Parts, framework: str,
