@@ -71,8 +71,12 @@ def _enable(config: ClientConfig | None = None) -> Client | None:
     if not config.enabled:
         _off = config
         return None
-    _off = None
-    _client = Client(config)
+    c = Client(config)
+    if not c.delivers:  # the push backend alone, and none of its sinks could be built
+        c.discard()
+        _off = config
+        return None
+    _off, _client = None, c
     return _client
 
 

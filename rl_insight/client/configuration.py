@@ -11,13 +11,21 @@ Each value is taken from the first of, in this order:
    ``RL_INSIGHT_TOKEN``, ``RL_INSIGHT_PROJECT`` with ``RL_INSIGHT_EXPERIMENT_NAME``, and
    ``RL_INSIGHT_CLIENT_*`` for the client's settings (``VERL_RL_INSIGHT_ENABLE=0`` turns
    monitoring off whatever else is set);
-3. ``init(config=...)``: upstream's ``server.url`` and ``otel.exporter.endpoint`` (the
-   environment wins, as upstream's does) and this package's client settings;
-4. the config file (``$RL_INSIGHT_HOME/config.yaml``), and the token a server on this
-   machine made;
+3. ``init(config=...)``: upstream's ``server.url``, ``otel.exporter.endpoint`` (the
+   environment wins, as upstream's does), ``server.backend`` and ``push``, and this
+   package's client settings;
+4. the config file (``$RL_INSIGHT_CONFIG``, else ``$RL_INSIGHT_HOME/config.yaml``): its
+   settings, and the same keys ``init(config)`` takes (upstream's monitor configuration
+   file after 0.3.0, defaults < file < init(config) < environment:
+   verl-project/rl-insight ``rl_insight/utils/monitor_config_loader.py`` at 99ae298f),
+   and the token a server on this machine made;
 5. the defaults (``rl_insight/config/settings.py``).
 
-A server URL wins over an OTLP endpoint where both are set (with a warning).
+A server URL wins over an OTLP endpoint where both are set (with a warning). The
+backend: ``RL_INSIGHT_SERVER_BACKEND`` (upstream main, verl-project/rl-insight#190), else
+``server.backend`` as above, else ``ray``; ``push`` adds the user's sinks
+(rl_insight/client/push/), beside the server path where a server URL or OTLP endpoint is
+set, on their own where none is.
 
 ``resolve`` is the one place that reads any of these; what it returns is never changed
 after (a later ``init(config=...)`` resolves a new one, which the client takes whole).
@@ -36,11 +44,20 @@ from rl_insight import config as config_mod
 from rl_insight import secret
 from rl_insight.client.options import (
     InitConfig,
+    merged,
     otlp_endpoint_from,
     read_init_config,
     server_url_from,
 )
-from rl_insight.config import ENABLE_ENV, EXPERIMENT_ENV, OTLP_ENV, PROJECT_ENV, SERVER_URL_ENV
+from rl_insight.client.push.shape import PushConfig, read_push
+from rl_insight.config import (
+    BACKEND_ENV,
+    ENABLE_ENV,
+    EXPERIMENT_ENV,
+    OTLP_ENV,
+    PROJECT_ENV,
+    SERVER_URL_ENV,
+)
 from rl_insight.events import Identity
 
 log = logging.getLogger(__name__)
@@ -68,9 +85,16 @@ class ClientConfig:
     # what of the environment decides whether monitoring is on (environ_key), when
     # resolved: a bare init() resolves again only when it changed
     environ_key: tuple[str, ...] = ()
+    backend: str = "ray"  # server.backend: ray, push or local (upstream's server's)
+    push: PushConfig | None = None  # the push backend's sinks (backend push)
 
     @property
     def enabled(self) -> bool:
+        return bool(self.server_url or self.otlp_url or self.push is not None)
+
+    @property
+    def sends(self) -> bool:
+        """Whether events go to a server or an OTLP endpoint (not only to sinks)."""
         return bool(self.server_url or self.otlp_url)
 
     @property
@@ -100,10 +124,11 @@ def endpoints(environ: Mapping[str, str] = os.environ, warn: bool = True,
 
 
 def environ_key(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """The variables that turn monitoring on or off, as they are now (three lookups: a
+    """The variables that turn monitoring on or off, as they are now (a few lookups: a
     bare ``init()`` before every metric compares them)."""
     return (environ.get(SERVER_URL_ENV, ""), environ.get(OTLP_ENV, ""),
-            environ.get(ENABLE_ENV, ""))
+            environ.get(ENABLE_ENV, ""), environ.get(BACKEND_ENV, ""),
+            environ.get(config_mod.CONFIG_ENV, ""))
 
 
 def env_identity(environ: Mapping[str, str] = os.environ) -> Identity | None:
@@ -123,6 +148,13 @@ def load_settings(environ: Mapping[str, str] | None = None,
         return config_mod.Settings()
 
 
+def backend_of(environ: Mapping[str, str], init: InitConfig | None) -> str:
+    """``RL_INSIGHT_SERVER_BACKEND`` (blank: unset), else the layered ``server.backend``,
+    else ``ray``."""
+    chosen = environ.get(BACKEND_ENV, "").strip() or (init.backend if init else "") or "ray"
+    return chosen.strip()
+
+
 def resolve(*, server_url: str | None = None, otlp_url: str | None = None,
             token: str | None = None, project: str | None = None,
             experiment_name: str | None = None, init_config: Any = None,
@@ -130,10 +162,13 @@ def resolve(*, server_url: str | None = None, otlp_url: str | None = None,
     """The configuration in the module's documented order; never raises."""
     from rl_insight.client.options import as_mapping
 
-    mapping = as_mapping(init_config) if init_config else {}
+    # the file's monitor keys under init(config)'s, as upstream layers them
+    mapping = merged(config_mod.monitor_layer(environ),
+                     as_mapping(init_config) if init_config else {})
     init = read_init_config(mapping) if mapping else None
+    off = environ.get(ENABLE_ENV, "").strip() == "0"
     server, otlp = endpoints(environ, warn, server_url or "", otlp_url or "")
-    if not server and not otlp and mapping and environ.get(ENABLE_ENV, "").strip() != "0":
+    if not server and not otlp and mapping and not off:
         server, otlp = endpoints({}, warn, server_url_from(mapping),
                                  otlp_endpoint_from(mapping))
     settings = load_settings(environ, init)
@@ -141,6 +176,13 @@ def resolve(*, server_url: str | None = None, otlp_url: str | None = None,
         token = token or secret.client_token(settings)
     identity = Identity(str(project), str(experiment_name)) \
         if project and experiment_name else env_identity(environ)
+    backend = backend_of(environ, init)
+    if backend not in ("ray", "push", "local") and warn:
+        log.warning("rl-insight: %s=%r is unknown; write ray, push or local; using 'ray'",
+                    BACKEND_ENV if environ.get(BACKEND_ENV, "").strip() else
+                    "server.backend", backend)
+    push = read_push(init.push if init else None) if backend == "push" and not off else None
     return ClientConfig(server, otlp, token or "", identity, settings,
                         (environ.get(PROJECT_ENV, ""), environ.get(EXPERIMENT_ENV, "")),
-                        init.bucket_map if init is not None else (), environ_key(environ))
+                        init.bucket_map if init is not None else (), environ_key(environ),
+                        backend, push)

@@ -1,8 +1,9 @@
 """The per-process client: identity, the event buffer, and the transport it feeds.
 
 Every public call builds a plain event and appends it to the buffer; the buffer's
-thread hands batches to the transport. Nothing here waits on Ray or the network in the
-caller's thread, and nothing raises into it.
+thread hands batches to the transport and, with the push backend, to the user's sinks
+(rl_insight/client/push/). Nothing here waits on Ray or the network in the caller's
+thread, and nothing raises into it.
 """
 
 from __future__ import annotations
@@ -75,7 +76,48 @@ class Client:
         self.steps = StepClock(self.buffer.add)
         atexit.register(self.at_exit)
         self._recent_refs: deque = deque(maxlen=256)  # acknowledgements flush awaits
+        self.fanout = None  # the push backend's sinks (push.fanout.Fanout)
+        self.scrape_targets: list[tuple[list[str], object]] = []  # for a later poller
+        self._start_push()
         os.register_at_fork(after_in_child=self._after_fork)
+
+    @property
+    def delivers(self) -> bool:
+        """Whether events reach anything: a server, an OTLP endpoint or a sink."""
+        return self.sends or self.fanout is not None
+
+    def discard(self) -> None:
+        """Undo what creating a client that delivers nothing set up (its exit hook)."""
+        atexit.unregister(self.at_exit)
+        self._close_push(0.0)
+
+    @property
+    def sends(self) -> bool:
+        """Whether batches go to a server or an OTLP endpoint (not only to sinks)."""
+        return bool(self.server_url or self.otlp_url)
+
+    def _start_push(self) -> None:
+        """The push backend's sinks and poller, when the configuration names them and
+        none run; the targets registered before join the poller. Never raises."""
+        if self.config.push is None or (self.fanout is not None and not self.fanout.closed):
+            return
+        try:
+            from rl_insight.client.push import poller
+
+            self.fanout = poller.start(self.config.push)
+            if self.fanout is not None and self.fanout.poller is not None:
+                for addresses, labels in self.scrape_targets:
+                    self.fanout.poller.add(addresses, labels)
+        except Exception:
+            log.warning("rl-insight: the push backend could not start", exc_info=True)
+
+    def _close_push(self, timeout: float) -> None:
+        f = self.fanout
+        if f is not None:
+            try:
+                f.close(timeout)
+            except Exception:
+                log.warning("rl-insight: closing the push sinks failed", exc_info=True)
 
     def reconfigure(self, config: ClientConfig) -> None:
         """A newer configuration (a later ``init(config=...)``): its settings and bounds,
@@ -88,6 +130,7 @@ class Client:
         self.default_buckets = parse_buckets(s.histogram_buckets)
         self.bucket_map.update(config.bucket_map)
         self.buffer.configure(s.buffer_max_events, s.batch_size, s.flush_interval_s)
+        self._start_push()  # sinks named now (the trainer's init(config) after a worker's)
 
     def _after_fork(self) -> None:
         self.process = f"{socket.gethostname()}:{os.getpid()}"
@@ -135,6 +178,14 @@ class Client:
             t.upkeep()
 
     def _export(self, items: list, dropped: int) -> None:
+        f = self.fanout
+        if f is not None:  # the sinks, on this (the buffer's) thread
+            try:
+                f.feed(self.identity, items)
+            except Exception:  # never the server's loss
+                log.warning("rl-insight: feeding the push sinks failed", exc_info=True)
+        if not self.sends:
+            return
         try:  # a rank's phases carry where it runs and its collectives' arrivals
             items = rank_evidence.enrich(items)
         except Exception:  # never the batch's loss
@@ -163,7 +214,9 @@ class Client:
         self.owner = True
         self._exit_deadline = None  # a new run: its finish() has its own deadline
         os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = identity
-        if self._transport is not None or ray_ready():
+        if named:  # a run after finish(): its sinks again
+            self._start_push()
+        if self.sends and (self._transport is not None or ray_ready()):
             self.transport().register_run(identity)  # an actor call; it does not wait
         if self.server_url:  # targets registered before the run was named join it
             from rl_insight.client.registration import BIND_PATH
@@ -215,10 +268,11 @@ class Client:
             return max(0.0, end - time.monotonic())
 
         self.flush(left())
+        self._close_push(left())  # as upstream's finish(): the poller stops, sinks close
         if not self.wait_registrations(left()):
             log.warning("rl-insight: target registrations were not delivered within %.1fs; "
                         "is the server at %s reachable?", timeout, self.server_url)
-        if self.owner and self.identity is not None and left() > 0:
+        if self.sends and self.owner and self.identity is not None and left() > 0:
             try:
                 self.transport().finish(self.identity, left())
             except Exception as exc:
@@ -237,6 +291,7 @@ class Client:
             self.steps.flush()
             if not self.buffer.shutdown(budget):
                 log.warning("rl-insight: not every event was handed over before exit")
+            self._close_push(left())
             if not self.wait_registrations(left()):
                 log.warning("rl-insight: target registrations were not delivered before "
                             "exit; is the server at %s reachable?", self.server_url)

@@ -2,11 +2,13 @@
 
 Two kinds of keys are honoured. Upstream's nested keys, which existing configs carry:
 ``server.url`` (the environment variable wins: rl_insight/client/configuration.py),
-``server.namespace``, ``server.backend``,
-``prometheus.metrics_report_port`` and platform mode's ``otel.exporter.endpoint``
-(``RL_INSIGHT_OTLP_ENDPOINT`` wins). And this package's own
+``server.namespace``, ``server.backend`` (``ray``, ``push`` or ``local``),
+``prometheus.metrics_report_port``, platform mode's ``otel.exporter.endpoint``
+(``RL_INSIGHT_OTLP_ENDPOINT`` wins) and the push backend's ``push`` section
+(rl_insight/client/push/shape.py). And this package's own
 client settings, flat (``flush_interval_s: 1.0``) or under ``client:``. Anything else is
-ignored with one warning that names it.
+ignored with one warning that names it. The config file's monitor keys
+(``rl_insight.config.monitor_layer``) are read the same way, under these.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from rl_insight.naming import PREFIX
 log = logging.getLogger(__name__)
 
 # upstream's defaults (rl-insight 0.3.0, rl_insight/utils/constants.py, MonitorDefaults
-# and MonitorBackend): the metric namespace and the one client backend it has
+# and MonitorBackend): the metric namespace; its client backends, `ray` and, after 0.3.0,
+# `push` (verl-project/rl-insight rl_insight/client/__init__.py at a0c0a451), and `local`,
+# the value its server config holds (rl_insight/config/config.yaml): the server runs
+# the services on its host, so a training process sends as with `ray`
 UPSTREAM_NAMESPACE = PREFIX.rstrip("_")
-UPSTREAM_BACKENDS = ("ray",)
+UPSTREAM_BACKENDS = ("ray", "push", "local")
 
 
 def as_mapping(config: Any) -> dict[str, Any]:
@@ -43,6 +48,17 @@ def as_mapping(config: Any) -> dict[str, Any]:
 
 
 UPSTREAM_SECTIONS = ("server", "prometheus", "otel")
+PUSH_SECTION = "push"
+
+
+def merged(under: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``under`` as upstream layers its monitor configuration (OmegaConf's
+    merge): mappings merged key by key, anything else (a list of sinks) replaced."""
+    out = dict(under)
+    for k, v in over.items():
+        out[k] = merged(out[k], v) if isinstance(v, Mapping) and \
+            isinstance(out.get(k), Mapping) else v
+    return out
 
 
 def reads_as_options(config: Any) -> bool:
@@ -53,7 +69,7 @@ def reads_as_options(config: Any) -> bool:
     if not isinstance(config, Mapping) and not _is_dictconfig(config):
         return False
     known = {f.name for f in dataclasses.fields(config_mod.ClientSettings)}
-    known.update(UPSTREAM_SECTIONS, ("client",))
+    known.update(UPSTREAM_SECTIONS, ("client", PUSH_SECTION))
     try:
         return all(str(k) in known for k in config.keys())
     except Exception:
@@ -101,6 +117,8 @@ class InitConfig:
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     bucket_map: tuple[tuple[str, tuple[float, ...] | None], ...] = ()
     unknown: tuple[str, ...] = ()
+    backend: str = ""  # server.backend as given ("" when not)
+    push: Mapping[str, Any] | None = None  # the push section as given
 
 
 def _upstream(section: str, key: str, value: Any, out: dict[str, Any]) -> bool:
@@ -116,9 +134,10 @@ def _upstream(section: str, key: str, value: Any, out: dict[str, Any]) -> bool:
                         "the dashboards query", value, PREFIX, UPSTREAM_NAMESPACE)
         return True
     if section == "server" and key == "backend":
-        if value and str(value) not in UPSTREAM_BACKENDS:
-            log.warning("rl-insight: init(config): server.backend=%r is unknown; using "
-                        "'ray' (the hub inside Ray, the server directly outside)", value)
+        if value and str(value).strip() not in UPSTREAM_BACKENDS:
+            log.warning("rl-insight: server.backend=%r is unknown; write ray (the hub "
+                        "inside Ray, the server directly outside), push (your sinks: "
+                        "push.sinks, docs/client.md) or local; using 'ray'", value)
         return True
     if section == "prometheus" and key == "metrics_report_port":
         _take("metrics_port", value, out)
@@ -153,7 +172,11 @@ def read_init_config(mapping: Any) -> InitConfig:
     settings: dict[str, Any] = {}
     buckets: list[tuple[str, tuple[float, ...] | None]] = []
     unknown: list[str] = []
-    for key, value in as_mapping(mapping).items():
+    mapping = as_mapping(mapping)
+    push = mapping.get(PUSH_SECTION)
+    for key, value in mapping.items():
+        if key == PUSH_SECTION and isinstance(value, Mapping):
+            continue  # read as a whole (rl_insight/client/push/shape.py)
         if key in UPSTREAM_SECTIONS and isinstance(value, Mapping):
             for sub, v in _dotted(value).items():
                 if not _upstream(key, sub, v, settings):
@@ -171,9 +194,11 @@ def read_init_config(mapping: Any) -> InitConfig:
     if unknown:
         log.warning("rl-insight: init(config) ignores unknown keys: %s (known: server.url, "
                     "server.namespace, server.backend, prometheus.metrics_report_port, "
-                    "otel.exporter.endpoint, %s)",
+                    "otel.exporter.endpoint, push, %s)",
                     ", ".join(sorted(unknown)), ", ".join(sorted(known)))
-    return InitConfig(settings, tuple(buckets), tuple(unknown))
+    backend = _nested(mapping, "server", "backend")
+    return InitConfig(settings, tuple(buckets), tuple(unknown), backend,
+                      push if isinstance(push, Mapping) else None)
 
 
 def _buckets(value: Any, settings: dict[str, Any], per_metric: list) -> None:

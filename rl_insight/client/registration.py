@@ -65,6 +65,8 @@ def register_targets(c: Any, server_addresses: Sequence[str] | str, job_name: st
     found and registered after their controller. Platform mode registers nothing."""
     from rl_insight.client import transfer_queue as tq_units
 
+    if _to_poller(c, server_addresses, labels) and not c.server_url:
+        return  # the push backend scrapes them here; no server to tell
     if not c.server_url:  # platform mode: the platform scrapes by its own rule
         targets = [server_addresses] if isinstance(server_addresses, str) \
             else list(server_addresses)
@@ -97,6 +99,28 @@ def register_targets(c: Any, server_addresses: Sequence[str] | str, job_name: st
                               "targets": found})
 
         tq_units.register_storage_units_later(units)
+
+
+def _to_poller(c: Any, server_addresses: Sequence[str] | str, labels: Any) -> bool:
+    """The push backend's rollout poller scrapes the targets too (upstream's push client
+    registers them in-process: verl-project/rl-insight rl_insight/utils/prometheus_utils.py
+    at a0c0a451); kept for a poller started later. Whether the push backend took them."""
+    addresses = [server_addresses] if isinstance(server_addresses, str) \
+        else [str(a) for a in server_addresses]
+    if c.config.push is None:
+        return False
+    c.scrape_targets.append((addresses, labels))
+    del c.scrape_targets[:-1000]  # a process registering per trajectory stays bounded
+    f = c.fanout
+    if f is not None and f.poller is not None:
+        f.poller.add(addresses, labels)
+        return True
+    if not c.server_url:
+        log.warning("rl-insight: push backend: %s targets %s are scraped by nothing here: "
+                    "no sink takes the rollout stream with rules (push.sinks[].streams: "
+                    "[rollout], push.rollout.packs) and no server URL is set",
+                    "update_prometheus_config", addresses)
+    return not c.server_url
 
 
 TARGETS_PATH = "/api/v1/prometheus/targets"

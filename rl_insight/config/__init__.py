@@ -18,11 +18,14 @@ from rl_insight.config.loading import (
     as_dict,
     coerce_key,
     env_name,
+    is_monitor_key,
     load,
+    monitor_layer,
     set_key,
     upstream_setting,
 )
 from rl_insight.config.settings import (
+    BACKEND_ENV,
     CONFIG_ENV,
     DEFAULT_HOME,
     ENABLE_ENV,
@@ -52,6 +55,7 @@ from rl_insight.config.settings import (
 
 __all__ = [
     "AlertSettings",
+    "BACKEND_ENV",
     "AlertmanagerSettings",
     "AnatomySettings",
     "CONFIG_ENV",
@@ -83,7 +87,9 @@ __all__ = [
     "coerce_key",
     "duration_seconds",
     "env_name",
+    "is_monitor_key",
     "load",
+    "monitor_layer",
     "set_key",
     "upstream_setting",
 ]

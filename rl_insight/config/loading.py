@@ -188,14 +188,59 @@ _UPSTREAM_WHY = {
 }
 
 
+# Upstream rl-insight's monitor configuration after 0.3.0 (its client's file named by
+# RL_INSIGHT_CONFIG, layered under init(config): verl-project/rl-insight
+# rl_insight/utils/monitor_config_loader.py at 99ae298f): keys a training process reads
+# (monitor_layer, rl_insight/client/configuration.py), no setting of ours, so one file
+# serves the server and the training processes alike
+MONITOR_KEYS = ("server.url", "server.namespace", "otel.exporter",
+                "prometheus.metrics_report_port", "push.sinks", "push.rollout",
+                "push.metric_prefix", "push.trace_prefix")
+CLIENT_BACKENDS = ("ray", "push")  # upstream's client backends (`local` is its server's)
+
+
+def is_monitor_key(key: str, value: Any = None) -> bool:
+    """Whether a dotted key of a config file is the training process's (upstream's
+    monitor configuration) rather than a setting."""
+    if key == "server.backend":
+        return str(value).strip() in CLIENT_BACKENDS
+    return any(key == k or key.startswith(k + ".") for k in MONITOR_KEYS)
+
+
+def monitor_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The monitor keys of the config file ``load`` reads (``$RL_INSIGHT_CONFIG``, else
+    ``$RL_INSIGHT_HOME/config.yaml``), nested as written: the lowest layer of a training
+    process's ``init(config)`` keys. {} when there is none or it cannot be read (``load``
+    says why)."""
+    environ = os.environ if environ is None else environ
+    home = Path(environ.get("RL_INSIGHT_HOME") or Settings().home).expanduser()
+    path = Path(environ.get(CONFIG_ENV) or home / "config.yaml").expanduser()
+    try:
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(data, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in _flatten(data).items():
+        if key == "server.backend" or is_monitor_key(key, value):
+            node = out
+            *parents, last = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+    return out
+
+
 def upstream_setting(key: str, value: Any) -> tuple[str | None, Any, str]:
     """(this project's key or None, the value, a note) for a key of upstream's server
     config; ConfigError for a value that cannot be honoured here."""
     target = _UPSTREAM_SAME.get(key, key)
     if key == "server.backend" and str(value) != "local":
-        raise ConfigError(f"server.backend={value!r} (upstream rl-insight): this server "
-                          "runs Prometheus, Tempo and Grafana itself, as upstream's `local` "
-                          "backend; remove the key")
+        raise ConfigError(f"server.backend={value!r} (upstream rl-insight): write `local` "
+                          "(upstream's server config: this server runs Prometheus, Tempo "
+                          "and Grafana itself), or `ray` or `push` (a training process's "
+                          "client backend, docs/client.md), or remove the key")
     if key == "server.enable" and str(value).lower() in ("false", "0", "no", "off"):
         raise ConfigError("server.enable=false (upstream rl-insight): there is nothing to "
                           "start then; remove the key and do not run `rl-insight server "
@@ -226,6 +271,8 @@ def apply_file(settings: Settings, path: str | os.PathLike) -> None:
         raise ConfigError(f"config file {p} must hold a mapping of sections")
     notes = []
     for key, value in _flatten(data).items():
+        if is_monitor_key(key, value):  # a training process's (monitor_layer)
+            continue
         try:
             if key in _UPSTREAM_SAME or (isinstance(value, str) and "${service_root}" in value):
                 theirs = key

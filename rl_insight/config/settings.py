@@ -21,6 +21,10 @@ OTLP_ENV = "RL_INSIGHT_OTLP_ENDPOINT"
 ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
 PROJECT_ENV = "RL_INSIGHT_PROJECT"
 EXPERIMENT_ENV = "RL_INSIGHT_EXPERIMENT_NAME"
+# upstream rl-insight main after 0.3.0 (verl-project/rl-insight#190; its
+# tests/monitor/ut/utils/test_monitor_config_loader.py at 72763bee): the client backend
+# (``server.backend``) for processes that call init() without the trainer's config
+BACKEND_ENV = "RL_INSIGHT_SERVER_BACKEND"
 
 
 class ConfigError(ValueError):
