@@ -90,7 +90,9 @@ class Poller:
         conn = self._conns.get(url)
         if conn is None:
             conn = self._conns[url] = Connection(url, SCRAPE_TIMEOUT_S, {}, proxy="")
-        r = conn.request("GET", url)
+        # a connection a scrape: an engine's exporter may not keep one alive (a
+        # prometheus_client WSGI server read no second request on it)
+        r = conn.request("GET", url, headers={"Connection": "close"})
         if r.status_code != 200:
             raise OSError(f"HTTP {r.status_code} from {url}")
         return r.text
