@@ -369,3 +369,39 @@ def test_drivers_that_do_not_work_are_said_and_training_goes_on(fresh, tmp_path,
     rl_insight.metric_gauge("loss", 1.0)
     with rl_insight.trace_state("s"):
         pass
+
+
+def test_the_rules_upstream_names_read_an_exposition_as_it_does():
+    """gauge_timer, ratio and a counter's reset (re-baselined, never a negative growth),
+    a counter named with or without _total; a rule's group on what it makes."""
+    from rl_insight.client.push.rules import ScrapeState
+
+    text = ('# TYPE vllm:num_requests_running gauge\n'
+            'vllm:num_requests_running{model_name="m"} 3.0\n'
+            '# TYPE vllm:prompt_tokens_total counter\n'
+            'vllm:prompt_tokens_total{model_name="m"} %s\n'
+            '# TYPE a gauge\na 160.0\n# TYPE b gauge\nb 200.0\n')
+    rules = [{"source": "vllm:num_requests_running", "type": "gauge_timer",
+              "name": "decode_batch_size", "tags": {"pending_status": "infer"}},
+             {"numerator": "a", "denominator": "b", "type": "ratio", "name": "kv"},
+             {"source": "vllm:prompt_tokens_total", "type": "counter_delta", "name": "p",
+              "group": "vllm"},
+             {"source": "vllm:prompt_tokens", "type": "counter_delta", "name": "q"}]
+    state = ScrapeState()
+    first = state.translate(text % 100, rules)
+    assert [(e.name, e.op, e.value) for e in first] == [
+        ("decode_batch_size", "timer", 3.0), ("kv", "store", 0.8)]
+    assert first[0].tags == {"model_name": "m", "pending_status": "infer"}
+    grown = [(e.name, e.op, e.value, e.group) for e in state.translate(text % 150, rules)]
+    assert grown[2:] == [("p", "counter", 50.0, "vllm"), ("q", "counter", 50.0, "")]
+    assert [e.name for e in state.translate(text % 10, rules)] == ["decode_batch_size", "kv"]
+    assert [e.value for e in state.translate(text % 15, rules)][2:] == [5.0, 5.0]
+
+
+def test_a_ray_job_hands_the_monitor_file_and_backend_to_its_workers():
+    from rl_insight.ray.attach import env_vars
+
+    got = env_vars({"RL_INSIGHT_CONFIG": "/shared/push.yaml",
+                    "RL_INSIGHT_SERVER_BACKEND": "push"})
+    assert (got["RL_INSIGHT_CONFIG"], got["RL_INSIGHT_SERVER_BACKEND"]) == \
+        ("/shared/push.yaml", "push")

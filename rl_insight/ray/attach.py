@@ -66,7 +66,9 @@ def env_vars(environ: Mapping[str, str] = os.environ,
     else:
         names = (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV, PROJECT_ENV, EXPERIMENT_ENV)
         out.update({k: environ[k] for k in names if environ.get(k)})
-    for name in CLIENT_SETTING_ENVS:
+    # and the monitor file and backend (upstream's push backend: a worker's sinks come
+    # from the file RL_INSIGHT_CONFIG names, which must exist on the worker's node too)
+    for name in (*CLIENT_SETTING_ENVS, config_mod.CONFIG_ENV, config_mod.BACKEND_ENV):
         if environ.get(name):
             out[name] = environ[name]
     if out.get(SERVER_URL_ENV) or out.get(OTLP_ENV):
