@@ -405,3 +405,19 @@ def test_a_ray_job_hands_the_monitor_file_and_backend_to_its_workers():
                     "RL_INSIGHT_SERVER_BACKEND": "push"})
     assert (got["RL_INSIGHT_CONFIG"], got["RL_INSIGHT_SERVER_BACKEND"]) == \
         ("/shared/push.yaml", "push")
+
+
+def test_engines_registered_before_init_names_the_push_backend_are_scraped(fresh, engine):
+    """verl registers its engines (LLMServerManager) before Tracking's init(config=
+    trainer.rl_insight) names the backend: the poller started then scrapes them."""
+    fresh.setenv("RL_INSIGHT_SERVER_URL", "http://127.0.0.1:1")  # a server, not answering
+    fresh.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "0")
+    address = f"127.0.0.1:{engine.port}"
+    rl_insight.update_prometheus_config([address], "vllm", [{"replica": 3}])
+    rl_insight.init("p", "e", {"server": {"backend": "push"}, "push": {
+        "sinks": [{"driver": "team_sinks:create_sink", "streams": ["rollout"]}],
+        "rollout": {"interval_seconds": 0.1, "packs": ["vllm"]}}})
+    calls = sink_calls(0)
+    got = wait_for(lambda: named(calls, "rollout.num_requests_running"), 20,
+                   "the engine registered before init to be scraped")
+    assert got[0][3]["replica"] == "3"

@@ -107,10 +107,12 @@ def _to_poller(c: Any, server_addresses: Sequence[str] | str, labels: Any) -> bo
     at a0c0a451); kept for a poller started later. Whether the push backend took them."""
     addresses = [server_addresses] if isinstance(server_addresses, str) \
         else [str(a) for a in server_addresses]
-    if c.config.push is None:
-        return False
+    # kept even before the push backend is named: verl registers its engines before its
+    # init(config=...) may name it
     c.scrape_targets.append((addresses, labels))
     del c.scrape_targets[:-1000]  # a process registering per trajectory stays bounded
+    if c.config.push is None:
+        return False
     f = c.fanout
     if f is not None and f.poller is not None:
         f.poller.add(addresses, labels)
