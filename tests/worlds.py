@@ -318,6 +318,8 @@ FRAMEWORK_RUNS = {  # name -> (driver, its arguments, on the Ray cluster, site-p
     "slime": ("slime_run.py", ("--slow-step", "3", "--linger", "8"), True, None),
     "roll": ("roll_run.py", ("--slow-step", "3"), False, None),
     "nemo_rl": ("nemo_rl_run.py", ("--slow-step", "3"), False, None),
+    # NeMo-RL's single controller: its actor's own Logger, patched by the job's hook
+    "nemo_rl_sc": ("nemo_rl_sc_run.py", ("--slow-step", "3"), True, None),
     # the simulation with a drift: replica 1's KV cache shrinks from step 13 until it
     # preempts (tests/test_changes_e2e.py); its engines serve a while after the run
     "drift": (str(REPO / "examples" / "simulate_rl.py"), (

@@ -26,11 +26,13 @@ from rl_insight.frameworks.table import (
     t,
 )
 
+RECOMPUTE_KV_SCALES = "recompute_kv_scales"  # a part of its own, named as NeMo-RL's timer
+
 TABLE = Framework(
     name="nemo_rl", title="NeMo-RL",
-    source="NVIDIA-NeMo/RL 7ea279ab nemo_rl/algorithms/grpo.py (Timer labels under "
-           "prefix timing/train); spans: branch rajsin/lens-with-goodput ce32d420 "
-           "nemo_rl/telemetry/instrumentation.py, grpo.py",
+    source="NVIDIA-NeMo/RL 7ea279ab nemo_rl/algorithms/grpo.py, grpo_sync.py, "
+           "single_controller.py (Timer labels under prefix timing/train); spans: branch "
+           "rajsin/lens-with-goodput ce32d420 nemo_rl/telemetry/instrumentation.py, grpo.py",
     step_time_key="timing/train/total_step_time",
     timings={"timing/train/generation": t(GENERATE),
              "timing/train/exposed_generation": t(GENERATE),
@@ -45,6 +47,11 @@ TABLE = Framework(
              "timing/train/policy_training": t(ACTOR_UPDATE),
              "timing/train/checkpointing": t(CHECKPOINT),
              "timing/train/offload_before_refit": t(OFFLOAD),
+             # FP8 KV-cache scales calibrated on the step's batch after the policy update,
+             # for the next refit (grpo.py l.3339-3350, grpo_sync.py l.942-960; in the
+             # single controller the same calibration is inside weight_sync,
+             # single_controller.py l.1644-1661, untimed apart)
+             "timing/train/recompute_kv_scales": t(RECOMPUTE_KV_SCALES),
              # grpo.py async_grpo_train at 7ea279ab: the buffer's starvation sleeps wait
              # for trajectories (l.4618), the refit bubble for the weight sync (l.4942-4976)
              "timing/train/idle/buffer_starvation": t(IDLE, WAITING_FOR_SAMPLES),
@@ -91,7 +98,9 @@ TABLE = Framework(
            "checkpointing": SpanRule(DRIVER, CHECKPOINT)},
     scopes=frozenset({"nemo.lens", "nemo.lens.helpers"}),
     bucket_attr="rl.bucket",
-    key_prefixes=("train/", "timing/train/", "performance/", "validation/", "efficiency/"),
+    # rollout/: the single controller's watchdog (single_controller.py l.1257-1278)
+    key_prefixes=("train/", "timing/train/", "performance/", "validation/", "efficiency/",
+                  "rollout/"),
     # its dashboard's first panels, its own keys:
     # nemo_rl/algorithms/grpo.py (prefixes train, performance)
     headlines=(
@@ -105,4 +114,7 @@ TABLE = Framework(
                  ("train/mean_gen_tokens_per_sample",)),
         Headline("Throughput", "short", ("performance/tokens_per_sec",)),
     ),
+    # its composite Logger, where a process builds one itself: the single controller's
+    # Ray actor (single_controller.py l.162-168), out of reach of attach() in the driver
+    on_import={"nemo_rl.utils.logger": "rl_insight.integrations.nemo_rl:patch_logger"},
 )
