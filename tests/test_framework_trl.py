@@ -9,6 +9,11 @@ _log_metrics``, which TRL sends to wandb and mlflow only) as the step's parts; t
 ground truth is what the driver recorded beside it: every dict TRL logged, TRL's
 profiling records, the sleep.
 
+A second run drives trl 1.16.0's ``AsyncGRPOTrainer`` (trl/experimental/async_grpo/) the
+same way (tests/frameworks/trl_async_run.py: its own rollout worker in a process of its own,
+a FAKE vLLM server that holds its rollouts once): its steps explained by its own timers, the
+trainer's wait for rollouts a named wait.
+
 The fast-tier tests check the callback's per-step bookkeeping without TRL.
 """
 
@@ -26,6 +31,8 @@ import pytest
 import requests
 
 from rl_insight import frameworks, naming
+from rl_insight.anatomy.explain import parts as explain_parts
+from rl_insight.frameworks import table
 from rl_insight.integrations import trl as adapter
 from tests import framework_checks as checks
 from tests import worlds
@@ -33,8 +40,15 @@ from tests.conftest import REPO, prom_query, wait_for
 
 TRL_PATH = REPO / ".venv" / "frameworks" / "trl" / "site-packages"
 DRIVER = REPO / "tests" / "frameworks" / "trl_run.py"
+ASYNC_DRIVER = REPO / "tests" / "frameworks" / "trl_async_run.py"
 RUN = {"project": "framework-trl", "experiment_name": "grpo-slow-reward"}
+ASYNC_RUN = {"project": "framework-trl", "experiment_name": "async-grpo-held-rollout"}
 STEPS, SLOW, SLEEP = 6, 4, 1.5
+# the async run: its rollouts held HOLD s from step HELD_AFTER's end (the trainer uses what
+# its worker had queued first, samples at most one weight sync old: the wait falls on one
+# of the next two steps, which TRL's log says)
+ASYNC_STEPS, HELD_AFTER, HOLD = 8, 4, 2.0
+WAIT = "perf/rollout_wait_s"
 GENERATE = {"GRPOTrainer.transformers.generate", "GRPOTrainer.transformers.generate_batch",
             "GRPOTrainer.vLLM.generate"}
 LOGPS = "GRPOTrainer._get_per_token_logps_and_entropies"
@@ -67,20 +81,33 @@ def _per_step(profile: list[dict]) -> dict[int, dict[str, float]]:
     return out
 
 
-def _command(url: str, work) -> tuple[list[str], dict, object]:
-    """The TRL run, started beside the route server's other tests (tests/worlds.py)."""
+def _env(url: str, run: dict) -> dict:
+    """A TRL run's environment: the server, the run's names, TRL's packages."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RL_INSIGHT_", "VERL_"))}
     env.update({"RL_INSIGHT_SERVER_URL": url, "VERL_RL_INSIGHT_ENABLE": "1",
-                "RL_INSIGHT_PROJECT": RUN["project"],
-                "RL_INSIGHT_EXPERIMENT_NAME": RUN["experiment_name"],
+                "RL_INSIGHT_PROJECT": run["project"],
+                "RL_INSIGHT_EXPERIMENT_NAME": run["experiment_name"],
                 "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
                 "PYTHONPATH": os.pathsep.join([str(REPO), str(TRL_PATH)])})
+    return env
+
+
+def _command(url: str, work) -> tuple[list[str], dict, object]:
+    """The TRL run, started beside the route server's other tests (tests/worlds.py)."""
     return ([sys.executable, str(DRIVER), "--out", str(work / "truth.json"), "--steps",
              str(STEPS), "--slow-step", str(SLOW), "--sleep", str(SLEEP), "--eval-steps",
-             str(SLOW)], env, work)
+             str(SLOW)], _env(url, RUN), work)
+
+
+def _async_command(url: str, work) -> tuple[list[str], dict, object]:
+    """The AsyncGRPOTrainer run, beside the other one."""
+    return ([sys.executable, str(ASYNC_DRIVER), "--out", str(work / "truth.json"),
+             "--steps", str(ASYNC_STEPS), "--slow-step", str(HELD_AFTER + 1), "--hold",
+             str(HOLD)], _env(url, ASYNC_RUN), work)
 
 
 worlds.background("trl", "tests/test_framework_trl.py", _command)
+worlds.background("trl_async", "tests/test_framework_trl.py", _async_command)
 
 
 @pytest.mark.integration
@@ -196,6 +223,83 @@ def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server):
     assert logged > 20 and not off, off
 
 
+@pytest.mark.integration
+def test_an_async_grpo_runs_steps_are_its_own_timers_and_its_wait_for_rollouts(
+        route_server):
+    """An 8-step AsyncGRPOTrainer run whose rollouts are held 2 s once: each step's row is
+    TRL's own timing of it (``perf/step_s``), its forward, backward and optimizer step the
+    actor's update, its weight sync the weight update (the barrier in it a wait of its
+    own), and the trainer's time blocked on the empty rollout queue the named wait
+    ``wait:perf/rollout_wait_s``, which ``rl-insight report --step N`` puts first on the
+    step that waited. Drives trl 1.16.0 trl/experimental/async_grpo/async_grpo_trainer.py
+    (its ``_log_step_metrics``, ``_sync_weight``, ``RolloutQueueDataset``) and
+    async_rollout_worker.py (its ``rollout/*`` keys)."""
+    cli, url = route_server.cli, route_server.url
+    run_bg = route_server.background["trl_async"]
+    code, output = run_bg.result(180)
+    assert code == 0, output[-6000:]
+    t0, t_start = time.monotonic(), run_bg.t_start
+    truth = json.loads((run_bg.cwd / "truth.json").read_text())
+    assert (truth["trl"], truth["trainer"]) == ("1.16.0", "AsyncGRPOTrainer")
+    assert truth["requests"] > 0 and truth["tensors_sent"] > 0  # its worker, its sync
+    logged = {d["step"]: d["logs"] for d in truth["logs"] if "loss" in d["logs"]}
+    assert sorted(logged) == list(range(1, ASYNC_STEPS + 1)), sorted(logged)
+    assert any(k.startswith("rollout/") for k in logged[2]), logged[2]
+    waits = {n: logs[WAIT] for n, logs in logged.items()}
+    held = max(waits, key=waits.get)
+    assert held in (HELD_AFTER + 1, HELD_AFTER + 2) and waits[held] > HOLD / 2, waits
+    print(f"the async TRL run took {truth['train_s']:.1f}s to train; its waits {waits}")
+
+    params = {"project": ASYNC_RUN["project"], "experiment_name": ASYNC_RUN["experiment_name"]}
+
+    def rows():
+        a = requests.get(url + "/api/v1/anatomy", params=params, timeout=10)
+        got = a.json()["steps"] if a.status_code == 200 else []
+        return got if [s["step"] for s in got] == list(range(1, ASYNC_STEPS + 1)) else None
+
+    steps = {r["step"]: r for r in wait_for(rows, 30, "the async run's anatomy rows",
+                                              interval=0.5)}
+    for n in range(2, ASYNC_STEPS + 1):  # its first step has no step before it: no step_s
+        row, logs = steps[n], logged[n]
+        assert row["source"] == "timing_keys" and row["framework"] == "trl", row
+        assert row["duration_s"] == pytest.approx(logs["perf/step_s"], abs=1e-6), n
+        assert row["phases"]["actor_update"] == pytest.approx(
+            logs["perf/fwd_bwd_s"] + logs["perf/optimizer_s"], abs=1e-6), n
+        assert "profiling/optimizer_step" not in str(row)  # TRL's own timing, once
+        # the weight sync but its barrier, which is a wait for the slowest rank
+        assert row["weight_update_s"] == pytest.approx(
+            logs["perf/weight_sync_s"] - logs["perf/weight_sync_barrier_s"], abs=1e-6), n
+        assert row["waits"].get(WAIT, 0.0) == pytest.approx(logs[WAIT], abs=1e-6), n
+        assert sum(explain_parts(row).values()) == pytest.approx(row["duration_s"]), row
+
+    explained = requests.get(url + "/api/v1/anatomy/explain",
+                             params={**params, "step": held}, timeout=10)
+    assert explained.status_code == 200, explained.text
+    top = explained.json()["contributions"][0]
+    assert top["part"] == f"wait:{WAIT}", explained.json()["contributions"][:3]
+    others = [w for n, w in waits.items() if n not in (1, held)]
+    assert top["over_s"] == pytest.approx(waits[held] - statistics.median(others),
+                                          abs=0.1), top
+    r = cli.run("report", "--project", ASYNC_RUN["project"], "--experiment-name",
+                ASYNC_RUN["experiment_name"], "--step", str(held))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("where the time went"))
+    assert f"wait:{WAIT}" in lines[head + 1], r.stdout
+
+    # its dashboard: every panel with data but the steps' generation (it runs in TRL's
+    # rollout worker beside the trainer: no part of a step, the trainer's wait for it is),
+    # every key it logged (perf/*, rollout/*, sample/*, batch/*, ...) in exactly one row
+    run = {**ASYNC_RUN, "t_start": t_start, "t_done": time.time()}
+    checked, empty = checks.empty_panels(cli.prometheus, route_server.tempo.spans, "trl",
+                                         run)
+    assert checked > 10, checked
+    assert [e for e in empty if "rl_insight_step_role_generate_seconds" not in e] == [], empty
+    logged_n, off = checks.keys_not_in_one_row(cli.prometheus, "trl", run)
+    assert logged_n > 40 and not off, off
+    print(f"checked in {time.monotonic() - t0:.1f}s")
+
+
 def _same(got: float, want: float) -> bool:
     if math.isnan(want):
         return math.isnan(got)
@@ -302,6 +406,57 @@ def test_each_step_of_the_callback_carries_its_own_profile():
     cb.on_log(None, state, None, logs={"train_runtime": 3.0, "total_flos": 0.0,
                                        "train_loss": 0.25})
     assert sent == [({"train_runtime": 3.0, "total_flos": 0.0, "train_loss": 0.25}, None)]
+
+
+# one step's dict as trl 1.16.0's AsyncGRPOTrainer logs it (its timers; the run's others
+# are scalars), from tests/frameworks/trl_async_run.py's truth
+ASYNC_STEP = {"loss": 0.0, "grad_norm": 0.0, "learning_rate": 0.001, "reward": 7.0,
+              "perf/weight_sync_s": 0.05163, "perf/weight_sync_pause_s": 0.0484,
+              "perf/weight_sync_barrier_s": 4.888e-05,
+              "perf/weight_sync_transfer_s": 0.001143, "perf/fwd_bwd_s": 0.01524,
+              "perf/fwd_s": 0.004236, "perf/optimizer_s": 0.0006292, "perf/step_s": 1.858,
+              "perf/rollout_wait_s": 1.7, "perf/forwarded_tok_s_wall_clock": 370.9,
+              "rollout/duration_s": 0.1305, "rollout/score_s": 0.0016,
+              "rollout/backpressure_s": 0.1, "sample/time_in_queue_s": 0.02,
+              "epoch": 0.5}
+
+
+def test_an_async_grpo_step_is_its_own_timers():
+    """AsyncGRPOTrainer's perf/* keys (trl/experimental/async_grpo/async_grpo_trainer.py,
+    trl 1.16.0): ``perf/step_s`` the step's time; the forward-backward and the optimizer
+    step the actor's update (the forward alone inside it: a scalar); the weight sync the
+    weight update beyond its barrier, which is a wait for the slowest rank; the trainer's
+    time on an empty rollout queue a wait for samples; the rollout worker's own times
+    (``rollout/*``, in a process of its own beside the trainer) no part of the step."""
+    fw = frameworks.named("trl")
+    values = table.timing_values(fw, ASYNC_STEP.items())
+    assert set(values) == {k for k in ASYNC_STEP if k.startswith("perf/")} - {
+        "perf/fwd_s", "perf/forwarded_tok_s_wall_clock"}, values
+    got = table.parts(fw, values)
+    assert got.step_s == 1.858 and got.generate_s == 0.0
+    assert got.phases["actor_update"] == pytest.approx(0.01524 + 0.0006292)
+    assert got.weight_update_s == pytest.approx(0.05163 - 4.888e-05)
+    assert got.waits == pytest.approx({"perf/rollout_wait_s": 1.7,
+                                       "perf/weight_sync_barrier_s": 4.888e-05})
+    assert table.wait_causes(fw, got.waits) == {
+        "perf/rollout_wait_s": table.WAITING_FOR_SAMPLES,
+        "perf/weight_sync_barrier_s": table.WAITING_FOR_SLOWEST}
+    # the GRPOTrainer logs no perf/step_s: its step is still the window since the last
+    assert table.parts(fw, {"step_time": 2.0, "profiling/optimizer_step": 0.5}).step_s is None
+
+
+def test_an_async_trainers_own_optimizer_timing_is_the_one_sent():
+    """AsyncGRPOTrainer times its optimizer step itself (``perf/optimizer_s``,
+    ``_OptimizerTimeCallback``): the callback's own timing of the same call is left out of
+    that step's dict, so the actor's update counts it once."""
+    sent: list = []
+    cb = adapter.RLInsightCallback()
+    cb.tracker = SimpleNamespace(log=lambda data, step: sent.append((data, step)))
+    state = SimpleNamespace(global_step=3, is_world_process_zero=True)
+    cb.on_pre_optimizer_step(None, state, None)
+    cb.on_optimizer_step(None, state, None)
+    cb.on_log(None, state, None, logs={"loss": 0.0, "perf/optimizer_s": 0.001})
+    assert sent == [({"loss": 0.0, "perf/optimizer_s": 0.001}, 3)]
 
 
 def test_run_names(configured):

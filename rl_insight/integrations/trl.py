@@ -9,7 +9,11 @@ in profiling contexts and sends those times to wandb, mlflow and trackio only
 reports each one through ``_log_metrics``, which it wraps once), and each step's are
 logged with it as ``profiling/<name>`` keys, the step's parts: generation, rewards, the
 reference log-probs, the loss, the weight sync to vLLM; the optimizer step it times
-itself. With ``use_vllm`` in server mode, the vLLM server's ``/metrics`` is registered.
+itself. TRL's ``AsyncGRPOTrainer`` uses no profiling contexts: it logs its own step timers
+(``perf/*``: the step, forward and backward, the optimizer step, the wait for rollouts, the
+weight sync), which the table reads as they are; the callback's own optimizer timing is
+then left out (TRL's ``perf/optimizer_s`` times the same call). With ``use_vllm`` in server
+mode, the vLLM server's ``/metrics`` is registered.
 The trainer's arguments (its ``GRPOConfig``, as TRL hands them to wandb) are the run's
 configuration, handed over at ``on_train_begin``.
 ``report_to=["rl_insight"]`` works too once :func:`register` ran. A vLLM server
@@ -35,6 +39,10 @@ PREFIX = "profiling/"
 # TRL names a timer "<the trainer's class>.<method>" (a subclass of GRPOTrainer its own)
 LOGPS = "_get_per_token_logps_and_entropies"
 REF_LOGPS = "ref_logps"  # the log-prob passes before the loss (the rollout's side)
+OPTIMIZER = PREFIX + "optimizer_step"  # the callback's own timing of the optimizer step
+# AsyncGRPOTrainer's timing of the same call (trl 1.16.0 trl/experimental/async_grpo/
+# async_grpo_trainer.py _OptimizerTimeCallback l.199-214): where a step logs it, ours goes
+TRL_OPTIMIZER = "perf/optimizer_s"
 
 
 class _Profile:
@@ -156,7 +164,10 @@ class RLInsightCallback:
             self.profile.take()
             self.tracker.log(data, None)
             return
-        data.update(self.profile.take())
+        profile = self.profile.take()
+        if TRL_OPTIMIZER in data:  # TRL timed the optimizer step itself: once, not twice
+            profile.pop(OPTIMIZER, None)
+        data.update(profile)
         self.tracker.log(data, state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

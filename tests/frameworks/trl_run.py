@@ -36,6 +36,67 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+WORDS = ("the a cat dog sat on mat ran to home big small red blue one two three four five "
+         "six seven eight nine ten yes no good bad is was and or not hello world count "
+         "say").split()
+PROMPTS = ["the cat sat on the", "count one two three", "say hello", "the dog ran to",
+           "big red dog is", "small blue cat was"]
+# a TrainerCallback's events (transformers' Trainer calls each by name)
+EVENTS = ("on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
+          "on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_substep_end",
+          "on_step_end", "on_evaluate", "on_predict", "on_save", "on_prediction_step",
+          "on_push_begin")
+
+
+def tiny_model(folder: str, eos: str = "<eos>", special: tuple[str, ...] = (),
+               chat_template: str | None = None):
+    """A tiny Qwen2 with random weights and a word-level tokenizer (nothing downloaded),
+    saved to ``folder``/tiny-model: (that folder, the tokenizer, its vocabulary). ``eos``
+    ends a completion; ``special`` are tokens a chat template writes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    vocab = {t: i for i, t in enumerate(["<pad>", eos, "<unk>",
+                                         *(x for x in special if x != eos), *WORDS])}
+    model_dir = os.path.join(folder, "tiny-model")
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token=eos, unk_token="<unk>",
+        **({"additional_special_tokens": list(special)} if special else {}))
+    if chat_template is not None:
+        hf_tok.chat_template = chat_template
+    cfg = Qwen2Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=128, tie_word_embeddings=True,
+                      pad_token_id=vocab["<pad>"], eos_token_id=vocab[eos],
+                      bos_token_id=None)
+    Qwen2ForCausalLM(cfg).save_pretrained(model_dir)
+    hf_tok.save_pretrained(model_dir)
+    return model_dir, hf_tok, vocab
+
+
+def recorder(logged: list[dict], step_end=None) -> object:
+    """A callback to put after ours: it sees every dict TRL logs as TRL made it and keeps
+    it in ``logged`` (its step, the dict, when); ``step_end(state)`` at each step's end."""
+
+    class Recorder:
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logged.append({"step": state.global_step, "logs": dict(logs or {}),
+                           "t": time.time()})
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if step_end is not None:
+                step_end(state)
+
+    def nothing(self, *args, **kwargs):
+        return None
+
+    for event in EVENTS:
+        if not hasattr(Recorder, event):
+            setattr(Recorder, event, nothing)
+    return Recorder()
 
 
 def main() -> None:
@@ -51,8 +112,6 @@ def main() -> None:
     import trl
     import trl.extras.profiling as profiling
     from datasets import Dataset
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     from rl_insight.integrations.trl import RLInsightCallback
@@ -71,27 +130,9 @@ def main() -> None:
 
     profiling.ProfilingContext._log_metrics = record
 
-    words = ("the a cat dog sat on mat ran to home big small red blue one two three four "
-             "five six seven eight nine ten yes no good bad is was and or not hello world "
-             "count say").split()
-    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *words])}
     tmp = tempfile.mkdtemp(prefix="trl_run_", dir=os.path.dirname(os.path.abspath(a.out)))
-    model_dir = os.path.join(tmp, "tiny-model")
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>",
-                                     eos_token="<eos>", unk_token="<unk>")
-    cfg = Qwen2Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, tie_word_embeddings=True,
-                      pad_token_id=vocab["<pad>"], eos_token_id=vocab["<eos>"],
-                      bos_token_id=None)
-    Qwen2ForCausalLM(cfg).save_pretrained(model_dir)
-    hf_tok.save_pretrained(model_dir)
-    prompts = ["the cat sat on the", "count one two three", "say hello", "the dog ran to",
-               "big red dog is", "small blue cat was"]
-    dataset = Dataset.from_dict({"prompt": prompts})
+    model_dir, hf_tok, _ = tiny_model(tmp)
+    dataset = Dataset.from_dict({"prompt": PROMPTS})
 
     slept: dict = {}
 
@@ -104,19 +145,6 @@ def main() -> None:
         return [float(len(c.split())) for c in completions]
 
     logged: list[dict] = []
-
-    class Recorder:  # after ours in the list: sees the dicts as TRL made them
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logged.append({"step": state.global_step, "logs": dict(logs or {})})
-
-    def nothing(self, *args, **kwargs):
-        return None
-
-    for event in ("on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin",
-                  "on_epoch_end", "on_step_begin", "on_pre_optimizer_step",
-                  "on_optimizer_step", "on_substep_end", "on_step_end", "on_evaluate",
-                  "on_predict", "on_save", "on_prediction_step", "on_push_begin"):
-        setattr(Recorder, event, nothing)
 
     evals = {"eval_strategy": "steps", "eval_steps": a.eval_steps,
              "per_device_eval_batch_size": 2} if a.eval_steps else {}
@@ -131,7 +159,7 @@ def main() -> None:
                           train_dataset=dataset,
                           eval_dataset=dataset.select(range(2)) if a.eval_steps else None,
                           processing_class=hf_tok,
-                          callbacks=[RLInsightCallback(), Recorder()])
+                          callbacks=[RLInsightCallback(), recorder(logged)])
     evaluate = trainer.evaluate
 
     def evaluating_too(*args, **kwargs):  # the trainer calls self.evaluate
