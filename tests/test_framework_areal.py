@@ -9,7 +9,11 @@ PPOTrainer's loop from ``areal/trainer/rl_trainer.py`` replayed with AReaL's own
 ``trace_perf`` names (``areal/trainer/ppo/actor.py``, ``areal/engine/fsdp_engine.py``).
 Two runs side by side: one with the perf tracer on (the anatomy's rows from its lanes),
 one without (rows from the ``timeperf/*`` keys). Step 4's weight sync is 1.2 s slow; the
-driver writes what each phase took.
+driver writes what each phase took. A third, traced, runs AReaL main's colocated weight
+update through AWEX (areal-project/AReaL cbff54d6, after v2.0.0, not on PyPI: its loop's
+order and untimed handover, AReaL 1.0.4's own ``TrainController`` dispatching the
+weight update to two workers whose engines carry no trace scope, as tests/frameworks/
+areal_run.py says); its step 4's rollout pause is 1.2 s slow.
 
 The fast-tier tests read AReaL-shaped trace lines (the shapes of perf_tracer.py
 ``_record_complete`` and its metadata events) with rl_insight/integrations/tracefiles.py.
@@ -40,6 +44,7 @@ AREAL_PATH = REPO / ".venv" / "frameworks" / "areal" / "site-packages"
 DRIVER = REPO / "tests" / "frameworks" / "areal_run.py"
 PROJECT = "areal-replay"  # AReaL's experiment_name: the run's project
 TRACED, KEYS, IMPORTED = "ppo_traced", "ppo_keys", "ppo_imported"  # trial names
+AWEX = "ppo_awex"
 STEPS, SLOW, SLOW_EXTRA_S = 6, 4, 1.2
 CLOSE_S = 0.05  # how near a row's figures come to what the driver measured
 AREAL = frameworks.named("areal")
@@ -60,11 +65,14 @@ def _command(trial: str):
                 str(work / "truth.json")]
         if trial == KEYS:
             args.append("--no-perf-tracer")
+        if trial == AWEX:  # its ranks' and handover's spans go out as the client's lanes
+            args.append("--awex")
+            env["RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S"] = "1"
         return args, env, work
     return command
 
 
-for _trial in (TRACED, KEYS):
+for _trial in (TRACED, KEYS, AWEX):
     worlds.background(f"areal_{_trial}", "tests/test_framework_areal.py", _command(_trial))
 
 
@@ -200,12 +208,17 @@ def test_steps_from_the_timing_keys_without_the_perf_tracer(route_server, runs):
 def test_the_slow_step_is_explained_by_its_weight_sync(route_server, runs, trial):
     """Step 4's 1.2 s of extra weight sync comes first, over the API and in
     ``rl-insight report --step 4``."""
-    url = route_server.url
-    all_rows(url, trial)
-    got = requests.get(url + "/api/v1/anatomy/explain", timeout=10, params={
+    all_rows(route_server.url, trial)
+    assert_slow_step_explained_by(route_server, trial, "phase:update_weights")
+
+
+def assert_slow_step_explained_by(route_server, trial: str, part: str) -> None:
+    """Step SLOW's SLOW_EXTRA_S comes first as ``part``, over the API and in
+    ``rl-insight report --step SLOW``."""
+    got = requests.get(route_server.url + "/api/v1/anatomy/explain", timeout=10, params={
         "project": PROJECT, "experiment_name": trial, "step": SLOW}).json()
     top = got["contributions"][0]
-    assert top["part"] == "phase:update_weights", got
+    assert top["part"] == part, got
     assert top["over_s"] == pytest.approx(SLOW_EXTRA_S, abs=0.2), got
     r = route_server.cli.run("report", "--project", PROJECT, "--experiment-name", trial,
                              "--step", str(SLOW))
@@ -213,7 +226,38 @@ def test_the_slow_step_is_explained_by_its_weight_sync(route_server, runs, trial
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"step {SLOW}: "), r.stdout
     first = lines[lines.index("where the time went, most over the baseline first:") + 1]
-    assert "phase:update_weights" in first, r.stdout
+    assert part in first, r.stdout
+
+
+@pytest.fixture(scope="module")
+def awex(route_server):
+    """The AWEX run's truth, once its process ended."""
+    run = route_server.background[f"areal_{AWEX}"]
+    code, output = run.result(300)
+    assert code == 0, output[-5000:]
+    return json.loads((run.cwd / "truth.json").read_text())
+
+
+@pytest.mark.integration
+def test_awex_weight_sync_is_measured_per_rank_and_its_pause_named(route_server, awex):
+    """AReaL main's colocated weight update through AWEX: each rank's update_weights
+    (no trace scope in MegatronEngine's AWEX path) on its own lane, as long as the worker
+    took; the untimed handover's pauses a part of their own (``rollout_pause``), its
+    offloads and onload ``offload``; step 4's slow pause named first by the API and by
+    ``rl-insight report --step 4``."""
+    rows = all_rows(route_server.url, AWEX)
+    for row, step in zip(rows, awex["steps"], strict=True):
+        ph, where = step["phases"], f"step {row['step']}: {row}"
+        assert row["source"] == "lanes", where
+        assert row["phases"]["rollout_pause"] == pytest.approx(ph["rollout_pause"],
+                                                               abs=CLOSE_S), where
+        assert row["phases"]["offload"] == pytest.approx(ph["offload"], abs=CLOSE_S), where
+        assert row["phases"]["update_weights"] == pytest.approx(ph["update_weights"],
+                                                                abs=CLOSE_S), where
+        per_rank = sum(end - start for start, end in step["ranks"].values())
+        assert len(step["ranks"]) == 2 and row["gpu_seconds"]["weight_sync"]["busy"] == \
+            pytest.approx(per_rank, abs=2 * CLOSE_S), where
+    assert_slow_step_explained_by(route_server, AWEX, "phase:rollout_pause")
 
 
 @pytest.mark.integration
@@ -602,3 +646,130 @@ def test_each_dict_keeps_the_step_areals_stats_logger_logged_it_at(monkeypatch):
     fake._last_commit_step = 9  # restored from a checkpoint's state
     fake.commit(0, 3, 3, {"a": 4.0})
     assert logged[-1] == fake.logged[-1] == 10
+
+
+class _AwexTrainer:
+    """FAKE: what of PPOTrainer the AWEX handover touches in single-controller mode
+    (areal-project/AReaL cbff54d6 rl_trainer.py l.768-780, l.874, l.879-897): the rollout
+    controller's pause, pause_generation_sync and offload(tags), the actor controller's
+    onload and update_weights, which TrainController dispatches to each worker through
+    ``scheduler.async_call_engine(worker.id, method, "actor/<i>", ...)`` and gathers
+    (train_controller.py l.471-483, l.558-589)."""
+
+    def __init__(self, awex: bool = True, workers: int = 2) -> None:
+        self.awex, self.called = awex, []
+        self.config = object()
+        record = self.called.append
+
+        class Scheduler:
+            async def async_call_engine(self, worker_id, method, engine_name=None, *args,
+                                        rpc_meta=None, **kwargs):
+                record((method, engine_name))
+
+        class Actor:
+            _worker_role, scheduler = "actor", Scheduler()
+
+            def onload(self):
+                record(("onload", None))
+
+            def update_weights(self, meta):
+                import asyncio
+
+                async def call_workers():
+                    return await asyncio.gather(*(self.scheduler.async_call_engine(
+                        f"actor/{i}", "update_weights", f"actor/{i}", meta=meta)
+                        for i in range(workers)))
+                asyncio.run(call_workers())
+
+        class Rollout:
+            def pause(self):
+                record(("pause", None))
+
+            def pause_generation_sync(self):
+                record(("pause_generation_sync", None))
+
+            def offload(self, tags=None):
+                record(("offload", tuple(tags)))
+
+        self.actor, self.rollout = Actor(), Rollout()
+
+    def _is_v1_awex_colocate(self, config) -> bool:
+        return self.awex
+
+    def step(self) -> None:
+        """One step's calls in the loop's order."""
+        self.rollout.pause()
+        self.rollout.pause_generation_sync()
+        self.rollout.offload(tags=["kv_cache"])
+        self.rollout.offload(tags=["weights"])
+        self.actor.onload()
+        self.rollout.pause()
+        self.actor.update_weights({"version": 1})
+
+
+def test_awex_handover_is_timed_into_the_step_and_each_ranks_weight_sync_on_its_lane(
+        monkeypatch):
+    """AReaL main's AWEX colocated handover (untimed by AReaL) measured under the names
+    its TMS path gives the same calls, added to the step's committed dict; each worker's
+    update_weights, as the controller dispatched it, a span on its rank's lane; the
+    pauses and offloads on the driver's lane; every call made as AReaL made it."""
+    import asyncio
+
+    import rl_insight
+    from rl_insight.frameworks import table
+    from rl_insight.integrations import areal as adapter
+    from rl_insight.integrations import areal_awex
+
+    spans: list[tuple[str, str]] = []
+    monkeypatch.setattr(rl_insight, "trace_span", lambda *, name, start_time_ns,
+                        end_time_ns, attributes: spans.append(
+                            (attributes["state_lane_id"], name)))
+    monkeypatch.setattr(adapter, "_rank", lambda: 0)
+    trainer = _AwexTrainer()
+    handover = areal_awex.install(trainer, lanes=True)
+    logged: list[dict] = []
+    tracker = type("T", (), {"log": lambda self, data, step: logged.append(data),
+                             "finish": lambda self: None})()
+    fake = _FakeStatsLogger()
+    adapter.wrap(fake, tracker, handover.take)
+    trainer.step()
+    asyncio.run(trainer.actor.scheduler.async_call_engine("actor/0", "export_stats",
+                                                          "actor/0"))
+    fake.commit(0, 0, 0, {"ppo_actor/task_reward/avg": 0.5})
+    assert trainer.called == [
+        ("pause", None), ("pause_generation_sync", None), ("offload", ("kv_cache",)),
+        ("offload", ("weights",)), ("onload", None), ("pause", None),
+        ("update_weights", "actor/0"), ("update_weights", "actor/1"),
+        ("export_stats", "actor/0")]
+    (step,) = logged
+    timed = {k for k in step if k.startswith("timeperf/")}
+    assert timed == {"timeperf/rollout_pause", "timeperf/rollout_pause_generation",
+                     "timeperf/rollout_offload", "timeperf/actor_onload"}
+    parts = table.parts(AREAL, {k: step[k] for k in timed})
+    assert set(parts.phases) == {"rollout_pause", "offload"}
+    assert sorted(spans) == sorted(
+        [("driver", "rollout_pause")] * 3 + [("driver", "offload")] * 3 +
+        [("rank_0", "update_weights"), ("rank_1", "update_weights")])
+    fake.commit(0, 1, 1, {"ppo_actor/task_reward/avg": 0.5})  # nothing measured since
+    assert not [k for k in logged[1] if k.startswith("timeperf/")]
+
+
+def test_awex_lanes_only_where_the_perf_tracer_is_followed_and_other_modes_untouched(
+        monkeypatch):
+    """Without the perf tracer the rows come from the timing keys, which lanes of these
+    spans alone would replace: none is sent. A run not in AWEX's colocated mode (AReaL
+    times its other modes itself) is left as it is."""
+    import rl_insight
+    from rl_insight.integrations import areal_awex
+
+    spans: list = []
+    monkeypatch.setattr(rl_insight, "trace_span", lambda **kw: spans.append(kw))
+    trainer = _AwexTrainer()
+    handover = areal_awex.install(trainer, lanes=False)
+    trainer.step()
+    assert not spans and handover.take()["timeperf/actor_onload"] >= 0
+    plain = _AwexTrainer(awex=False)
+    pause = plain.rollout.pause
+    assert areal_awex.install(plain, lanes=True) is None
+    assert plain.rollout.pause == pause and "async_call_engine" not in vars(
+        plain.actor.scheduler)

@@ -25,12 +25,16 @@ from rl_insight.frameworks.table import (
     t,
 )
 
+ROLLOUT_PAUSE = "rollout_pause"  # the rollout paused (its requests aborted) for training
+
 TABLE = Framework(
     name="areal", title="AReaL",
-    source="areal-project/AReaL v2.0.0 fee938ea (moved from inclusionAI/AReaL; its "
-           "names the same as at 4aef98d8 = areal 1.0.4 on PyPI, which has no 2.x) "
-           "areal/trainer/rl_trainer.py (stats_tracker.record_timing keys, logged as "
-           "timeperf/<key>; perf_tracer.trace_scope names), areal/utils/perf_tracer.py",
+    source="areal-project/AReaL main cbff54d6 (after v2.0.0 fee938ea; moved from "
+           "inclusionAI/AReaL; its names the same as at 4aef98d8 = areal 1.0.4 on PyPI, "
+           "which has no 2.x) areal/trainer/rl_trainer.py (stats_tracker.record_timing "
+           "keys, logged as timeperf/<key>; perf_tracer.trace_scope names), "
+           "areal/utils/perf_tracer.py; AWEX's colocated handover: "
+           "rl_insight/integrations/areal_awex.py",
     timings={"timeperf/rollout": t(GENERATE), "timeperf/ref_logp": t(REF_LOGP),
              "timeperf/teacher_logp": t("teacher_compute_log_prob"),
              "timeperf/recompute_logp": t(ACTOR_LOGP),
@@ -42,7 +46,10 @@ TABLE = Framework(
              "timeperf/checkpoint_for_recover": t(CHECKPOINT),
              "timeperf/eval": t(VALIDATION), "timeperf/clear_batches": t(DATA),
              "timeperf/*_onload": t(OFFLOAD), "timeperf/*_offload": t(OFFLOAD),
-             "timeperf/rollout_pause*": t(OFFLOAD),
+             # the rollout's pause for training or the weight update (rl_trainer.py
+             # l.553-569 with TMS offload; AWEX's untimed handover, l.770-774 and l.874,
+             # measured by the adapter under the same names): a part named, not offload
+             "timeperf/rollout_pause*": t(ROLLOUT_PAUSE),
              "timeperf/rollout_continue_generation": t(OFFLOAD),
              "timeperf/rollout_resume": t(OFFLOAD)},
     # its Chrome-trace events (traces-r{rank}.jsonl): the trainer loop's scopes, and the
@@ -62,7 +69,7 @@ TABLE = Framework(
            "train.clear_batches": SpanRule(DRIVER, DATA),
            "train.*_onload": SpanRule(DRIVER, OFFLOAD),
            "train.*_offload": SpanRule(DRIVER, OFFLOAD),
-           "train.rollout_pause*": SpanRule(DRIVER, OFFLOAD),
+           "train.rollout_pause*": SpanRule(DRIVER, ROLLOUT_PAUSE),
            "train.rollout_continue_generation": SpanRule(DRIVER, OFFLOAD),
            "train.rollout_resume": SpanRule(DRIVER, OFFLOAD),
            "ppo_actor.ppo_update": SpanRule(RANK, ACTOR_UPDATE),

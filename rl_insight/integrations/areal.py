@@ -18,7 +18,10 @@ scopes, on the driver lane) and, in the single-controller mode AReaL runs by def
 every actor worker's (its work on its rank's lane). Its inference
 servers (``AREAL_LLM_SERVER_ADDRS``, or the rollout controller's) are registered so the
 rollout dashboards fill. The trainer's config (its ``GRPOConfig`` or ``PPOConfig``) is the
-run's configuration, handed over.
+run's configuration, handed over. In AReaL main's colocated weight update through AWEX
+(after 2.0.0) the handover from the rollout to training and each rank's part of the
+weight update, which AReaL leaves untimed, are measured around its own calls
+(rl_insight/integrations/areal_awex.py).
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import rl_insight
 from rl_insight import frameworks
-from rl_insight.integrations import kit
+from rl_insight.integrations import areal_awex, kit
 from rl_insight.integrations.tracker import FrameworkTracker
 
 FRAMEWORK = frameworks.named("areal")
@@ -72,14 +76,18 @@ def _attach(trainer: Any) -> FrameworkTracker:
     following = follow_perf_tracer(config, project, experiment)
     tracker = FrameworkTracker(FRAMEWORK, project, experiment, marks=not following,
                                run_config=config)
-    wrap(trainer.stats_logger, tracker)
+    # AWEX's colocated handover and its ranks' weight sync, which AReaL leaves untimed
+    handover = areal_awex.install(trainer, lanes=following)
+    wrap(trainer.stats_logger, tracker, handover.take if handover else None)
     if _rank() == 0:
         register_servers(trainer, config)
     return tracker
 
 
-def wrap(stats_logger: Any, tracker: FrameworkTracker) -> None:
-    """``commit`` and ``close`` of one StatsLogger, each calling AReaL's own first."""
+def wrap(stats_logger: Any, tracker: FrameworkTracker,
+         measured: Callable[[], dict[str, float]] | None = None) -> None:
+    """``commit`` and ``close`` of one StatsLogger, each calling AReaL's own first;
+    ``measured``: the adapter's own timings of the step, added to its first dict."""
     commit, close = stats_logger.commit, stats_logger.close
 
     numbered = {"last": -1}  # the StatsLogger's own count, where it has none to read
@@ -90,9 +98,10 @@ def wrap(stats_logger: Any, tracker: FrameworkTracker) -> None:
         if _rank() == 0:  # AReaL's own commit does nothing on the other ranks
             items = [data] if isinstance(data, dict) else list(data or [])
             first = _first_step(stats_logger, global_step, len(items), numbered)
+            extra = measured() if measured is not None else {}
             for i, item in enumerate(items):
-                tracker.log({k: v for k, v in item.items()
-                             if not str(k).endswith(COUNT_SUFFIX)}, first + i)
+                data = {k: v for k, v in item.items() if not str(k).endswith(COUNT_SUFFIX)}
+                tracker.log({**data, **extra} if i == 0 else data, first + i)
         return out
 
     @functools.wraps(close)

@@ -25,13 +25,31 @@ with ``stats_tracker.scope_func_wrapper("ppo_actor")``, ``trace_perf(
 "fsdp_engine.update_weights_from_distributed")``; ``areal/trainer/ppo/actor.py``,
 ``areal/engine/fsdp_engine.py``), and each phase sleeps for a known time. What each
 phase measured (its wall time around the trainer's ``with`` block) goes to ``--truth``.
+
+``--awex``: the colocated weight update through AWEX of AReaL main (areal-project/AReaL
+cbff54d6, after v2.0.0; not on PyPI), in ``PPOTrainer.train``'s order there
+(``areal/trainer/rl_trainer.py`` l.677-966): after the rollout, the handover to training
+with no timer or scope (l.768-780: ``rollout.pause()``, ``pause_generation_sync()``,
+``offload(tags=["kv_cache"])``, ``offload(tags=["weights"])``, ``actor.onload()``), the
+save before the weight update (l.857-871), the rollout paused again (l.874, untimed), the
+weight update in its scope (l.879-897), the rollout resumed after the commit (l.964).
+The actor is AReaL's own ``TrainController`` (areal 1.0.4; its dispatch, l.471-600 and
+``update_weights``/``onload``, is cbff54d6's line for line): each call goes through a
+FAKE scheduler's ``async_call_engine`` to two workers' engines (threads here), whose
+``update_weights`` is ``MegatronEngine``'s AWEX path with no trace scope
+(``areal/engine/megatron_engine.py`` l.967-993: the execute, a barrier, finish, rank 0's
+KV-cache onload and ``continue_generation``, a barrier). The slow step's rollout pause
+takes SLOW_EXTRA_S more (an in-flight request aborted late); each worker's own weight
+update, and the pauses and offloads as the loop measured them, go to ``--truth``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import threading
 import time
 
 import torch
@@ -41,9 +59,13 @@ from areal.utils import perf_tracer, stats_tracker
 from areal.utils.perf_tracer import Category, trace_perf
 from areal.utils.stats_logger import StatsLogger
 
-# seconds each phase sleeps; the slow step's weight sync sleeps SLOW_EXTRA_S more
+# seconds each phase sleeps; the slow step's weight sync (with --awex: its rollout
+# pause) sleeps SLOW_EXTRA_S more
 ROLLOUT_S, ADVANTAGE_S, TRAIN_S, WEIGHTS_S = 0.4, 0.02, 0.2, 0.1
 SLOW_EXTRA_S = 1.2
+# --awex: the handover's calls, each worker's extra for its AWEX execute
+PAUSE_S, PAUSE_GENERATION_S, OFFLOAD_S, ONLOAD_S, FINISH_S = 0.06, 0.02, 0.03, 0.04, 0.01
+RANK_EXTRA_S = (0.0, 0.04)
 BATCH = 8
 STEPS_PER_EPOCH = 3
 
@@ -120,14 +142,109 @@ class Rollout:
         return stats_tracker.export_all(None)  # sglang_remote.py export_stats
 
 
+class AwexRollout(Rollout):
+    """The rollout controller's calls the AWEX handover makes (rollout_controller.py:
+    pause, pause_generation_sync, offload(tags), resume; each a known time)."""
+
+    def __init__(self) -> None:
+        self.extra_s = 0.0
+        self.callback_addr = "127.0.0.1:0"  # connect_engine hands it to the workers
+
+    def pause(self) -> None:
+        time.sleep(PAUSE_S + self.extra_s)
+        self.extra_s = 0.0  # the aborted request is gone after the first pause
+
+    def pause_generation_sync(self) -> None:
+        time.sleep(PAUSE_GENERATION_S)
+
+    def offload(self, tags: list[str] | None = None) -> None:
+        time.sleep(OFFLOAD_S)
+
+    def resume(self) -> None:
+        pass
+
+    def set_version(self, version: int) -> None:
+        pass
+
+
+class AwexEngine:
+    """One actor worker's engine: MegatronEngine's AWEX update_weights and onload
+    (megatron_engine.py cbff54d6 l.967-993, l.1596-1611), no trace scope; what its
+    update_weights took, from its own start to its return, kept as the truth."""
+
+    def __init__(self, rank: int, barrier, windows: dict) -> None:
+        self.rank, self.barrier, self.windows = rank, barrier, windows
+
+    def connect_engine(self, engine, meta) -> None:  # train_controller.py connect_engine
+        self.rollout_engine = engine
+
+    def onload(self) -> None:  # the adapter's resume_memory, then a barrier
+        time.sleep(ONLOAD_S)
+        self.barrier.wait()
+
+    def update_weights(self, meta: dict) -> None:
+        start = time.time()
+        time.sleep(WEIGHTS_S + RANK_EXTRA_S[self.rank])  # execute_colocate_weight_update
+        self.barrier.wait()  # dist.barrier(group=self.cpu_group)
+        time.sleep(FINISH_S)  # finish_colocate_weight_update
+        if self.rank == 0:  # rollout_engine.onload(tags=["kv_cache"]), continue_generation()
+            time.sleep(FINISH_S)
+        self.barrier.wait()
+        self.windows[self.rank] = [start, time.time()]
+
+
+class Scheduler:
+    """FAKE scheduler: ``async_call_engine`` (scheduler_api.py) runs the method on the
+    named engine in its worker (a thread here) and awaits its answer, as the RPC does."""
+
+    def __init__(self, engines: dict) -> None:
+        self.engines = engines
+
+    async def async_call_engine(self, worker_id, method, engine_name=None, *args,
+                                rpc_meta=None, **kwargs):
+        engine = self.engines[engine_name or worker_id]
+        return await asyncio.to_thread(getattr(engine, method), *args, **kwargs)
+
+
+def actor_controller(actor: Actor, rollout: AwexRollout, windows: dict):
+    """AReaL's own TrainController as PPOTrainer's actor in single-controller mode: two
+    workers ``actor/0``, ``actor/1`` (both data-parallel heads of ``megatron:d2``), as
+    ``initialize(role="actor")`` leaves it, connected to the rollout; the PPO work
+    itself in this process, as the other runs' (its events on rank 0's lane)."""
+    from areal.api import Worker
+    from areal.api.cli_args import TrainEngineConfig
+    from areal.infra.controller.train_controller import TrainController
+
+    class ActorController(TrainController):
+        compute_advantages = staticmethod(actor.compute_advantages)
+        ppo_update = staticmethod(actor.ppo_update)
+        export_stats = staticmethod(actor.export_stats)
+
+    barrier = threading.Barrier(2, timeout=60)
+    engines = {f"actor/{r}": AwexEngine(r, barrier, windows) for r in range(2)}
+    controller = ActorController(AwexEngine, TrainEngineConfig(
+        backend="megatron:d2", experiment_name="e", trial_name="t", path=""),
+        Scheduler(engines))
+    controller._worker_role = "actor"  # initialize(role="actor", ...)
+    controller.workers = [Worker(id=f"actor/{r}", ip="127.0.0.1") for r in range(2)]
+    controller.workers_is_dp_head = [True, True]
+    controller.connect_engine(rollout, {"type": "awex"})
+    return controller
+
+
 class Trainer:
     """What of PPOTrainer a user's script hands to rl_insight: ``.config`` and
     ``.stats_logger``, built in PPOTrainer.__init__'s order; ``train`` is its loop."""
 
-    def __init__(self, config: BaseExperimentConfig, ft_spec: FinetuneSpec) -> None:
+    def __init__(self, config: BaseExperimentConfig, ft_spec: FinetuneSpec,
+                 awex: bool = False) -> None:
         self.config = config
+        self.awex = awex
+        self.rank_windows: dict = {}
         self.actor = Actor()
-        self.rollout = Rollout()
+        self.rollout = AwexRollout() if awex else Rollout()
+        if awex:
+            self.actor = actor_controller(self.actor, self.rollout, self.rank_windows)
         self.stats_logger = StatsLogger(config, ft_spec)  # rl_trainer.py PPOTrainer.__init__
         self._config_perf_tracer()
         self.truth: list[dict] = []
@@ -143,6 +260,17 @@ class Trainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _is_v1_awex_colocate(self, config) -> bool:  # rl_trainer.py l.509-526
+        return self.awex
+
+    def _untimed(self, part: str, fn) -> None:
+        """One of the AWEX handover's calls, which AReaL neither times nor traces: its
+        wall time kept as the truth of its part."""
+        t0 = time.perf_counter()
+        fn()
+        phases = self.truth[-1]["phases"]
+        phases[part] = phases.get(part, 0.0) + time.perf_counter() - t0
 
     def _phase(self, key: str, name: str, category, gs: int, fn, extra_args=None):
         """One of PPOTrainer.train's `with record_timing(key), trace_scope(name)` pairs,
@@ -162,28 +290,50 @@ class Trainer:
             epoch = global_step // STEPS_PER_EPOCH
             step = global_step % STEPS_PER_EPOCH
             self.truth.append({"global_step": global_step, "phases": {}, "windows": {}})
-            self.actor.engine.extra_s = SLOW_EXTRA_S if global_step == slow_step else 0.0
+            extra = SLOW_EXTRA_S if global_step == slow_step else 0.0
+            if self.awex:
+                self.rollout.extra_s = extra
+            else:
+                self.actor.engine.extra_s = extra
             batch = self._phase("rollout", "train.rollout", Category.COMPUTE, global_step,
                                 lambda gs=global_step: self.rollout.prepare_batch(gs),
                                 {"epoch_step": step})
+            if self.awex:  # l.768-780: from the rollout to training, untimed
+                self._untimed("rollout_pause", self.rollout.pause)
+                self._untimed("rollout_pause", self.rollout.pause_generation_sync)
+                self._untimed("offload", lambda: self.rollout.offload(tags=["kv_cache"]))
+                self._untimed("offload", lambda: self.rollout.offload(tags=["weights"]))
+                self._untimed("offload", self.actor.onload)
             adv = self._phase("compute_advantage", "train.compute_advantage",
                               Category.COMPUTE, global_step,
                               lambda b=batch: self.actor.compute_advantages(b))
             self._phase("train_step", "train.ppo_update", Category.COMPUTE, global_step,
                         lambda a=adv: self.actor.ppo_update(a))
+            if self.awex:  # l.857-874: the save first, then the rollout paused again
+                self._save(global_step)
+                self._untimed("rollout_pause", self.rollout.pause)
             self._phase("update_weights", "train.update_weights", Category.COMM,
                         global_step,
                         lambda gs=global_step: self.actor.update_weights({"version": gs + 1}))
-            self._phase("save", "train.save", Category.IO, global_step, lambda: None)
-            self._phase("checkpoint_for_recover", "train.checkpoint", Category.IO,
-                        global_step, lambda: None)
+            if self.awex:
+                self.rollout.set_version(global_step + 1)
+                self.truth[-1]["ranks"] = dict(self.rank_windows)
+            else:
+                self._save(global_step)
             self._phase("eval", "train.eval", Category.COMPUTE, global_step, lambda: None)
             self._phase("clear_batches", "train.clear_batches", Category.INSTR,
                         global_step, lambda: None)
             with perf_tracer.trace_scope("train.log_stats", category=Category.INSTR,
                                          args={"global_step": global_step}):
                 self._export_and_commit_stats(epoch, step, global_step)
+            if self.awex:
+                self.rollout.resume()  # l.964
             perf_tracer.save(step=global_step)  # PPOTrainer._save_perf_tracer
+
+    def _save(self, global_step: int) -> None:  # _save_training_state, l.968-997
+        self._phase("save", "train.save", Category.IO, global_step, lambda: None)
+        self._phase("checkpoint_for_recover", "train.checkpoint", Category.IO,
+                    global_step, lambda: None)
 
     def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int):
         stats = self.actor.export_stats()
@@ -221,6 +371,7 @@ def main() -> None:
     p.add_argument("--slow-step", type=int, default=4)
     p.add_argument("--no-perf-tracer", action="store_true")
     p.add_argument("--no-attach", action="store_true", help="RL-Insight left out")
+    p.add_argument("--awex", action="store_true", help="AWEX's colocated weight update")
     p.add_argument("--truth", required=True, help="a JSON file: what each phase took")
     a = p.parse_args()
     import rl_insight.integrations.areal
@@ -228,7 +379,7 @@ def main() -> None:
     cfg = config_for(a.root, a.experiment, a.trial, not a.no_perf_tracer)
     ft_spec = FinetuneSpec(total_train_epochs=a.epochs, dataset_size=STEPS_PER_EPOCH * BATCH,
                            train_batch_size=BATCH)
-    with Trainer(cfg, ft_spec) as trainer:
+    with Trainer(cfg, ft_spec, a.awex) as trainer:
         if not a.no_attach:
             rl_insight.integrations.areal.attach(trainer)  # the user's one added line
         trainer.train(a.epochs, a.slow_step)
