@@ -1,4 +1,5 @@
-"""ROLL's table: its time/* keys and its own spans (driver and worker scopes)."""
+"""ROLL's table: its time/* keys and its own spans (driver and worker scopes), in its RLVR
+and agentic pipelines."""
 
 from __future__ import annotations
 
@@ -26,12 +27,22 @@ from rl_insight.frameworks.table import (
     t,
 )
 
+LOGGING = "logging"  # the agentic step's own log: trajectories decoded and printed
+# the agentic pipeline's batch transfer (alibaba/ROLL 8eb27cc2 agentic_pipeline.py l.304-305:
+# from the rollout scheduler's return, rollout_scheduler.py l.692, to the driver), inside
+# its rollout timer (l.297-312)
+BATCH_TRANSFER = "time/get_batch_cost_train"
+
 TABLE = Framework(
     name="roll", title="ROLL",
     source="alibaba/ROLL 8eb27cc2 roll/pipeline/rlvr/rlvr_pipeline.py, "
            "roll/pipeline/agentic/agentic_pipeline.py, rlvr_vlm_pipeline.py (time/* timers), "
            "roll/utils/telemetry.py, roll/distributed/scheduler/decorator.py (spans)",
-    step_key="system/step",  # its time/step_total is the step before's in RLVR: not used
+    step_key="system/step",
+    # the agentic pipeline's pipeline_step_total timer, the step's own (agentic_pipeline.py
+    # l.236, set at l.616 after the step and logged with it, l.617); RLVR logs the step
+    # before's under the same key (rlvr_pipeline.py l.476-496, l.842): below, outside_step
+    step_time_key="time/step_total",
     timings={"time/step_generate": t(GENERATE), "time/step_rollout": t(GENERATE),
              "time/step_model_update": t(WEIGHTS),
              "time/ref_log_probs_values": t(REF_LOGP),
@@ -49,7 +60,20 @@ TABLE = Framework(
              # the sample-level mask of each domain's batch (rlvr_pipeline.py l.685-689:
              # per domain; rlvr_vlm_pipeline.py l.492-496: the batch's)
              "*/time/get_sample_level_mask": t(DATA),
-             "time/get_sample_level_mask": t(DATA)},
+             "time/get_sample_level_mask": t(DATA),
+             # the agentic pipeline's (agentic_pipeline.py run(), 8eb27cc2): the sampler
+             # shrunk off the training GPUs in partial-GPU mode (l.343-358), the
+             # response-level mask (l.470-475), the data metrics (l.552-556), the step's
+             # log (l.567-614), the batch's transfer (enclosed below)
+             "time/step_shrink": t(OFFLOAD),
+             "time/step_cal_response_level_mask": t(DATA),
+             "time/step_compute_data_metrics": t(DATA),
+             "time/step_log": t(LOGGING),
+             BATCH_TRANSFER: t(DATA)},
+    # RLVR's dicts (rlvr_pipeline.py l.566, rlvr_vlm_pipeline.py l.430; never the agentic
+    # pipeline's) carry the step before's time/step_total: no step time there
+    outside_step={"time/step_generate": frozenset({"time/step_total"})},
+    encloses={"time/step_rollout": (BATCH_TRANSFER,)},
     spans={"pipeline_step": SpanRule(STEP, "train_step", "global_step"),
            "generate": SpanRule(DRIVER, GENERATE), "rollout": SpanRule(DRIVER, GENERATE),
            "model_update": SpanRule(DRIVER, WEIGHTS),
@@ -66,6 +90,12 @@ TABLE = Framework(
            "val_generate": SpanRule(DRIVER, VALIDATION),
            "stop_server": SpanRule(DRIVER, OFFLOAD),  # the rollout's servers stopped
            "get_sample_level_mask": SpanRule(DRIVER, DATA),
+           # the agentic pipeline's driver spans (agentic_pipeline.py, 8eb27cc2)
+           "shrink_sampler": SpanRule(DRIVER, OFFLOAD),  # l.343-344
+           "cal_response_level_mask": SpanRule(DRIVER, DATA),  # l.470-471
+           "cal_response_norm_rewards": SpanRule(DRIVER, REWARD),  # l.478-479
+           "compute_data_metrics": SpanRule(DRIVER, DATA),  # l.552-553
+           "driver:log": SpanRule(DRIVER, LOGGING),  # l.567-568
            # each rank's own work, its cluster in the resource's service.name
            "actor_train:worker.train_step": SpanRule(RANK, ACTOR_UPDATE),
            "actor_train:worker.compute_log_probs": SpanRule(RANK, ACTOR_LOGP),

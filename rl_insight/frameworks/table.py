@@ -88,7 +88,9 @@ class Framework:
     containers: frozenset[str] = frozenset()
     # timing keys that lie outside the step's own timer where a dict holds the marker key
     # (SkyRL's fully-async trainer, told by its own timer, saves after its step timer
-    # ends; its synchronous trainer inside it): marker -> those keys, kept as scalars
+    # ends; its synchronous trainer inside it): marker -> those keys, kept as scalars.
+    # The step-time key among them is then no step time (ROLL's RLVR pipeline logs the
+    # step before's as its time/step_total, its agentic pipeline the step's own)
     outside_step: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # timing keys timed inside another part's timer, as the framework's source nests them:
     # the enclosing key -> the keys it encloses. The enclosing key is a part only for what
@@ -174,8 +176,8 @@ def timing_values(fw: Framework, items: Iterable[tuple[str, float]]
                 outside |= keys
     out = {}
     for key, value in items:
-        wanted = key == fw.step_time_key or (fw.timing(key) is not None and
-                                             key not in outside)
+        wanted = (key == fw.step_time_key or fw.timing(key) is not None) and \
+            key not in outside
         if wanted and value == value and 0 <= value < 1e7:
             out[key] = float(value)
     return out

@@ -29,19 +29,19 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "stand_ins"))
-
-from google.protobuf import json_format  # noqa: E402
-from opentelemetry import context, trace  # noqa: E402
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
-from opentelemetry.sdk.resources import Resource  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import (  # noqa: E402
+from google.protobuf import json_format
+from opentelemetry import context, trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
+
+HERE = Path(__file__).resolve().parent
+STAND_INS = HERE / "stand_ins"  # FAKE roll.utils.tracking (on the path in main only)
 
 
 class CollectorFile(SpanExporter):
@@ -91,6 +91,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     out = Path(a.workdir) / "output" / "otlp"
     traces = out / "traces" / "traces.jsonl"
+    sys.path.insert(0, str(STAND_INS))
     from roll.utils.tracking import create_tracker
 
     import rl_insight.integrations.roll  # noqa: F401  the entry script's one line
