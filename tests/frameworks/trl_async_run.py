@@ -27,9 +27,9 @@ chat template (TRL's own copy, so its response parsing knows it), built here. Th
 made slow once: from the end of step ``--slow-step`` - 1 the server holds every request for
 ``--hold`` seconds, so the trainer waits for samples (TRL's ``perf/rollout_wait_s``) once
 what its worker had queued is used up: with ``max_staleness=1`` that is within two steps
-(TRL drops a sample two weight syncs older than the policy, ``RolloutQueueDataset``). The ground truth
-goes to ``--out`` (JSON): every dict TRL handed ``on_log`` (a recording callback after
-ours), when the hold began and how long it was, TRL's version.
+(TRL drops a sample two weight syncs older than the policy, ``RolloutQueueDataset``).
+The ground truth goes to ``--out`` (JSON): every dict TRL handed ``on_log`` (a recording
+callback after ours), when the hold began and how long it was, TRL's version.
 """
 
 from __future__ import annotations
