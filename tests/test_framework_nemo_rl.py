@@ -2,14 +2,16 @@
 examples/run_grpo_single_controller.py, nemo_rl/algorithms/single_controller.py): its
 ``SingleControllerActor``, a Ray actor, builds its own ``Logger`` (l.162-168), out of
 reach of ``attach()`` in the driver, and logs each step's ``timing/train`` dict without
-``step_finished`` (l.1201-1206). The job's worker setup hook patches
-``nemo_rl.utils.logger`` where the actor imports it (the table's ``on_import``); each
-step then reaches the server and is explained.
+``step_finished`` (l.1201-1206). Its command run by ``python -m
+rl_insight.integrations.nemo_rl`` puts the site hook on ``PYTHONPATH``, which NeMo-RL's
+``init_ray`` hands every Ray worker: the hook patches ``nemo_rl.utils.logger`` where the
+actor imports it (the table's ``on_import``); each step then reaches the server and is
+explained.
 
 The integration test runs tests/frameworks/nemo_rl_sc_run.py on the Ray world's cluster
-(the actor a Ray actor of a job whose runtime environment is what ``rl-insight ray-env``
-writes; the Logger a FAKE stand-in, tests/frameworks/stand_ins/nemo_rl). The fast tests
-replay the actor's calls in-process through the same patch.
+(through that command; Ray started as ``init_ray`` starts it; the actor a Ray actor; the
+Logger a FAKE stand-in, tests/frameworks/stand_ins/nemo_rl). The fast tests replay the
+actor's calls in-process through the same patch.
 """
 
 from __future__ import annotations
@@ -56,9 +58,9 @@ def sent(monkeypatch):
 
 @pytest.fixture
 def hooked():
-    """The worker setup hook's patches installed (rl_insight.ray.hooks.worker_setup),
-    then NeMo-RL's logger module imported fresh from the FAKE stand-ins, as the actor's
-    process imports it."""
+    """NeMo-RL's import patch installed, as the site hook's sitecustomize (or the Ray
+    worker setup hook) installs every table's, then its logger module imported fresh from
+    the FAKE stand-ins, as the actor's process imports it."""
     def forget():
         for name in [m for m in sys.modules if m == "nemo_rl" or m.startswith("nemo_rl.")]:
             del sys.modules[name]
@@ -131,6 +133,26 @@ def test_a_process_without_monitoring_builds_its_logger_unchanged(hooked, monkey
     assert hooked.Logger(MASTER["logger"]).loggers == []
 
 
+def test_the_command_line_puts_the_site_hook_first_and_says_what_is_missing(
+        monkeypatch, capsys):
+    """``python -m rl_insight.integrations.nemo_rl COMMAND``: NeMo-RL's command with the
+    site hook first on PYTHONPATH (kept once); without a command, its usage; a command
+    that cannot start, why and what to do; no server URL, said."""
+    import rl_insight.integrations.nemo_rl as adapter
+    from rl_insight.integrations import kit
+
+    env = kit.with_site_hook({"PYTHONPATH": "/opt/nemo-rl"})
+    assert env["PYTHONPATH"].split(":") == [str(kit.SITE_HOOK), "/opt/nemo-rl"]
+    assert kit.with_site_hook(env) == env
+    assert adapter.main([]) == 2 and "usage:" in capsys.readouterr().err
+    monkeypatch.delenv("RL_INSIGHT_SERVER_URL", raising=False)
+    monkeypatch.delenv("RL_INSIGHT_OTLP_ENDPOINT", raising=False)
+    assert adapter.main(["--", "/nonexistent/uv", "run", "x.py"]) == 127
+    err = capsys.readouterr().err
+    assert "RL_INSIGHT_SERVER_URL is not set, so NeMo-RL runs unmonitored" in err
+    assert "cannot run '/nonexistent/uv'" in err and "uv run python -m" in err
+
+
 def test_recompute_kv_scales_is_a_part_of_its_own():
     """grpo.py l.3339-3350, grpo_sync.py l.942-960 (7ea279ab): the FP8 KV-cache scales
     calibrated after the policy update, beside policy_training, for the next refit."""
@@ -150,7 +172,7 @@ def run(ray_world, framework_runs):
 @pytest.mark.integration
 def test_the_single_controllers_steps_arrive_and_its_slow_weight_sync_is_explained(
         run, ray_world):
-    """The replay's job set up by its runtime environment alone: a row per step from its
+    """The replay started by its command line alone: a row per step from its
     timing keys, each part what the actor's timer logged; step 3's weight sync (four
     times as long) named first by the API and by ``rl-insight report --step 3``; the
     config the actor logged kept with the run; every key it logged in one row."""

@@ -11,12 +11,20 @@ one's ``log_metrics(metrics, step, prefix, step_metric, step_finished)`` positio
 
 - ``examples/run_grpo_single_controller.py`` builds it inside the
   ``SingleControllerActor``, a Ray actor (``single_controller.py`` l.162-168: Logger
-  backends cannot be pickled into it), out of reach of the driver. The job's runtime
-  environment (``rl-insight ray-env``: its worker setup hook) is the one setting: the
-  hook patches ``nemo_rl.utils.logger`` in the process that imports it (the table's
-  ``on_import``), and every ``Logger`` built there gets this backend, named after its
-  wandb project and run; the hyperparameters the actor logs next (its
-  ``master_config``) are the run's configuration.
+  backends cannot be pickled into it), out of reach of the driver. The command line is
+  the one setting::
+
+      python -m rl_insight.integrations.nemo_rl uv run examples/run_grpo_single_controller.py ...
+
+  which runs it with the site hook on ``PYTHONPATH``; NeMo-RL's ``init_ray`` hands the
+  driver's whole environment to every Ray worker, so the hook patches
+  ``nemo_rl.utils.logger`` in the process that imports it (the table's ``on_import``),
+  and every ``Logger`` built there gets this backend, named after its wandb project and
+  run; the hyperparameters the actor logs next (its ``master_config``) are the run's
+  configuration. The Ray worker setup hook patches the same (``RAY_RUNTIME_ENV_HOOK``
+  where the driver runs, but Ray's uv hook takes its place under ``uv run``; ``ray job
+  submit --runtime-env`` only with ``RAY_OVERRIDE_JOB_RUNTIME_ENV=1``: ``init_ray``'s
+  ``env_vars`` name the same variables as the job's, which Ray refuses to merge).
 
 Each call's keys go out with their prefix (``timing/train/policy_training``). A step
 ends with its ``timing/train`` dict, the last each loop logs: with ``step_finished=True``
@@ -34,7 +42,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rl_insight import frameworks
@@ -155,3 +164,28 @@ def patch_logger(module: Any) -> bool:
     cls.__init__ = __init__
     setattr(cls, PATCHED, True)
     return True
+
+
+USAGE = ("usage: python -m rl_insight.integrations.nemo_rl COMMAND [ARGS...]\n"
+         "  e.g. python -m rl_insight.integrations.nemo_rl uv run "
+         "examples/run_grpo_single_controller.py --config CONFIG\n"
+         "runs NeMo-RL's COMMAND with the site hook on PYTHONPATH, which NeMo-RL's init_ray "
+         "hands every Ray worker: the Logger its single controller builds gets the "
+         "rl_insight backend")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rl_insight.integrations.nemo_rl COMMAND``: NeMo-RL's command in this
+    process's place, the site hook on its ``PYTHONPATH``. NeMo-RL's ``init_ray`` gives
+    every Ray worker the driver's whole environment (``virtual_cluster.py`` l.306-311 at
+    7ea279ab), so the single controller's actor starts with the hook and its ``Logger``
+    is patched (the table's ``on_import``) whether NeMo-RL runs under ``uv run`` (where
+    Ray's own uv hook takes the place of ``RAY_RUNTIME_ENV_HOOK``) or not."""
+    return kit.exec_with_site_hook(
+        sys.argv[1:] if argv is None else argv, USAGE, "NeMo-RL",
+        "run this where NeMo-RL's command runs (`uv run python -m "
+        "rl_insight.integrations.nemo_rl python examples/run_grpo_single_controller.py ...`)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,17 +1,17 @@
 """NeMo-RL's single-controller GRPO replayed on Ray in its own order and process structure
 (NVIDIA-NeMo/RL 7ea279ab: examples/run_grpo_single_controller.py,
-nemo_rl/algorithms/single_controller.py), with RL-Insight turned on by the job's runtime
-environment alone: what ``rl-insight ray-env`` writes (the monitoring variables and
-``worker_process_setup_hook: rl_insight.ray.hooks.worker_setup``, cli.py ``cmd_ray_env``),
-given to ``ray.init`` as NeMo-RL's ``init_ray`` would get it from ``ray job submit
---runtime-env``. Nothing of RL-Insight is imported or called by this script's NeMo-RL
-side: no ``attach``.
+nemo_rl/algorithms/single_controller.py), with RL-Insight turned on by the command line
+alone: the script runs itself as ``python -m rl_insight.integrations.nemo_rl python
+nemo_rl_sc_run.py ...`` (the site hook on ``PYTHONPATH``), and starts Ray as NeMo-RL's
+``init_ray`` does, every worker given the driver's whole environment
+(nemo_rl/distributed/virtual_cluster.py l.306-325). Nothing of RL-Insight is imported or
+called by this script's NeMo-RL side: no ``attach``.
 
 NeMo-RL does not install here: its composite ``Logger`` comes from a FAKE stand-in
 (tests/frameworks/stand_ins/nemo_rl); the actor, its pumps and its Timer are this
 replay's, each call where single_controller.py makes it:
 
-- the driver (``main``): the config, ``ray.init``, ``SingleControllerActor.remote(
+- the driver (``main``): the config, ``init_ray``, ``SingleControllerActor.remote(
   master_config=, actor_args=, setup_timing_metrics=)`` (l.141-145), then
   ``_run_with_controller_liveness_watch``: ``run.remote()`` awaited with ``ray.wait`` and
   ``ping`` between (l.171-210);
@@ -189,14 +189,23 @@ class SingleControllerActor:
             self._logger.log_metrics(metrics, step=self._train_steps)
 
 
-def runtime_env() -> dict:
-    """What `rl-insight ray-env` writes (cli.py cmd_ray_env), with the stand-ins on the
-    workers' path."""
-    from rl_insight.ray.attach import WORKER_SETUP_HOOK, env_vars
+def init_ray() -> None:
+    """virtual_cluster.py init_ray l.306-325: the driver's environment for every worker
+    (its ``address="auto"`` left to RAY_ADDRESS here: the test cluster's)."""
+    env_vars = dict(os.environ)
+    env_vars.pop("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", None)
+    ray.init(log_to_driver=False, include_dashboard=False,
+             runtime_env={"env_vars": env_vars})
 
-    wanted = env_vars(os.environ)
-    wanted["PYTHONPATH"] = os.pathsep.join([str(STAND_INS), str(REPO)])
-    return {"env_vars": wanted, "worker_process_setup_hook": WORKER_SETUP_HOOK}
+
+def through_the_launcher(argv: list[str]) -> int:
+    """The user's command line: this script under ``python -m
+    rl_insight.integrations.nemo_rl``, NeMo-RL (here its stand-ins) importable."""
+    from rl_insight.integrations import nemo_rl
+
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(STAND_INS), str(REPO), *paths])
+    return nemo_rl.main([sys.executable, str(Path(__file__).resolve()), *argv])
 
 
 def run_with_controller_liveness_watch(sc, interval_s: float) -> dict:
@@ -210,6 +219,11 @@ def run_with_controller_liveness_watch(sc, interval_s: float) -> dict:
 
 
 def main(argv=None) -> int:
+    from rl_insight.integrations import kit
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if str(kit.SITE_HOOK) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        return through_the_launcher(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", default="nemo-rl-sc-replay")
     ap.add_argument("--experiment-name", default="nemo-rl-sc-run")
@@ -233,7 +247,7 @@ def main(argv=None) -> int:
         "data_plane": {"enabled": True},
         "policy": {"model_name": "Qwen/Qwen2.5-1.5B"},
         "checkpointing": {"enabled": True, "save_period": SAVE_PERIOD}})
-    ray.init(runtime_env=runtime_env(), log_to_driver=False)  # init_ray()
+    init_ray()
     t_start = time.time()
     sc = SingleControllerActor.remote(
         master_config=config, actor_args={"slow_step": a.slow_step},
