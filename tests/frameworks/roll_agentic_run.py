@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 
@@ -57,8 +58,8 @@ class Clock:
         self.ns += int(round(seconds * NS))
 
 
-def replay(tracker, tracer, steps: int, slow_step: int = -1, slow_transfer_s: float = 0.0,
-           clock: Clock | None = None) -> Iterator[dict]:
+def replay(tracker: Any, tracer: Any, steps: int, slow_step: int = -1,
+           slow_transfer_s: float = 0.0, clock: Clock | None = None) -> Iterator[dict]:
     """run()'s calls for ``steps`` steps (``tracer`` None: ROLL's tracing off); at
     ``slow_step`` the batch's transfer takes ``slow_transfer_s`` more. Yields what each
     step measured, its timing dict as logged, once the step is logged."""

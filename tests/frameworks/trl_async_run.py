@@ -43,8 +43,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -56,7 +58,7 @@ SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
            "<tool_call>", "</tool_call>")
 
 
-def reward_len(completions, **kwargs):
+def reward_len(completions: list[list[dict]], **kwargs: Any) -> list[float]:
     """The reward: words in the completion (module level: TRL's worker pickles it)."""
     return [float(len(str(c[-1].get("content", "")).split())) for c in completions]
 
@@ -147,7 +149,7 @@ class WeightTransfer:
     def pause(self) -> None:
         self._post("/pause")
 
-    def send_weights(self, iterator) -> None:
+    def send_weights(self, iterator: Iterator[tuple[str, Any]]) -> None:
         for _name, tensor in iterator:
             self.tensors += 1
             float(tensor.float().sum())

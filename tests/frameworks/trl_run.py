@@ -32,6 +32,8 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -49,7 +51,7 @@ EVENTS = ("on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin", "on
 
 
 def tiny_model(folder: str, eos: str = "<eos>", special: tuple[str, ...] = (),
-               chat_template: str | None = None):
+               chat_template: str | None = None) -> tuple[str, Any, dict[str, int]]:
     """A tiny Qwen2 with random weights and a word-level tokenizer (nothing downloaded),
     saved to ``folder``/tiny-model: (that folder, the tokenizer, its vocabulary). ``eos``
     ends a completion; ``special`` are tokens a chat template writes."""
@@ -77,7 +79,7 @@ def tiny_model(folder: str, eos: str = "<eos>", special: tuple[str, ...] = (),
     return model_dir, hf_tok, vocab
 
 
-def recorder(logged: list[dict], step_end=None) -> object:
+def recorder(logged: list[dict], step_end: Callable[[Any], None] | None = None) -> object:
     """A callback to put after ours: it sees every dict TRL logs as TRL made it and keeps
     it in ``logged`` (its step, the dict, when); ``step_end(state)`` at each step's end."""
 

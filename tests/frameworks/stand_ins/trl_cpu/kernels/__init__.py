@@ -16,8 +16,11 @@ from types import SimpleNamespace
 import torch
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           softmax_scale=None, causal=True, window_size=(-1, -1), **kwargs):
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                           max_seqlen_q: int, max_seqlen_k: int,
+                           softmax_scale: float | None = None, causal: bool = True,
+                           window_size: tuple[int, int] = (-1, -1), **kwargs) -> torch.Tensor:
     """``(total_q, heads, dim)`` queries against ``(total_k, kv_heads, dim)`` keys, segment by
     segment, as FlashAttention's varlen function computes them."""
     out = torch.empty_like(q)
@@ -41,7 +44,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return out
 
 
-def get_kernel(repo_id: str, version: int | None = None, **kwargs) -> SimpleNamespace:
+def get_kernel(repo_id: str, version: int | None = None, **kwargs: object) -> SimpleNamespace:
     """The FlashAttention kernels TRL asks for, as the CPU function above."""
     if "flash-attn" not in repo_id:
         raise ValueError(f"FAKE kernels: no CPU stand-in for {repo_id}")
