@@ -773,3 +773,25 @@ def test_awex_lanes_only_where_the_perf_tracer_is_followed_and_other_modes_untou
     assert areal_awex.install(plain, lanes=True) is None
     assert plain.rollout.pause == pause and "async_call_engine" not in vars(
         plain.actor.scheduler)
+
+
+def test_awex_in_spmd_times_this_ranks_own_weight_update(monkeypatch):
+    """SPMD ("legacy"): every rank runs the loop, its actor the engine itself; its own
+    update_weights is timed, on its own rank's lane (RANK), the driver's lane left to
+    rank 0."""
+    import rl_insight
+    from rl_insight.integrations import areal_awex, kit
+
+    spans: list[tuple[str, str]] = []
+    monkeypatch.setattr(rl_insight, "trace_span", lambda *, name, start_time_ns,
+                        end_time_ns, attributes: spans.append(
+                            (attributes["state_lane_id"], name)))
+    monkeypatch.setattr(kit, "process_rank", lambda: 3)
+    trainer = _AwexTrainer()
+    engine = type("Engine", (), {"onload": lambda self: None,
+                                 "update_weights": lambda self, meta: meta["version"]})()
+    trainer.actor = engine
+    areal_awex.install(trainer, lanes=True)
+    trainer.rollout.pause()
+    assert engine.update_weights({"version": 7}) == 7
+    assert spans == [("rank_3", "update_weights")]
