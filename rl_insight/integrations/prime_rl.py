@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 FRAMEWORK = frameworks.named("prime_rl")
 TRAINER, ORCHESTRATOR = "trainer", "orchestrator"
 TRAINER_JOB = "prime_rl_trainer"  # the trainer's own /metrics (trainer_step, trainer_loss)
-SITEHOOK = Path(__file__).resolve().parent / "sitehook"
+SITEHOOK = kit.SITE_HOOK
 PATCHED = "_rl_insight_patched"
 
 
@@ -222,11 +222,7 @@ def patch_monitors(module: Any) -> None:
 
 def command_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment prime-rl's command runs in: the site hook first on PYTHONPATH."""
-    env = dict(environ)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(SITEHOOK) not in paths:
-        env["PYTHONPATH"] = os.pathsep.join([str(SITEHOOK), *paths])
-    return env
+    return kit.with_site_hook(environ)
 
 
 USAGE = ("usage: python -m rl_insight.integrations.prime_rl COMMAND [ARGS...]\n"
@@ -237,24 +233,10 @@ USAGE = ("usage: python -m rl_insight.integrations.prime_rl COMMAND [ARGS...]\n"
 def main(argv: Sequence[str] | None = None) -> int:
     """Run prime-rl's command (``rl @ rl.toml``, ``trainer ...``) in its place, its
     processes with our monitor; says what is missing instead of failing silently."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--"]:
-        args = args[1:]
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stderr)
-        return 0 if args else 2
-    if not (os.environ.get("RL_INSIGHT_SERVER_URL") or os.environ.get("RL_INSIGHT_OTLP_ENDPOINT")):
-        print("rl-insight: RL_INSIGHT_SERVER_URL is not set, so prime-rl runs unmonitored; "
-              "export it (http://<server>:18080, `rl-insight server status` prints it) or "
-              "set it in prime-rl's env_vars", file=sys.stderr)
-    try:
-        os.execvpe(args[0], args, command_env(os.environ))
-    except OSError as e:
-        print(f"rl-insight: cannot run {args[0]!r} ({e}); run this in prime-rl's environment "
-              "(`uv run python -m rl_insight.integrations.prime_rl rl @ rl.toml`)",
-              file=sys.stderr)
-        return 127
-    return 0  # not reached: exec replaced this process
+    return kit.exec_with_site_hook(
+        sys.argv[1:] if argv is None else argv, USAGE, "prime-rl",
+        "run this in prime-rl's environment (`uv run python -m "
+        "rl_insight.integrations.prime_rl rl @ rl.toml`)")
 
 
 if __name__ == "__main__":
