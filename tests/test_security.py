@@ -36,8 +36,8 @@ def test_every_write_route_in_the_schema_needs_the_token(cli):
     url = cli.start("prometheus.enabled=false")
     routes = write_routes(url)
     # targets x2, bind, experiments x3 and a run's configuration, push x3 and the batch,
-    # traces, profiles: ask, and the lane actors' take and result
-    assert len(routes) == 15, routes
+    # traces, profiles: ask, and the lane actors' take and result; a profiler's import
+    assert len(routes) == 16, routes
     for method, path in routes:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic x"}):
             r = requests.request(method, url + path, headers=headers, data=b"{}", timeout=5)
