@@ -3,8 +3,8 @@ until replica 1's KV cache shrinks from step 13 and it starts preempting (exampl
 drifts.py; its engine, a FAKE vLLM, preempts as vLLM does when its cache is full). The
 server finds the regression as the steps are finalized, dated between the cache's first
 shrunk step and five steps after its first preemption; ranks replica 1's KV cache or
-preemptions first from the real Prometheus' engine series; Prometheus evaluates StepTimeRegressed and Alertmanager
-delivers it to a webhook naming the onset and the cause; `rl-insight report --changes`
+preemptions first from the real Prometheus' engine series; Prometheus evaluates
+StepTimeRegressed and Alertmanager delivers it to a webhook naming the onset and the cause; `rl-insight report --changes`
 and the API say the same, live and again from Prometheus alone; the "What changed"
 panels and the dashboard's annotation query have data."""
 
