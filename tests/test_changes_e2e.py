@@ -5,8 +5,9 @@ server finds the regression as the steps are finalized, dated between the cache'
 shrunk step and five steps after its first preemption; ranks replica 1's KV cache or
 preemptions first from the real Prometheus' engine series; Prometheus evaluates
 StepTimeRegressed and Alertmanager delivers it to a webhook naming the onset and the
-cause; `rl-insight report --changes` and the API say the same, live and again from Prometheus alone; the "What changed"
-panels and the dashboard's annotation query have data."""
+cause; `rl-insight report --changes` and the API say the same, live and again from
+Prometheus alone; the "What changed" panels and the dashboard's annotation query have
+data."""
 
 from __future__ import annotations
 
