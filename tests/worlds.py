@@ -520,15 +520,23 @@ def simulated_pairs(ray_world):
     from tests.conftest import wait_for
 
     cluster = ray_world.cluster
+    # eleven drivers and their ~40 actors on two cores beside the suite: a driver's
+    # hand-over at exit waits for the hub's acknowledgement longer than the 3-s default
+    # (a CI run of 2026-12-07 timed out there), so these have 20 s; what a run handed
+    # over is judged by the rows the server holds, below, not by the driver's exit code
+    # alone (Ray's own teardown of a driver on a saturated host has exited 1 after the
+    # run printed its summary)
+    env = cluster.env(RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S="20")
     procs = {name: subprocess.Popen(
         [sys.executable, str(REPO / "examples" / "simulate_rl.py"), *COMMON, *args,
-         "--experiment-name", name], env=cluster.env(), cwd=cluster.workdir,
+         "--experiment-name", name], env=env, cwd=cluster.workdir,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for name, args in SIMULATED_PAIRS.items()}
     with Favoured(cluster):
         outputs = {name: p.communicate(timeout=400)[0] for name, p in procs.items()}
     for name, p in procs.items():
-        assert p.returncode == 0, f"{name}: {outputs[name][-3000:]}"
+        assert p.returncode == 0 or "\nSIMULATION {" in outputs[name], \
+            f"{name} (exit {p.returncode}): {outputs[name][-3000:]}"
 
     def rows(name: str) -> list[dict] | None:
         r = requests.get(ray_world.url + "/api/v1/anatomy", timeout=30,
@@ -537,7 +545,8 @@ def simulated_pairs(ray_world):
         args = SIMULATED_PAIRS[name]
         want = int(args[args.index("--steps") + 1])
         return got if len(got) >= want else None
-    ray_world.pairs = {name: wait_for(lambda n=name: rows(n), 60, f"the rows of {name}")
+    ray_world.pairs = {name: wait_for(lambda n=name: rows(n), 60, f"the rows of {name} "
+                                      f"(its driver's end: {outputs[name][-1500:]})")
                        for name in SIMULATED_PAIRS}
     return ray_world.pairs
 
