@@ -704,6 +704,9 @@ def per_step(metric: str, sel: str = RUN, by: str = "") -> str:
 
 NOTHING_CHANGED = "nothing changed"
 NOTHING_FIRING = "nothing firing"
+# the culprit ranks' and the profiles' tables (issue 49) on a balanced run
+BALANCED = "balanced: no step waited for one rank"
+NO_PROFILE = "no profile taken: rl-insight profile --rank N, or a change on one rank"
 ALERTS_RUN = f'ALERTS{{alertstate="firing",{RUN}}}'
 ALERT_PANELS = (
     ts("Alerts firing", Query(f"count({ALERTS_RUN}) or vector(0)", "firing"), kind="stat",
@@ -787,7 +790,7 @@ ANATOMY = (
              "longer by (s)", table=True),
        Query(per_step("culprit_waited_seconds", by="rank, phase, kind, role, node, gpu"),
              "the others waited (s)", table=True),
-       kind="table", width=8, needs="rank-straggler",
+       kind="table", width=8, needs="rank-straggler", quiet=BALANCED,
        options={"transformations": [{"id": "joinByField",
                                      "options": {"byField": "Time", "mode": "outer"}}]},
        description="The culprit: the rank a step waited for, its phase, whether it "
@@ -798,6 +801,7 @@ ANATOMY = (
        Query("max by (rank, profile, frame, reason) "
              f"(rl_insight_profile_frame_share{{{RUN}}})", "{{frame}}", table=True),
        kind="table", width=24, height=6, unit="percentunit", needs="rank-straggler",
+       quiet=NO_PROFILE,
        description="Each profile of a rank of this run (`rl-insight profile --rank N`, "
                    "or taken by the server when a change lives on one rank: reason "
                    "\"change ...\"): the functions its samples were in, by their own "
