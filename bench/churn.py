@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.intake import Sink  # noqa: E402
-from rl_insight import netaddr  # noqa: E402
+from rl_insight.common import netaddr  # noqa: E402
 
 OFF = ("prometheus.enabled=false", "tempo.enabled=false", "grafana.enabled=false",
        "alertmanager.enabled=false", "push.finished_ttl_s=5")
@@ -43,7 +43,7 @@ def start_server(home: Path, sink: Sink) -> tuple[subprocess.Popen, str]:
     port = netaddr.free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RL_INSIGHT_")}
     env.update({"RL_INSIGHT_HOME": str(home), "PYTHONPATH": str(REPO)})
-    args = [sys.executable, "-m", "rl_insight.cli", "server", "start", "--set",
+    args = [sys.executable, "-m", "rl_insight", "server", "start", "--set",
             "host=127.0.0.1", "--set", f"server.port={port}", "--set",
             f"traces.relay_url={sink.url}", *[x for o in OFF for x in ("--set", o)]]
     proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
@@ -128,7 +128,7 @@ def main() -> int:
                 print(json.dumps(samples[-1]), flush=True)
     finally:
         rl.finish()
-        subprocess.run([sys.executable, "-m", "rl_insight.cli", "server", "stop"],
+        subprocess.run([sys.executable, "-m", "rl_insight", "server", "stop"],
                        env={**os.environ, "RL_INSIGHT_HOME": str(home)}, timeout=60,
                        capture_output=True)
         proc.wait(30)

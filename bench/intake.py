@@ -41,9 +41,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.common import save  # noqa: E402
 from bench.scale_lanes import Conn, lane_bodies  # noqa: E402
-from rl_insight import netaddr  # noqa: E402
 from rl_insight.collector.lanes import LANE_JOB  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
+from rl_insight.common import netaddr  # noqa: E402
 from rl_insight.events import Identity, Span  # noqa: E402
 
 BASELINE = "6d26dd8"  # the last commit before pooled lanes and the faster intake (#25)
@@ -100,7 +100,7 @@ def start_server(code: Path, home: Path, sink: Sink, plain_http: bool = False
         (shim / "sitecustomize.py").write_text(WITHOUT_FAST_HTTP)
         path = f"{shim}:{code}"
     env.update({"RL_INSIGHT_HOME": str(home), "PYTHONPATH": path})
-    args = [sys.executable, "-m", "rl_insight.cli", "server", "start", "--set",
+    args = [sys.executable, "-m", "rl_insight", "server", "start", "--set",
             "host=127.0.0.1", "--set", f"server.port={port}", "--set",
             f"traces.relay_url={sink.url}", *[x for o in OFF for x in ("--set", o)]]
     proc = subprocess.Popen(["taskset", "-c", "0", *args], env=env, cwd=code,
@@ -127,7 +127,7 @@ def running_server(code: Path, sink: Sink, plain_http: bool = False):
     try:
         yield url, server_pid(home)
     finally:
-        subprocess.run([sys.executable, "-m", "rl_insight.cli", "server", "stop"],
+        subprocess.run([sys.executable, "-m", "rl_insight", "server", "stop"],
                        env={**os.environ, "RL_INSIGHT_HOME": str(home),
                             "PYTHONPATH": str(code)}, cwd=code, capture_output=True)
         proc.kill()

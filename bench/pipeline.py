@@ -31,7 +31,7 @@ import psutil  # noqa: E402
 import requests  # noqa: E402
 
 from bench.common import save  # noqa: E402
-from rl_insight import netaddr  # noqa: E402
+from rl_insight.common import netaddr  # noqa: E402
 from tests.fakes.otlp_receiver import FakeTempo  # noqa: E402  (FAKE Tempo, real OTLP)
 
 
@@ -54,7 +54,7 @@ class Stack:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         extra = [x for s in self.sets for x in ("--set", s)]
-        return subprocess.run([sys.executable, "-m", "rl_insight.cli", *args, *extra],
+        return subprocess.run([sys.executable, "-m", "rl_insight", *args, *extra],
                               env=self.env, cwd=REPO, capture_output=True, text=True,
                               check=True)
 

@@ -173,7 +173,7 @@ def one_file(tmp: Path, kernels: int) -> dict:
 
 def server(home: Path) -> tuple[str, list[str]]:
     """A real server on loopback (its own home and ports)."""
-    from rl_insight import netaddr
+    from rl_insight.common import netaddr
 
     keys = ["server.port", "prometheus.port", "tempo.port", "tempo.grpc_port",
             "tempo.otlp_grpc_port", "tempo.otlp_http_port", "grafana.port",
@@ -183,7 +183,7 @@ def server(home: Path) -> tuple[str, list[str]]:
     for k, p in zip(keys, ports, strict=True):
         sets += ["--set", f"{k}={p}"]
     env = {**os.environ, "RL_INSIGHT_HOME": str(home)}
-    cli = [sys.executable, "-m", "rl_insight.cli"]
+    cli = [sys.executable, "-m", "rl_insight"]
     subprocess.run([*cli, "server", "start", "--detach", *sets], env=env, check=True,
                    capture_output=True, timeout=300)
     return f"http://127.0.0.1:{ports[0]}", [*cli, "server", "stop", *sets]

@@ -245,7 +245,7 @@ class VictoriaMetrics:
     on this machine, standing in for Mimir, Thanos or a VictoriaMetrics cluster."""
 
     def __init__(self, data: Path) -> None:
-        from rl_insight import netaddr
+        from rl_insight.common import netaddr
 
         port = netaddr.free_port()
         self.url = f"http://127.0.0.1:{port}"

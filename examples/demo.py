@@ -14,7 +14,8 @@ from pathlib import Path
 
 import requests
 
-from rl_insight import config, netaddr
+from rl_insight import config
+from rl_insight.common import netaddr
 
 REPO = Path(__file__).resolve().parents[1]
 PORT_KEYS = ["server.port", "prometheus.port", "tempo.port", "tempo.grpc_port",
@@ -24,7 +25,7 @@ PORT_KEYS = ["server.port", "prometheus.port", "tempo.port", "tempo.grpc_port",
 
 def rl_insight(*args: str, check: bool = True) -> int:
     print(f"\n$ rl-insight {' '.join(args)}", flush=True)
-    code = subprocess.call([sys.executable, "-m", "rl_insight.cli", *args], cwd=REPO)
+    code = subprocess.call([sys.executable, "-m", "rl_insight", *args], cwd=REPO)
     if check and code != 0:
         raise SystemExit(f"demo: `rl-insight {' '.join(args)}` failed (exit {code}); "
                          "see its message above")

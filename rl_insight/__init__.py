@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from rl_insight.version import __version__ as __version__
+from rl_insight.common.version import __version__ as __version__
 
 _EXPORTS = {
     "agent_loop_session": "rl_insight.client.agent_loop",

@@ -2,6 +2,6 @@
 
 import sys
 
-from rl_insight.cli import main
+from rl_insight.commands.main import main
 
 sys.exit(main())

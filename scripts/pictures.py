@@ -17,7 +17,7 @@ def main() -> int:
     home = tempfile.mkdtemp(prefix="rl-insight-pictures-")
     env = {**os.environ, "RL_INSIGHT_HOME": home, "RL_INSIGHT_HOST": "127.0.0.1",
            "RAY_USAGE_STATS_ENABLED": "0"}
-    cli = [sys.executable, "-m", "rl_insight.cli"]
+    cli = [sys.executable, "-m", "rl_insight"]
     ports = ["--set", "prometheus.scrape_interval=1s", "--set", "tempo.enabled=false",
              "--set", "grafana.enabled=false",
              # the drifting run's short baseline: 2 + 8 steps (docs/anatomy.md)

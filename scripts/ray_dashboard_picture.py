@@ -19,12 +19,12 @@ CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-s
 
 def main() -> int:
     sys.path.insert(0, str(REPO))
-    from rl_insight import netaddr
+    from rl_insight.common import netaddr
 
     dash_port, server_port = netaddr.free_ports(2)
     home = tempfile.mkdtemp(prefix="rl-insight-ray-picture-")
     env = {**os.environ, "RL_INSIGHT_HOME": home, "RL_INSIGHT_HOST": "127.0.0.1"}
-    cli = [sys.executable, "-m", "rl_insight.cli", "server"]
+    cli = [sys.executable, "-m", "rl_insight", "server"]
     print("starting the server (no services) and a local Ray cluster with its dashboard")
     subprocess.run(cli + ["start", "--detach", "--set", f"server.port={server_port}",
                           "--set", "prometheus.enabled=false", "--set", "tempo.enabled=false",

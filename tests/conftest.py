@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -222,7 +222,7 @@ class Cli:
         extra = []
         for o in self.overrides:
             extra += ["--set", o]
-        return [sys.executable, "-m", "rl_insight.cli", *args, *extra]
+        return [sys.executable, "-m", "rl_insight", *args, *extra]
 
     def run(self, *args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True,

@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import processes_with_env, wait_for
 
 MARK = "RL_INSIGHT_TEST_RAY_CLUSTER"

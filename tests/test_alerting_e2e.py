@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import REPO, prom_query, wait_for
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from rl_insight import cli, config, laneid
+from rl_insight import config, laneid
+from rl_insight.commands import main as cli
 from rl_insight.commands import server
 from rl_insight.server.analyses import alert_rules, alerts, statuspage
 from rl_insight.server.app import create_app

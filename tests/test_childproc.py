@@ -15,7 +15,7 @@ from tests.conftest import REPO, wait_for
 
 PARENT = (
     "import subprocess, sys, time\n"
-    "from rl_insight.childproc import die_with_parent\n"
+    "from rl_insight.common.childproc import die_with_parent\n"
     "p = subprocess.Popen(die_with_parent(['/bin/sleep', '120']))\n"
     "print(p.pid, flush=True)\n"
     "time.sleep(120)  # not a wait: the parent stays up until the test kills it\n")

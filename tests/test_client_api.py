@@ -307,7 +307,7 @@ print("SCRAPE " + requests.get(f"http://127.0.0.1:{t.metrics_server.port}/metric
 
 @pytest.mark.integration
 def test_external_otlp_mode_without_server(cli):
-    from rl_insight import netaddr
+    from rl_insight.common import netaddr
 
     tempo = FakeTempo(netaddr.free_port()).start()
     try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rl_insight import cli, config
+from rl_insight import config
+from rl_insight.commands import main as cli
 from rl_insight.commands import server
 
 

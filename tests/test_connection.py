@@ -81,7 +81,7 @@ def test_a_connection_the_server_closed_is_opened_again(server):
 
 
 def test_nothing_listening_raises_an_http_error():
-    from rl_insight import netaddr
+    from rl_insight.common import netaddr
 
     url = f"http://127.0.0.1:{netaddr.free_port()}"
     with pytest.raises(HttpError):
@@ -231,7 +231,7 @@ def proxy(tmp_path):
     import shutil
     import subprocess
 
-    from rl_insight import netaddr
+    from rl_insight.common import netaddr
     from tests.conftest import wait_for
 
     binary = shutil.which("tinyproxy")

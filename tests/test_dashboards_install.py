@@ -14,7 +14,8 @@ import pytest
 import requests
 
 from dashboards import build
-from rl_insight import cli, netaddr
+from rl_insight.commands import main as cli
+from rl_insight.common import netaddr
 from rl_insight.grafana import install as dash
 from rl_insight.grafana.mapping import map_datasources, referenced
 from rl_insight.server.services import grafana as managed

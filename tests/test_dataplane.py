@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import prom_query, wait_equal, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 

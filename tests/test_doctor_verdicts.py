@@ -9,8 +9,8 @@ from concurrent import futures
 import grpc
 import pytest
 
-from rl_insight import netaddr
 from rl_insight.commands import doctor
+from rl_insight.common import netaddr
 
 
 @pytest.fixture

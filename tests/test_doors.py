@@ -104,7 +104,7 @@ def world(tmp_path_factory):
     env.update(PYTHONPATH=str(REPO), RL_INSIGHT_HOME=str(home))
     try:
         # the default host: every service of the stack as a first start leaves it
-        r = mon.run(PY, "-m", "rl_insight.cli", "server", "start", "--detach",
+        r = mon.run(PY, "-m", "rl_insight", "server", "start", "--detach",
                     "--set", "prometheus.scrape_interval=1s",
                     "--set", f"grafana.binary={fake_grafana_home(tmp)}", env=env, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -118,7 +118,7 @@ def world(tmp_path_factory):
         yield {"mon": mon, "stranger": stranger, "home": home, "url": url, "token": token,
                "stdout": r.stdout}
     finally:
-        mon.run(PY, "-m", "rl_insight.cli", "server", "stop", env=env, timeout=120)
+        mon.run(PY, "-m", "rl_insight", "server", "stop", env=env, timeout=120)
         topo.down()
 
 

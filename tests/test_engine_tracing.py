@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from rl_insight.ray.attach import env_vars
 from tests.conftest import REPO, Cli, free_port_overrides, prom_query, wait_equal, wait_for
 from tests.fakes.otlp_receiver import FakeTempo

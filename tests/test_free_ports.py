@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 
 
 def test_handed_out_ports_lie_outside_the_ephemeral_range_and_rays_worker_ports():

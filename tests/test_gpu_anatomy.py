@@ -118,7 +118,7 @@ def test_the_dashboard_s_kernel_panels_query_series_the_server_exports():
     import re
 
     from dashboards import panels
-    from rl_insight.resources import dashboards_dir
+    from rl_insight.common.resources import dashboards_dir
     from rl_insight.server.analyses.anatomy_series import Families
 
     asked = {m for p in panels.KERNELS for q in p.queries

@@ -11,7 +11,7 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, start_http_server
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from rl_insight.server.services.prometheus import external_config_text
 from tests.conftest import prom_query, wait_for
 

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from dashboards import build, panels
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests import upstream_env
 from tests.conftest import REPO, wait_for
 from tests.test_simulation_e2e import label_values, query_range, substitute

@@ -63,7 +63,7 @@ def ray_bin() -> str:
 
 
 def doctor(host: netns.Host, url: str, *args: str) -> dict[str, dict]:
-    r = host.run(PY, "-m", "rl_insight.cli", "doctor", "--json", "--no-ray", "--server-url",
+    r = host.run(PY, "-m", "rl_insight", "doctor", "--json", "--no-ray", "--server-url",
                  url, *args, env=client_env(), timeout=120)
     checks = json.loads(r.stdout)
     return {c["name"]: c for c in checks}
@@ -82,7 +82,7 @@ def world(tmp_path_factory):
         grafana = fake_grafana_home(tmp)
 
         def server() -> None:
-            r = mon.run(PY, "-m", "rl_insight.cli", "server", "start", "--detach",
+            r = mon.run(PY, "-m", "rl_insight", "server", "start", "--detach",
                         "--set", f"host={mon.address}", "--set",
                         "prometheus.scrape_interval=1s", "--set", f"grafana.binary={grafana}",
                         "--set", "tempo.enabled=false",
@@ -113,7 +113,7 @@ def world(tmp_path_factory):
         env_file = tmp / "env.yaml"
         # this server scrapes every second: docs/collecting.md says to set the lanes' tick as
         # short, or states shorter than the 5 s tick never reach the sampled timeline
-        r = subprocess.run([PY, "-m", "rl_insight.cli", "ray-env", "--server-url", url],
+        r = subprocess.run([PY, "-m", "rl_insight", "ray-env", "--server-url", url],
                            env=client_env(RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="1"),
                            capture_output=True, text=True, timeout=60)
         written = yaml.safe_load(r.stdout)["env_vars"]
@@ -142,7 +142,7 @@ def world(tmp_path_factory):
                              .read_text().strip())
         yield topo, url, f"http://{mon.address}:9090", run
     finally:
-        subprocess.run([PY, "-m", "rl_insight.cli", "server", "stop"],
+        subprocess.run([PY, "-m", "rl_insight", "server", "stop"],
                        env=base_env(RL_INSIGHT_HOME=str(home)), capture_output=True,
                        timeout=120)
         topo.down()
@@ -342,7 +342,7 @@ def test_server_start_on_a_host_with_several_interfaces_says_which_address_and_w
                     ["ip", "link", "set", "side1", "up"],
                     ["ip", "link", "set", "side0", "up"]):
             netns.sh(*mon.argv(*cmd))
-        cli = [PY, "-m", "rl_insight.cli", "server"]
+        cli = [PY, "-m", "rl_insight", "server"]
         common = ["--set", "prometheus.enabled=false", "--set", "tempo.enabled=false",
                   "--set", "grafana.enabled=false", "--set", "host=0.0.0.0"]
         env = base_env(RL_INSIGHT_HOME=str(home))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 
 
 def test_accepted_connections_have_nodelay():

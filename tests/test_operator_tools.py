@@ -149,7 +149,7 @@ def healthy(ray_world):
 
 
 def doctor(cluster, url: str, *extra: str, **env) -> tuple[int, list[dict]]:
-    r = subprocess.run([sys.executable, "-m", "rl_insight.cli", "doctor", "--json",
+    r = subprocess.run([sys.executable, "-m", "rl_insight", "doctor", "--json",
                         "--server-url", url, "--project", "doc", "--experiment", "healthy",
                         *extra], env=cluster.env(**env), cwd=REPO, capture_output=True,
                        text=True, timeout=180)
@@ -169,7 +169,7 @@ def test_doctor_on_a_healthy_run(healthy):
                  "service prometheus", "traces", "targets", "replicas", "engine statistics",
                  "lanes", "workers"):
         assert status[name] == "ok", (name, checks)
-    text = subprocess.run([sys.executable, "-m", "rl_insight.cli", "doctor", "--server-url",
+    text = subprocess.run([sys.executable, "-m", "rl_insight", "doctor", "--server-url",
                            url, "--no-ray"], env=cluster.env(), capture_output=True,
                           text=True, timeout=60).stdout
     assert "all checks passed" in text

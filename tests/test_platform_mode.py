@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from dashboards import build
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import REPO, OwnPrometheus, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster

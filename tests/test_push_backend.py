@@ -21,9 +21,10 @@ import requests
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 import rl_insight
-from rl_insight import config, netaddr
+from rl_insight import config
 from rl_insight.client import api
 from rl_insight.client.configuration import resolve
+from rl_insight.common import netaddr
 from tests.conftest import wait_for
 
 DRIVER = '''

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from rl_insight import resources
+from rl_insight.common import resources
 from tests.conftest import prom_query, wait_equal, wait_for
 
 pytestmark = pytest.mark.integration

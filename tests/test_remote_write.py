@@ -15,7 +15,7 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import prom_query, wait_for
 
 pytestmark = pytest.mark.integration

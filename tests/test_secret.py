@@ -9,7 +9,9 @@ import stat
 import pytest
 import yaml
 
-from rl_insight import cli, config, secret
+from rl_insight import config
+from rl_insight.commands import main as cli
+from rl_insight.common import secret
 from rl_insight.server import lifecycle
 
 

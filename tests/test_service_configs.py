@@ -254,7 +254,7 @@ def test_bad_remote_write_settings_name_the_setting(home, overrides, message):
                     "prometheus package, which `make test` installs")
 @pytest.mark.integration  # starts a process
 def test_the_external_prometheus_block_passes_promtool(tmp_path):
-    from rl_insight import cli
+    from rl_insight.commands import main as cli
     from rl_insight.server.services.prometheus import external_config_text
 
     text = external_config_text("http://10.0.0.5:18080", "15s")

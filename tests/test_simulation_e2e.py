@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from dashboards import build, panels
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import REPO, wait_for
 
 pytestmark = pytest.mark.integration

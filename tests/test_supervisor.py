@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from rl_insight.config import SupervisorSettings
 from rl_insight.server.services.base import Launch
 from rl_insight.server.services.supervisor import Supervisor

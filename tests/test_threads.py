@@ -39,7 +39,7 @@ def test_a_failing_body_is_logged_counted_and_started_again(caplog):
 def test_the_relay_survives_its_spool_failing_and_relays_afterwards(tmp_path):
     """OSError from the spool (a full disk, a locked database) once: the relay thread is
     restarted and the spans still reach the receiver (a FAKE Tempo decoding OTLP)."""
-    from rl_insight import netaddr
+    from rl_insight.common import netaddr
 
     tempo = FakeTempo(netaddr.free_port()).start()
     store = Store(tmp_path)

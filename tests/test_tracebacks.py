@@ -1,5 +1,5 @@
 """A failed send leaves nothing for the garbage collector: the body it carried goes when
-the send returns (rl_insight/tracebacks.py). Before, urllib3's frames and the error they
+the send returns (rl_insight/common/tracebacks.py). Before, urllib3's frames and the error they
 raise kept each failed attempt's body in a reference cycle until the next full
 collection: the server's RSS rose 4 MB per relay attempt to a dead Tempo and fell every
 10 s (the soak test's server trend read 29 MB a minute in a CI run)."""
@@ -14,8 +14,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from rl_insight import tracebacks
 from rl_insight.collector.push import Sender
+from rl_insight.common import tracebacks
 from rl_insight.config import TraceSettings
 from rl_insight.server.ingest.relay import Relay
 from rl_insight.server.ingest.spool import Spool

@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from dashboards import build
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import Cli, free_port_overrides, prom_query, side_by_side, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster

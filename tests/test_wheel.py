@@ -84,7 +84,7 @@ def test_the_installed_server_starts_outside_the_checkout(installed, tmp_path):
     overrides = []
     for o in free_port_overrides():
         overrides += ["--set", o]
-    cli = [str(venv / "bin" / "python"), "-m", "rl_insight.cli"]
+    cli = [str(venv / "bin" / "python"), "-m", "rl_insight"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RL_INSIGHT_")}
     env["RL_INSIGHT_HOME"] = str(home)
     try:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 from tests.conftest import REPO, Cli, free_port_overrides, side_by_side
 from tests.fakes.otlp_receiver import FakeTempo
 from tests.raycluster import RayCluster

@@ -41,7 +41,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rl_insight import config as config_mod
-from rl_insight import secret
 from rl_insight.client.options import (
     InitConfig,
     merged,
@@ -50,6 +49,7 @@ from rl_insight.client.options import (
     server_url_from,
 )
 from rl_insight.client.push.shape import PushConfig, read_push
+from rl_insight.common import secret
 from rl_insight.config import (
     BACKEND_ENV,
     ENABLE_ENV,

@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from rl_insight import tracebacks
 from rl_insight.collector import connection
+from rl_insight.common import tracebacks
 
 log = logging.getLogger(__name__)
 BATCH_PATH = "/api/v1/push/batch"  # several groups in one request (servers since 0.4)

@@ -20,7 +20,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

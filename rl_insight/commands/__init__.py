@@ -1,2 +1,2 @@
-"""The CLI's commands that have grown beyond a few lines, one module each (cli.py parses
+"""The CLI's commands that have grown beyond a few lines, one module each (main.py parses
 and dispatches)."""

@@ -8,7 +8,7 @@ import json
 import sys
 
 from rl_insight import config as config_mod
-from rl_insight import secret
+from rl_insight.common import secret
 from rl_insight.config import SERVER_URL_ENV
 
 
@@ -26,8 +26,8 @@ def server_client(args: argparse.Namespace):
     """The running server named by --server-url, RL_INSIGHT_SERVER_URL, or the run file."""
     import os
 
-    from rl_insight import netaddr
     from rl_insight.commands.api_client import ServerClient
+    from rl_insight.common import netaddr
     from rl_insight.server import lifecycle
 
     settings = settings_of(args)

@@ -15,9 +15,10 @@ from urllib.parse import urlparse
 
 import requests
 
-from rl_insight import laneid, netaddr
+from rl_insight import laneid
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
-from rl_insight.secret import TOKEN_ENV
+from rl_insight.common import netaddr
+from rl_insight.common.secret import TOKEN_ENV
 from rl_insight.server.ingest.targets import describe_local_targets
 
 # the jobs verl registers rollout engines under (rollout_config.name)

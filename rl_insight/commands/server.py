@@ -133,7 +133,7 @@ def cmd_prometheus_config(args: argparse.Namespace) -> int:
         print("rl-insight: no server URL: pass --server-url http://<server-ip>:18080 or set "
               f"{SERVER_URL_ENV}", file=sys.stderr)
         return 2
-    from rl_insight.secret import loopback_only
+    from rl_insight.common.secret import loopback_only
 
     host = url.split("//", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
     if not args.token_file and not loopback_only(host):

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_insight import resources
+from rl_insight.common import resources
+from rl_insight.common.version import __version__
 from rl_insight.grafana import api
 from rl_insight.grafana.mapping import map_datasources, referenced
-from rl_insight.version import __version__
 
 DEFAULT_FOLDER = "RL-Insight"  # the managed Grafana's folder too (uid rl-insight)
 

@@ -22,7 +22,7 @@ from rl_insight.client.core import (
     SERVER_URL_ENV,
 )
 from rl_insight.client.transports import actor_config
-from rl_insight.secret import TOKEN_ENV
+from rl_insight.common.secret import TOKEN_ENV
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from typing import Any
 import ray
 import requests
 
-from rl_insight import netaddr
 from rl_insight.collector.loop import Periodic
 from rl_insight.collector.push import Sender
+from rl_insight.common import netaddr
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class HardwareAgent:
         port = hw["node_exporter_port"]
         if not port or netaddr.port_in_use("0.0.0.0", port):
             port = netaddr.free_port("0.0.0.0")
-        from rl_insight.childproc import die_with_parent
+        from rl_insight.common.childproc import die_with_parent
 
         proc = subprocess.Popen(die_with_parent([binary, f"--web.listen-address=:{port}"]),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

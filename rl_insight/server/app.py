@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rl_insight.common.version import __version__
 from rl_insight.server import auth
 from rl_insight.server.httpio import ARRIVED, ClientGone, HttpError, error, read_asgi_body
 from rl_insight.server.ingest.bodies import BodyError
@@ -39,7 +40,6 @@ from rl_insight.server.routes import (
     traces,
 )
 from rl_insight.server.state import ServerState
-from rl_insight.version import __version__
 
 
 def create_app(state: ServerState) -> FastAPI:

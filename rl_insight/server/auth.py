@@ -1,5 +1,5 @@
 """The shared-secret check. With a token (configured, or made because the server listens
-beyond loopback: rl_insight/secret.py), every write and every read of run data needs it:
+beyond loopback: rl_insight/common/secret.py), every write and every read of run data needs it:
 ``Authorization: Bearer <token>``, or HTTP basic auth with the token as the password (any
 user name: what a browser sends for the status page). Open without it: liveness, the
 service ports, the API schema."""

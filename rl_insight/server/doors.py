@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from rl_insight.common.files import write_atomic
+from rl_insight.common.secret import loopback_only
 from rl_insight.config import Settings
-from rl_insight.files import write_atomic
-from rl_insight.secret import loopback_only
 
 USER = "rl-insight"
 WEB_CONFIG = "web.yml"

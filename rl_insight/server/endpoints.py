@@ -4,9 +4,9 @@ receiver for the relay. One place, below the routes, analyses and services that 
 
 from __future__ import annotations
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
+from rl_insight.common.secret import loopback_only
 from rl_insight.config import ConfigError, Settings
-from rl_insight.secret import loopback_only
 from rl_insight.server import doors
 
 # Tempo checks no credential on any port (its HTTP API and OTLP receivers take anything

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import requests
 
-from rl_insight import netaddr, secret
+from rl_insight.common import netaddr, secret
 from rl_insight.config import Settings, env_name
 from rl_insight.server import runfile
 from rl_insight.server.app import create_app
@@ -355,7 +355,7 @@ def start_detached(settings: Settings, args: Sequence[str],
     log_path = settings.logs_dir / "server.log"
     had_token = bool(secret.local_token(settings))
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rl_insight.cli", "server", "start",
+        proc = subprocess.Popen([sys.executable, "-m", "rl_insight", "server", "start",
                                  *args], stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**SERVER_ENV, **os.environ, **(secret_env or {})})

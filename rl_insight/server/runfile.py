@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from rl_insight.common.files import write_atomic
 from rl_insight.config import Settings
-from rl_insight.files import write_atomic
 
 
 def path(settings: Settings) -> Path:

@@ -10,7 +10,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
+from rl_insight.common.version import __version__
 from rl_insight.config import Settings, duration_seconds
 from rl_insight.runconfig import wire as config_wire
 from rl_insight.runconfig.diff import diff as config_diff
@@ -34,7 +35,6 @@ from rl_insight.server.services.base import ServiceInfo
 from rl_insight.server.services.prometheus import Prometheus
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.threads import supervised
-from rl_insight.version import __version__
 
 log = logging.getLogger(__name__)
 # the server's full garbage collections run here, on a clock, rather than whenever

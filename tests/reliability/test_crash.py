@@ -22,8 +22,8 @@ import time
 import pytest
 import requests
 
-from rl_insight import netaddr
 from rl_insight.collector.otlp_encode import encode
+from rl_insight.common import netaddr
 from rl_insight.events import Identity, Span
 from tests.conftest import wait_for
 

@@ -255,7 +255,7 @@ def rule_file(settings: Settings) -> Path:
 
 def write(settings: Settings) -> Path:
     # imported here: the services package imports this module (durations, the rules)
-    from rl_insight.files import write_atomic
+    from rl_insight.common.files import write_atomic
 
     path = rule_file(settings)
     write_atomic(path, dump(render(settings)))

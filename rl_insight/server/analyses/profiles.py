@@ -28,8 +28,8 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily
 
 from rl_insight.anatomy.ranks import frame_label
+from rl_insight.common.files import read_state_json, write_atomic
 from rl_insight.config import ProfileSettings
-from rl_insight.files import read_state_json, write_atomic
 
 PENDING, CAPTURING, DONE, FAILED, EXPIRED = "pending", "capturing", "done", "failed", "expired"
 OPEN = (PENDING, CAPTURING)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rl_insight.files import migrated, read_state_json
+from rl_insight.common.files import migrated, read_state_json
 from rl_insight.server.ingest.store import Store
 
 

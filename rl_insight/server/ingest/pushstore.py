@@ -22,7 +22,7 @@ from pathlib import Path
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from rl_insight import files
+from rl_insight.common import files
 from rl_insight.config import PushSettings
 from rl_insight.server.ingest import pushfamilies, textformat
 from rl_insight.server.ingest.grouping import GroupKey, PushError, group_key

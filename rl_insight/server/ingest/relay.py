@@ -17,7 +17,7 @@ import time
 
 import requests
 
-from rl_insight import tracebacks
+from rl_insight.common import tracebacks
 from rl_insight.config import TraceSettings
 from rl_insight.server.ingest.otlp import PROTOBUF
 from rl_insight.server.ingest.spool import Spool

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from pathlib import Path
 
-from rl_insight import files
+from rl_insight.common import files
 from rl_insight.server.ingest.store import Store
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rl_insight import laneid, netaddr
-from rl_insight.files import migrated, read_state_json, write_atomic
+from rl_insight import laneid
+from rl_insight.common import netaddr
+from rl_insight.common.files import migrated, read_state_json, write_atomic
 from rl_insight.server.ingest.store import Store
 
 RESERVED_LABELS = ("project", "experiment_name", "job")

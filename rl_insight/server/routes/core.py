@@ -7,8 +7,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from rl_insight.common.version import __version__
 from rl_insight.server.state import ServerState
-from rl_insight.version import __version__
 
 
 def router(state: ServerState) -> APIRouter:
@@ -16,7 +16,7 @@ def router(state: ServerState) -> APIRouter:
 
     @r.get("/", summary="The status page (HTML)", response_class=HTMLResponse)
     def status_page() -> HTMLResponse:
-        from rl_insight import netaddr
+        from rl_insight.common import netaddr
         from rl_insight.server.analyses import alerts, promapi, statuspage
         from rl_insight.server.endpoints import prometheus_auth, prometheus_url
 

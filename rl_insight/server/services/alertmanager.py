@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
+from rl_insight.common.files import write_atomic
 from rl_insight.config import ConfigError, Settings
-from rl_insight.files import write_atomic
 from rl_insight.server import doors
 from rl_insight.server.analyses.alert_rules import duration
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream

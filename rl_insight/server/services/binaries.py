@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rl_insight.common.files import write_atomic
 from rl_insight.config import Settings
-from rl_insight.files import write_atomic
 from rl_insight.server.services.base import Service, parse_version, version_at_least
 
 MANIFEST = "manifest.json"

@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
+from rl_insight.common.files import write_atomic
+from rl_insight.common.secret import loopback_only
 from rl_insight.config import ConfigError, Settings
-from rl_insight.files import write_atomic
-from rl_insight.secret import loopback_only
 from rl_insight.server import doors
 from rl_insight.server.analyses import alert_rules
 from rl_insight.server.services.base import (
@@ -243,7 +243,7 @@ class Prometheus(Service):
                 path.unlink(missing_ok=True)
         path = work / SERVER_TOKEN_FILE
         if self.server_auth(settings):
-            from rl_insight.secret import server_token
+            from rl_insight.common.secret import server_token
 
             write_atomic(path, server_token(settings)[0])
             os.chmod(path, 0o600)

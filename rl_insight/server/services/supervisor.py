@@ -19,7 +19,7 @@ from pathlib import Path
 
 import requests
 
-from rl_insight.childproc import die_with_parent
+from rl_insight.common.childproc import die_with_parent
 from rl_insight.config import SupervisorSettings
 from rl_insight.server.services.base import Launch
 from rl_insight.server.threads import supervised

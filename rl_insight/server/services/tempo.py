@@ -10,9 +10,9 @@ from pathlib import Path
 
 import yaml
 
-from rl_insight import netaddr
+from rl_insight.common import netaddr
+from rl_insight.common.files import write_atomic
 from rl_insight.config import Settings
-from rl_insight.files import write_atomic
 from rl_insight.server import doors
 from rl_insight.server.endpoints import prometheus_url, tempo_host
 from rl_insight.server.services.base import Launch, PortUse, Service, Upstream

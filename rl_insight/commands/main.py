@@ -8,11 +8,11 @@ import sys
 from collections.abc import Sequence
 
 from rl_insight import config as config_mod
-from rl_insight import secret
 from rl_insight.commands import dashboards as dashboards_cmd
 from rl_insight.commands import runs as runs_cmd
 from rl_insight.commands import server as server_cmd
 from rl_insight.commands.common import server_client, settings_of
+from rl_insight.common import secret
 from rl_insight.config import EXPERIMENT_ENV, PROJECT_ENV, SERVER_URL_ENV
 
 USAGE = """\
@@ -38,7 +38,7 @@ def cmd_ray_env(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from rl_insight import resources
+    from rl_insight.common import resources
     from rl_insight.ray.attach import WORKER_SETUP_HOOK, env_vars
 
     if args.path:  # the shipped file that reads the values from each node's environment

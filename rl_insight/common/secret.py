@@ -54,7 +54,7 @@ def server_token(settings: Settings) -> tuple[str, str]:
     kept = local_token(settings)
     if kept:
         return kept, "kept"
-    from rl_insight.files import write_atomic  # 0600, synced
+    from rl_insight.common.files import write_atomic  # 0600, synced
 
     token = secrets.token_urlsafe(32)
     write_atomic(token_path(settings), token + "\n")
