@@ -385,7 +385,9 @@ def test_upstream_module_paths_version_and_help(capsys):
     import importlib.util
 
     from rl_insight import cli, utils
+    from rl_insight.commands import main as commands_main
 
+    assert cli.main is commands_main.main  # upstream's path, the command's one parser
     assert utils.update_prometheus_config is api.update_prometheus_config
     assert utils.MonitorDefaults.NAMESPACE + "_" == "rl_insight_monitor_"
     with pytest.raises(SystemExit) as done:
