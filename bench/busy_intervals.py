@@ -27,7 +27,7 @@ from rl_insight.client.configuration import ClientConfig  # noqa: E402
 from rl_insight.client.core import Client  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
 from rl_insight.config import ClientSettings, Settings  # noqa: E402
-from rl_insight.events import Identity, Span  # noqa: E402
+from rl_insight.wire.events import Identity, Span  # noqa: E402
 
 
 async def replica(rank: int, concurrency: int, rng: random.Random) -> None:

@@ -80,7 +80,7 @@ RANK_SCRIPT = textwrap.dedent('''
     import torch, torch.distributed as dist
     import rl_insight
     from rl_insight.client import rank_evidence
-    from rl_insight.events import Span
+    from rl_insight.wire.events import Span
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
     dist.init_process_group("gloo", rank=0, world_size=1)
     steps, out = int(sys.argv[2]), {}

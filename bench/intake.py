@@ -44,7 +44,7 @@ from bench.scale_lanes import Conn, lane_bodies  # noqa: E402
 from rl_insight.collector.lanes import LANE_JOB  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
 from rl_insight.common import netaddr  # noqa: E402
-from rl_insight.events import Identity, Span  # noqa: E402
+from rl_insight.wire.events import Identity, Span  # noqa: E402
 
 BASELINE = "6d26dd8"  # the last commit before pooled lanes and the faster intake (#25)
 OFF = ["prometheus.enabled=false", "tempo.enabled=false", "grafana.enabled=false",

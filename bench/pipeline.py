@@ -351,7 +351,7 @@ def server_capacity(stack, rows, quick) -> None:
     )
 
     from rl_insight.collector.otlp_encode import encode
-    from rl_insight.events import Identity, Span
+    from rl_insight.wire.events import Identity, Span
 
     seconds = 3 if quick else 10
     body = "".join(f'bench_push_series{{i="{i}"}} {i}\n' for i in range(100))

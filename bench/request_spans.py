@@ -62,7 +62,7 @@ from bench.common import save  # noqa: E402
 from bench.intake import Sink, running_server  # noqa: E402
 from bench.scale_lanes import Conn  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
-from rl_insight.events import Identity, Span  # noqa: E402
+from rl_insight.wire.events import Identity, Span  # noqa: E402
 
 S = 1_000_000_000
 BATCH = 512  # BatchSpanProcessor's max_export_batch_size

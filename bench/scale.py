@@ -368,7 +368,7 @@ def request_costs(url: str, pid: int, n: int = 200) -> dict:
     pushed are deleted again, so the load that follows starts from nothing."""
     from bench.scale_lanes import INTERVAL, lane_bodies
     from rl_insight.collector.otlp_encode import encode
-    from rl_insight.events import Identity, Span
+    from rl_insight.wire.events import Identity, Span
 
     ident = Identity("bench-cost", "cost")
     bodies = [lane_bodies(ident, r) for r in range(n)]

@@ -43,8 +43,8 @@ from rl_insight.collector.lanes import LANE_JOB, LaneCore  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
 from rl_insight.collector.push import group_path  # noqa: E402
 from rl_insight.config import ClientSettings  # noqa: E402
-from rl_insight.events import Identity, Span, StateChange  # noqa: E402
 from rl_insight.ray.actors import LANE_PREFIX  # noqa: E402
+from rl_insight.wire.events import Identity, Span, StateChange  # noqa: E402
 
 STATES = ("switch_to_trainer", "actor_compute_log_prob", "ref_compute_log_prob",
           "actor_update", "switch_to_rollout")

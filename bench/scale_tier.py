@@ -52,8 +52,8 @@ from rl_insight.collector.lanes import LaneCore  # noqa: E402
 from rl_insight.collector.loop import Periodic  # noqa: E402
 from rl_insight.collector.push import Sender  # noqa: E402
 from rl_insight.config import ClientSettings  # noqa: E402
-from rl_insight.events import Identity, Span, StateChange  # noqa: E402
 from rl_insight.ray.actors import lane_actor_name  # noqa: E402
+from rl_insight.wire.events import Identity, Span, StateChange  # noqa: E402
 
 PROJECT, EXPERIMENT = "bench-tier", "1000-gpus"
 STATES = ("switch_to_trainer", "actor_compute_log_prob", "ref_compute_log_prob",

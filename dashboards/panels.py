@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rl_insight import laneid
+from rl_insight.wire import laneid
 
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
-# an engine's or a step-anatomy replica's role (rl_insight.laneid): rows repeat per role
+# an engine's or a step-anatomy replica's role (rl_insight.wire.laneid): rows repeat per role
 ROLE = RUN + ',role=~"$role"'
 REPLICA = ROLE + ',replica=~"$replica"'
 NODE = 'node=~"$node"'
@@ -55,7 +55,7 @@ def ts(title: str, *queries: Query | tuple[str, str], unit: str = "short",
 
 def gauge_key(key: str) -> str:
     """The exported name of a verl key, as its tracking backend writes it."""
-    from rl_insight import naming
+    from rl_insight.wire import naming
 
     return naming.metric_name(key.replace("/", "_"), "gauge")[0]
 
@@ -633,7 +633,7 @@ TQ = (
              "{{storage_unit_id}}"), unit="bytes"),
 )
 
-# -- state timeline: a row of lanes per role (rl_insight.laneid: the policy's rollout,
+# -- state timeline: a row of lanes per role (rl_insight.wire.laneid: the policy's rollout,
 # reward models, teachers, the trainer ranks), each lane's series labelled with its role
 LANE_SECONDS = (f'{M}lane_state_seconds_total{{{RUN},role=~"$lane_role",'
                 f'state_lane_id=~"{laneid.DEDICATED_LANES}"}}')

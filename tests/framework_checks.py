@@ -12,7 +12,7 @@ import requests
 from dashboards import build
 from dashboards import frameworks as F
 from rl_insight.frameworks import FRAMEWORKS
-from rl_insight.runconfig import wire
+from rl_insight.wire import runconfig as config_wire
 from tests.traceql import span_filter
 
 OWN = re.compile(r"rl_insight_monitor_(lane_state|lanes_in_state|state_duration_seconds|"
@@ -22,7 +22,7 @@ OWN = re.compile(r"rl_insight_monitor_(lane_state|lanes_in_state|state_duration_
 def run_config(url: str, run: dict, source: str) -> dict[str, object]:
     """The configuration a framework's run handed over, as the server keeps it: its
     values, after checking who handed it over and that nothing was cut."""
-    r = requests.get(url + wire.CONFIG_PATH, timeout=10, params={
+    r = requests.get(url + config_wire.CONFIG_PATH, timeout=10, params={
         "project": run["project"], "experiment_name": run["experiment_name"]})
     assert r.status_code == 200, r.text
     got = r.json()

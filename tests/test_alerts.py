@@ -17,7 +17,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from rl_insight import config, laneid
+from rl_insight import config
 from rl_insight.commands import main as cli
 from rl_insight.commands import server
 from rl_insight.server.analyses import alert_rules, alerts, statuspage
@@ -26,6 +26,7 @@ from rl_insight.server.services import SERVICES
 from rl_insight.server.services.base import ServiceInfo
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from rl_insight.wire import laneid
 
 PROMTOOL = shutil.which("promtool")
 AMTOOL = shutil.which("amtool")

@@ -19,12 +19,12 @@ from rl_insight import config
 from rl_insight.anatomy.rows import step_row, union
 from rl_insight.client.steps import StepClock
 from rl_insight.collector.otlp_encode import encode
-from rl_insight.events import Identity, Span
 from rl_insight.export import report
 from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.app import create_app
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from rl_insight.wire.events import Identity, Span
 from tests.conftest import examples
 
 S = 1_000_000_000  # one second in ns

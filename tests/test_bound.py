@@ -243,7 +243,7 @@ def test_the_report_says_where_the_run_changed_sides():
 def test_the_route_answers_the_verdict_the_what_if_and_exports_the_series(server):  # noqa: F811
     server, _ = server
     from rl_insight.collector.otlp_encode import encode
-    from rl_insight.events import Identity, Span
+    from rl_insight.wire.events import Identity, Span
 
     ident, t0 = Identity("p", "bound"), int(time.time()) - 60  # /metrics: the recent
     spans = []

@@ -12,9 +12,9 @@ import sys
 import pytest
 import requests
 
-from rl_insight import naming
 from rl_insight.client import api
-from rl_insight.events import Metric, Span, StateChange
+from rl_insight.wire import naming
+from rl_insight.wire.events import Metric, Span, StateChange
 from tests.conftest import REPO, prom_query, wait_for
 from tests.fakes.otlp_receiver import FakeTempo
 

@@ -13,8 +13,8 @@ import pytest
 
 from rl_insight.client import api
 from rl_insight.client.configuration import resolve
-from rl_insight.events import Identity
 from rl_insight.ray.attach import env_vars, runtime_env
+from rl_insight.wire.events import Identity
 
 ENVS = ("RL_INSIGHT_SERVER_URL", "RL_INSIGHT_OTLP_ENDPOINT", "VERL_RL_INSIGHT_ENABLE",
         "RL_INSIGHT_TOKEN", "RL_INSIGHT_PROJECT", "RL_INSIGHT_EXPERIMENT_NAME")

@@ -15,8 +15,8 @@ from rl_insight.collector.hub import HubCore
 from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.push import group_path
 from rl_insight.collector.runs import RunMetrics, Runs
-from rl_insight.events import Batch, Identity, Metric, Span, StateChange
 from rl_insight.ray.hooks import runtime_env_hook
+from rl_insight.wire.events import Batch, Identity, Metric, Span, StateChange
 
 
 class RecordingSender:
@@ -544,7 +544,7 @@ def test_a_relayed_engine_exposition_is_pushed_as_the_engines_group_and_forgotte
     the replica as grouping labels, replacing the last), the newest text only, again
     after a failed push, and forgotten with its run (collector/relayed.py)."""
     from rl_insight.client.relay import render
-    from rl_insight.events import Exposition
+    from rl_insight.wire.events import Exposition
 
     registry = CollectorRegistry()
     Gauge("vllm:num_requests_running", "running", registry=registry).set(3)

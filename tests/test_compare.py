@@ -132,7 +132,7 @@ def test_the_route_compares_two_runs_over_real_otlp_and_renders_them(server):  #
     import time
 
     from rl_insight.collector.otlp_encode import encode
-    from rl_insight.events import Identity, Span
+    from rl_insight.wire.events import Identity, Span
     from tests.test_bound import S, sync_step
 
     c, _ = server

@@ -19,11 +19,11 @@ import rl_insight
 from rl_insight import config, frameworks
 from rl_insight.anatomy import changes, explain
 from rl_insight.collector.otlp_encode import encode
-from rl_insight.events import Identity, Span
 from rl_insight.frameworks import phases, table
 from rl_insight.server.ingest import intake
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from rl_insight.wire.events import Identity, Span
 
 STAND_INS = Path(__file__).resolve().parent / "frameworks" / "stand_ins"
 PROTOBUF = "application/x-protobuf"

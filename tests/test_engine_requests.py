@@ -29,10 +29,10 @@ from opentelemetry.trace import SpanKind
 from rl_insight import config
 from rl_insight.anatomy import explain
 from rl_insight.collector.otlp_encode import encode
-from rl_insight.events import Identity, Span
 from rl_insight.server.app import create_app
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from rl_insight.wire.events import Identity, Span
 
 S = 1_000_000_000
 T0 = (int(time.time()) - 120) * S  # the steps ended within the hour: their rows export

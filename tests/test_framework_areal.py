@@ -33,9 +33,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from rl_insight import frameworks
 from rl_insight.integrations import tracefiles
-from rl_insight.runconfig import wire
 from rl_insight.server.ingest import framework_spans, spanwalk
 from rl_insight.server.ingest.otlp import value_of
+from rl_insight.wire import runconfig as config_wire
 from tests import framework_checks as checks
 from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for
@@ -153,7 +153,7 @@ def test_the_experiment_config_is_the_runs_configuration(route_server, runs):
     traced, keys = (checks.run_config(route_server.url, {
         "project": PROJECT, "experiment_name": t}, "areal") for t in (TRACED, KEYS))
     assert traced["trial_name"] == TRACED and traced["total_train_epochs"] == 2
-    assert traced["stats_logger.wandb.wandb_api_key"] == wire.MASK
+    assert traced["stats_logger.wandb.wandb_api_key"] == config_wire.MASK
     assert traced["perf_tracer.enabled"] is True and keys["perf_tracer"] is None
 
 

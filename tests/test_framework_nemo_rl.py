@@ -23,8 +23,9 @@ import requests
 
 from rl_insight import frameworks
 from rl_insight.frameworks import table
-from rl_insight.frameworks.wire import STEP_ATTR, STEP_TIMING, TIMING_PREFIX
 from rl_insight.integrations import onimport
+from rl_insight.wire.attributes import STEP_ATTR
+from rl_insight.wire.frameworks import STEP_TIMING, TIMING_PREFIX
 from tests import framework_checks as checks
 from tests.conftest import REPO
 

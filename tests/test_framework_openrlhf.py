@@ -30,11 +30,12 @@ from unittest.mock import MagicMock
 import pytest
 import requests
 
-from rl_insight import frameworks, naming
+from rl_insight import frameworks
 from rl_insight.frameworks import openrlhf as table
 from rl_insight.integrations import onimport
 from rl_insight.integrations import openrlhf as adapter
 from rl_insight.runconfig.diff import diff
+from rl_insight.wire import naming
 from tests import framework_checks as checks
 from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for

@@ -33,11 +33,12 @@ import pytest
 import requests
 
 import rl_insight
-from rl_insight import frameworks, naming
-from rl_insight.events import Identity
+from rl_insight import frameworks
 from rl_insight.frameworks import table
-from rl_insight.frameworks.wire import STEP_TIMING
 from rl_insight.integrations import prime_rl as adapter
+from rl_insight.wire import naming
+from rl_insight.wire.events import Identity
+from rl_insight.wire.frameworks import STEP_TIMING
 from tests import framework_checks as checks
 from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for

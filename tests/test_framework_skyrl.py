@@ -35,11 +35,12 @@ import pytest
 import requests
 
 import rl_insight
-from rl_insight import frameworks, naming
+from rl_insight import frameworks
 from rl_insight.anatomy.rows import timing_row
-from rl_insight.events import Span
 from rl_insight.frameworks.table import parts, timing_values
 from rl_insight.integrations import skyrl as adapter
+from rl_insight.wire import naming
+from rl_insight.wire.events import Span
 from tests import framework_checks as checks
 from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for

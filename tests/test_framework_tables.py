@@ -20,14 +20,14 @@ import rl_insight
 from rl_insight import config, frameworks
 from rl_insight.anatomy.rows import step_row
 from rl_insight.collector.otlp_encode import encode
-from rl_insight.events import Identity, Span
 from rl_insight.frameworks import phases, table
-from rl_insight.frameworks.wire import STEP_TIMING
 from rl_insight.integrations.tracker import FrameworkTracker
 from rl_insight.server.analyses.anatomy import RunAnatomy
 from rl_insight.server.ingest import intake
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from rl_insight.wire.events import Identity, Span
+from rl_insight.wire.frameworks import STEP_TIMING
 
 PROTOBUF = "application/x-protobuf"
 S = 1_000_000_000

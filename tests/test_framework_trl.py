@@ -30,10 +30,11 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from rl_insight import frameworks, naming
+from rl_insight import frameworks
 from rl_insight.anatomy.explain import parts as explain_parts
 from rl_insight.frameworks import table
 from rl_insight.integrations import trl as adapter
+from rl_insight.wire import naming
 from tests import framework_checks as checks
 from tests import worlds
 from tests.conftest import REPO, prom_query, wait_for

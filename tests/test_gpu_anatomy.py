@@ -76,7 +76,7 @@ def test_an_interval_cut_by_the_window_carries_no_kernel_figures_of_the_whole():
 def test_the_route_the_series_and_the_report_carry_the_gpu_figures(server):  # noqa: F811
     client, _ = server
     from rl_insight.collector.otlp_encode import encode
-    from rl_insight.events import Identity, Span
+    from rl_insight.wire.events import Identity, Span
 
     ident, t0 = Identity("p", "kernels"), int(time.time()) - 60  # /metrics: the recent
     spans = []

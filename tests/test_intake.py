@@ -15,13 +15,13 @@ import pytest
 
 from rl_insight import config
 from rl_insight.collector.otlp_encode import encode
-from rl_insight.events import Identity, Span
 from rl_insight.server.httpio import HttpError
 from rl_insight.server.ingest import intake
 from rl_insight.server.ingest.grouping import PushError
 from rl_insight.server.ingest.store import Store
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from rl_insight.wire.events import Identity, Span
 from tests.conftest import wait_for
 
 PROTOBUF = "application/x-protobuf"

@@ -20,12 +20,12 @@ import re
 
 import pytest
 
-from rl_insight import laneid
 from rl_insight.anatomy.rows import step_row
 from rl_insight.collector.lanes import DURATION, STATE_GAUGE, LaneCore
-from rl_insight.events import Identity, Span, StateChange
 from rl_insight.export.timeline import chrome_trace
 from rl_insight.ray.actors import lane_actor_name
+from rl_insight.wire import laneid
+from rl_insight.wire.events import Identity, Span, StateChange
 
 S = 1_000_000_000
 

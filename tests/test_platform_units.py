@@ -28,7 +28,7 @@ from rl_insight.client.core import endpoints
 from rl_insight.collector.hub import HubCore
 from rl_insight.collector.serve import MetricsServer
 from rl_insight.collector.served import ServedGroups, with_labels
-from rl_insight.events import Identity
+from rl_insight.wire.events import Identity
 
 ENVS = ("RL_INSIGHT_SERVER_URL", "RL_INSIGHT_OTLP_ENDPOINT", "VERL_RL_INSIGHT_ENABLE")
 
@@ -169,7 +169,7 @@ class _NoServer:
 
 def test_the_hubs_exposition_holds_its_runs_and_the_lane_actors_groups():
     hub = HubCore(_NoServer())
-    hub.runs.apply(Identity("p", "e"), [rl_insight.events.Metric(
+    hub.runs.apply(Identity("p", "e"), [rl_insight.wire.events.Metric(
         "gauge", "rl_insight_monitor_x", 1.0, (), "")])
     hub.served.put([("rl_insight_lanes", {"project": "p", "experiment_name": "e",
                                           "lane_actor": "a"}, "# TYPE y gauge\ny 2\n",

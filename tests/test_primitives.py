@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import rl_insight
 from rl_insight.client import api
-from rl_insight.events import Span, StateChange
+from rl_insight.wire.events import Span, StateChange
 
 S = 1_000_000_000
 

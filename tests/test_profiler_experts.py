@@ -19,8 +19,8 @@ import numpy
 import pytest
 
 from rl_insight.anatomy import experts as load
-from rl_insight.anatomy.ranks import EXPERT_TOKENS
 from rl_insight.profiler import experts
+from rl_insight.wire.rank_evidence import EXPERT_TOKENS
 
 
 def dump(root: Path, step: int, stage: str, rank: int, call: int, counts: list[int],

@@ -16,11 +16,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from rl_insight.anatomy import ranks
 from rl_insight.config import AnatomySettings
-from rl_insight.frameworks.wire import IMPORT_PROCESS, IMPORT_SCOPE
 from rl_insight.profiler import export, importer, stages
 from rl_insight.profiler.model import COLLECTIVE, KERNEL, RANGE, Event, RankTrace
 from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.ingest import otlp, spanwalk
+from rl_insight.wire.frameworks import IMPORT_PROCESS, IMPORT_SCOPE
 
 S = 1_000_000_000
 T0 = 1_790_000_000 * S
@@ -280,8 +280,8 @@ def test_an_import_puts_each_stage_s_expert_loads_on_one_span_of_its_step(tmp_pa
     step the import sends, once."""
     import numpy
 
-    from rl_insight.anatomy.ranks import EXPERT_TOKENS
     from rl_insight.commands.profimport import _expert_loads
+    from rl_insight.wire.rank_evidence import EXPERT_TOKENS
 
     for rank in range(3):
         write_trace(tmp_path / name(2, rank), rank, 2, T0 + 2 * S)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_insight.anatomy import ranks as evidence
 from rl_insight.profiler import kernels
 from rl_insight.profiler.model import COLLECTIVE, KERNEL, RANGE, Event, RankTrace
+from rl_insight.wire import rank_evidence as evidence
 
 MS = 1_000_000
 

@@ -134,9 +134,9 @@ def test_a_rank_phase_reaches_the_row_and_metrics_through_the_server():
     the server's intake reader, held by the anatomy and exposed on /metrics."""
     from rl_insight.collector.otlp_encode import encode
     from rl_insight.config import AnatomySettings
-    from rl_insight.events import Identity, Span
     from rl_insight.server.analyses.anatomy import AnatomyStore
     from rl_insight.server.ingest import otlp, spanwalk
+    from rl_insight.wire.events import Identity, Span
 
     ident = Identity("p", "e")
     spans = []
@@ -165,7 +165,7 @@ def test_a_rank_phase_reaches_the_row_and_metrics_through_the_server():
 
 def test_the_client_adds_node_gpu_to_rank_phases_only(monkeypatch):
     from rl_insight.client import rank_evidence
-    from rl_insight.events import Span
+    from rl_insight.wire.events import Span
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
     monkeypatch.delenv(rank_evidence.FR_ENV, raising=False)

@@ -161,7 +161,7 @@ RECORDER = textwrap.dedent('''
     import torch, torch.distributed as dist
     from rl_insight.anatomy import ranks
     from rl_insight.client import rank_evidence
-    from rl_insight.events import Span
+    from rl_insight.wire.events import Span
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

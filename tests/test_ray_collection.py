@@ -409,7 +409,7 @@ ray.init(address="auto")
 cfg = actor_config(ClientSettings(ray_namespace="slow_hub"), url, "", "")
 hub = actors.get_hub(cfg)
 ray.get(hub.stats.remote(), timeout=60)
-from rl_insight.events import Batch, Identity, Metric
+from rl_insight.wire.events import Batch, Identity, Metric
 ray.get(hub.ingest.remote(Batch(Identity("p", "e"), "", "drv:1",
                                 [Metric("gauge", "rl_insight_monitor_x", 1.0, ())], 0), 1))
 waiting = hub.finish_run.remote("p", "e")  # waits on a push to the silent server

@@ -25,8 +25,8 @@ import sys
 import pytest
 import requests
 
-from rl_insight.runconfig import wire
 from rl_insight.runconfig.diff import diff
+from rl_insight.wire import runconfig as config_wire
 from tests.conftest import REPO, side_by_side
 from tests.test_lifecycle import status
 
@@ -123,7 +123,7 @@ def test_configs_reach_the_server_masked_and_outlive_its_sigkill(cli):
     auth = {"Authorization": f"Bearer {TOKEN}"}
 
     def stored(project: str, experiment: str) -> requests.Response:
-        return requests.get(url + wire.CONFIG_PATH, headers=auth, timeout=5,
+        return requests.get(url + config_wire.CONFIG_PATH, headers=auth, timeout=5,
                             params={"project": project, "experiment_name": experiment})
 
     def check_all() -> None:
@@ -135,7 +135,7 @@ def test_configs_reach_the_server_masked_and_outlive_its_sigkill(cli):
             assert v["trainer.logger"] == '["console", "rl_insight"]'
             assert v["actor_rollout_ref.rollout.name"] == "vllm"
             assert v["trainer.wandb_proxy"] == "http://alice:***@proxy.internal:3128"
-            assert v["actor_rollout_ref.model.override_config.hf_token"] == wire.MASK
+            assert v["actor_rollout_ref.model.override_config.hf_token"] == config_wire.MASK
             assert not [x for x in v.values() if isinstance(x, str) and
                         ("pr0xy-pass" in x or "hf_aBcDe" in x)]
         changed = {r["key"] for r in diff(a["values"], b["values"])["keys"]
@@ -143,19 +143,19 @@ def test_configs_reach_the_server_masked_and_outlive_its_sigkill(cli):
         assert "actor_rollout_ref.actor.optim.lr" in changed
         assert "trainer.experiment_name" in changed and len(changed) < 10, changed
         held = stored("plain", "held").json()
-        assert held["values"] == {"held": True, "api_key": wire.MASK}
+        assert held["values"] == {"held": True, "api_key": config_wire.MASK}
         assert held["source"] == "log_config"
         ns = stored("plain", "namespace").json()
-        assert ns["values"] == {"lr": 0.2, "batch": 64, "wandb_key": wire.MASK,
+        assert ns["values"] == {"lr": 0.2, "batch": 64, "wandb_key": config_wire.MASK,
                                 "schedule": "[0.5, 0.25]", "model.name": "qwen"}
         assert stored("plain", "options").status_code == 404  # options, not a run's config
 
     check_all()
     assert plain["again"] == plain["first"] and plain["changed"] == 0.2
     # the token guards both ways
-    assert requests.get(url + wire.CONFIG_PATH, timeout=5, params={
+    assert requests.get(url + config_wire.CONFIG_PATH, timeout=5, params={
         "project": "plain", "experiment_name": "held"}).status_code == 401
-    assert requests.post(url + wire.CONFIG_PATH, timeout=5, json={
+    assert requests.post(url + config_wire.CONFIG_PATH, timeout=5, json={
         "project": "plain", "experiment_name": "held", "values": {}}).status_code == 401
     # a SIGKILL takes back nothing the server answered
     os.kill(status(cli)[0]["server"]["pid"], signal.SIGKILL)
@@ -163,5 +163,5 @@ def test_configs_reach_the_server_masked_and_outlive_its_sigkill(cli):
     assert cli.start(*ONLY_THE_SERVER) == url
     check_all()
     lines = requests.get(url + "/metrics", headers=auth, timeout=5).text.splitlines()
-    assert any(line.startswith(wire.INFO_METRIC + "{") and 'key="batch"' in line and
+    assert any(line.startswith(config_wire.INFO_METRIC + "{") and 'key="batch"' in line and
                'experiment_name="namespace"' in line for line in lines)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from rl_insight.runconfig import wire
 from rl_insight.runconfig.diff import diff
+from rl_insight.wire import runconfig as config_wire
 from tests.conftest import prom_query, wait_for
 from tests.worlds import PAIRS_PROJECT
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 def kept(url: str, experiment: str) -> dict:
-    r = requests.get(url + wire.CONFIG_PATH, timeout=10, params={
+    r = requests.get(url + config_wire.CONFIG_PATH, timeout=10, params={
         "project": PAIRS_PROJECT, "experiment_name": experiment})
     assert r.status_code == 200, r.text
     assert r.json()["source"] == "tracking"
@@ -38,7 +38,7 @@ def test_runs_that_differ_in_one_flag_differ_in_that_key(simulated_pairs, ray_wo
     prom = ray_world.cli.prometheus
     runs = f'project="{PAIRS_PROJECT}",experiment_name=~"{a}|{b}"'
     wait_for(lambda: len(prom_query(prom, f"count by (experiment_name) "
-                                          f"({wire.INFO_METRIC}{{{runs}}})")) == 2, 30,
-             f"{wire.INFO_METRIC} of {a} and {b} in Prometheus")
-    differ = prom_query(prom, f"count by (key, value) ({wire.INFO_METRIC}{{{runs}}}) == 1")
+                                          f"({config_wire.INFO_METRIC}{{{runs}}})")) == 2, 30,
+             f"{config_wire.INFO_METRIC} of {a} and {b} in Prometheus")
+    differ = prom_query(prom, f"count by (key, value) ({config_wire.INFO_METRIC}{{{runs}}}) == 1")
     assert {x["metric"]["key"] for x in differ} == {key}, differ

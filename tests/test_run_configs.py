@@ -13,15 +13,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rl_insight import config
-from rl_insight.runconfig import wire
 from rl_insight.runconfig.flatten import flatten
 from rl_insight.server.app import create_app
 from rl_insight.server.ingest.runconfigs import RunConfigStore
 from rl_insight.server.ingest.store import Store
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import ServerState
+from rl_insight.wire import runconfig as config_wire
 
-PATH = wire.CONFIG_PATH
+PATH = config_wire.CONFIG_PATH
 RUN = {"project": "p", "experiment_name": "a"}
 
 
@@ -39,7 +39,7 @@ def info(c) -> dict[tuple[str, str], dict[str, str]]:
 
     out: dict = {}
     for fam in text_string_to_metric_families(c.get("/metrics").text):
-        if fam.name == wire.INFO_METRIC:
+        if fam.name == config_wire.INFO_METRIC:
             for s in fam.samples:
                 run = (s.labels["project"], s.labels["experiment_name"])
                 out.setdefault(run, {})[s.labels["key"]] = s.labels["value"]
@@ -53,7 +53,7 @@ def test_a_hand_over_is_kept_read_back_masked_again_and_replaced_by_the_next(ser
     assert r.status_code == 200, r.text
     assert r.json()["keys"] == 5 and r.json()["masked"] == 2 and "values" not in r.json()
     got = read(c).json()
-    assert got["values"] == {"lr": 1e-6, "hf_token": wire.MASK, "url": "https://u:***@h/x",
+    assert got["values"] == {"lr": 1e-6, "hf_token": config_wire.MASK, "url": "https://u:***@h/x",
                              "logger": '["console"]', "seed": None}
     assert got["source"] == "test" and got["cut"] == {"keys": 0, "values": 0, "depth": 0}
     assert state.experiments.get("p", "a") is not None  # the run is known from it
@@ -70,9 +70,9 @@ def test_a_hand_over_is_kept_read_back_masked_again_and_replaced_by_the_next(ser
 BAD = [  # (body, what the answer says)
     ({**RUN, "values": {"a": {"b": 1}}}, "values['a']: a dict is no plain value"),
     ({**RUN, "values": {"a": [1]}}, "values['a']: a list is no plain value"),
-    ({**RUN, "values": {"a": "x" * (wire.MAX_VALUE_BYTES + 1)}}, "1025 characters, over"),
-    ({**RUN, "values": {"k" * (wire.MAX_KEY_CHARS + 1): 1}}, "a key of 257 characters"),
-    ({**RUN, "values": {str(i): i for i in range(wire.MAX_KEYS + 1)}},
+    ({**RUN, "values": {"a": "x" * (config_wire.MAX_VALUE_BYTES + 1)}}, "1025 characters, over"),
+    ({**RUN, "values": {"k" * (config_wire.MAX_KEY_CHARS + 1): 1}}, "a key of 257 characters"),
+    ({**RUN, "values": {str(i): i for i in range(config_wire.MAX_KEYS + 1)}},
      "values: Dictionary should have at most 2000 items"),
     ({"project": "p", "values": {}}, "experiment_name: Field required"),
     ({**RUN, "values": {}, "masked": -1}, "masked: a count is a whole number"),
@@ -104,7 +104,7 @@ def test_an_archived_runs_hand_over_is_refused_and_its_config_is_not_shown(serve
 
 def test_metrics_show_a_bounded_few_keys_a_run_the_differing_first(served, monkeypatch):
     c, _ = served
-    monkeypatch.setattr(wire, "EXPOSED_KEYS", 4)
+    monkeypatch.setattr(config_wire, "EXPOSED_KEYS", 4)
     common = {f"actor.k{i:02d}": i for i in range(20)}
     assert hand_over(c, {**common, "actor.lr": 1e-6, "long": "v\n\x00" * 100}).status_code \
         == 200
@@ -113,11 +113,11 @@ def test_metrics_show_a_bounded_few_keys_a_run_the_differing_first(served, monke
     assert list(shown[("p", "a")]) == ["actor.lr", "long", "actor.k00", "actor.k01"]
     assert list(shown[("p", "b")]) == ["actor.lr", "actor.k00", "actor.k01", "actor.k02"]
     assert shown[("p", "a")]["actor.lr"] == "1e-06"
-    assert len(shown[("p", "a")]["long"]) == wire.EXPOSED_VALUE_CHARS
-    assert shown[("p", "a")]["long"].endswith(wire.TRUNCATED)
+    assert len(shown[("p", "a")]["long"]) == config_wire.EXPOSED_VALUE_CHARS
+    assert shown[("p", "a")]["long"].endswith(config_wire.TRUNCATED)
     assert shown[("p", "a")]["long"].startswith("v  v  ")  # one line: a scrape reads it
     keys = [line for line in c.get("/metrics").text.splitlines()
-            if line.startswith(wire.KEYS_METRIC + "{") and 'experiment_name="a"' in line]
+            if line.startswith(config_wire.KEYS_METRIC + "{") and 'experiment_name="a"' in line]
     assert any('kind="stored"' in x and x.endswith(" 22.0") for x in keys), keys
     assert any('kind="exposed"' in x and x.endswith(" 4.0") for x in keys), keys
 

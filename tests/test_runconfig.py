@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from rl_insight.runconfig import secrets, wire
+from rl_insight.runconfig import secrets
 from rl_insight.runconfig.diff import CHANGED, ONLY_A, ONLY_B, SAME, diff, exposed_keys
 from rl_insight.runconfig.flatten import as_text, bound, flatten
 from rl_insight.runconfig.section import options_section
+from rl_insight.wire import runconfig as config_wire
 from tests.conftest import examples
 
 
@@ -67,9 +68,9 @@ def test_every_shape_flattens_to_dotted_keys_with_plain_values():
     v = flat.values
     assert v["trainer.logger"] == '["console", "rl_insight"]'
     assert v["trainer.nnodes"] == 1 and v["args.seed"] == 7 and v["args.ratio"] == "nan"
-    assert v["logger.wandb.project"] == "p" and v["logger.wandb.key"] == wire.MASK
+    assert v["logger.wandb.project"] == "p" and v["logger.wandb.key"] == config_wire.MASK
     assert v["dc.optim.lr"] == 1e-6 and v["dc.optim.betas"] == "[0.9, 0.999]"
-    assert v["dc.mode"] == "sync" and v["dc.hub_token"] == wire.MASK
+    assert v["dc.mode"] == "sync" and v["dc.hub_token"] == config_wire.MASK
     assert v["rewards.0.name"] == "acc" and v["rewards.1.weight"] == -0.1
     assert v["n"] == 3 and v["fn"].endswith("fn") and "0x" not in v["obj"]
     assert v["empty"] == "{}" and v["none"] == "[]"
@@ -105,7 +106,7 @@ def test_an_omegaconf_config_reads_as_its_mappings_resolved_and_what_does_not_re
 ])
 def test_secrets_are_masked_by_their_keys_name(key, value, hidden):
     got, masked = secrets.masked(key, value, False)
-    assert masked is hidden and (got == wire.MASK) is hidden, (key, got)
+    assert masked is hidden and (got == config_wire.MASK) is hidden, (key, got)
 
 
 @pytest.mark.parametrize("text, want", [
@@ -127,31 +128,32 @@ def test_secrets_inside_values_are_masked_whatever_the_key(text, want):
 def test_a_secret_sections_values_are_all_masked_but_whether_they_are_set():
     flat = flatten({"credentials": {"user": "alice", "port": 22, "enabled": True,
                                     "missing": None}, "auth": ["a", "b"]})
-    assert flat.values == {"credentials.user": wire.MASK, "credentials.port": wire.MASK,
+    mask = config_wire.MASK
+    assert flat.values == {"credentials.user": mask, "credentials.port": mask,
                            "credentials.enabled": True, "credentials.missing": None,
-                           "auth": wire.MASK}
+                           "auth": mask}
     # the server's second pass over flat keys reads the dotted parts as the sections
     again = bound({"credentials.user": "alice", "x.hf_token": "t", "x.lr": 0.1})
-    assert again.values == {"credentials.user": wire.MASK, "x.hf_token": wire.MASK,
+    assert again.values == {"credentials.user": config_wire.MASK, "x.hf_token": config_wire.MASK,
                             "x.lr": 0.1} and again.masked == 2
 
 
 def test_the_bounds_hold_and_say_what_they_cut(monkeypatch):
-    long = "é" * wire.MAX_VALUE_BYTES  # 2 bytes a character
-    flat = flatten({"long": long, "k" * (wire.MAX_KEY_CHARS + 1): 1,
-                    "many": {str(i): i for i in range(wire.MAX_KEYS + 10)}})
-    assert flat.values["long"].endswith(wire.TRUNCATED)
-    assert len(flat.values["long"].encode()) <= wire.MAX_VALUE_BYTES
-    assert len(flat.values) == wire.MAX_KEYS
+    long = "é" * config_wire.MAX_VALUE_BYTES  # 2 bytes a character
+    flat = flatten({"long": long, "k" * (config_wire.MAX_KEY_CHARS + 1): 1,
+                    "many": {str(i): i for i in range(config_wire.MAX_KEYS + 10)}})
+    assert flat.values["long"].endswith(config_wire.TRUNCATED)
+    assert len(flat.values["long"].encode()) <= config_wire.MAX_VALUE_BYTES
+    assert len(flat.values) == config_wire.MAX_KEYS
     assert flat.cut == {"keys": 12, "values": 1, "depth": 0}
     # the run's bytes
     big = flatten({f"key{i}": "v" * 1000 for i in range(200)})
-    assert sum(len(k) + len(v) for k, v in big.values.items()) <= wire.MAX_RUN_BYTES
+    assert sum(len(k) + len(v) for k, v in big.values.items()) <= config_wire.MAX_RUN_BYTES
     assert big.cut["keys"] == 200 - len(big.values) > 0
     # depth and cycles: not entered, counted, never a recursion error
     deep: dict = {}
     node = deep
-    for _ in range(wire.MAX_DEPTH + 5):
+    for _ in range(config_wire.MAX_DEPTH + 5):
         node["d"] = {}
         node = node["d"]
     loop: dict = {"a": 1}
@@ -198,18 +200,18 @@ NESTED = st.recursive(PLAIN, lambda kids: st.lists(kids, max_size=4) |
 def test_anything_flattens_to_json_within_the_bounds(config):
     flat = flatten(config)
     json.dumps(flat.body(), allow_nan=False)
-    assert len(flat.values) <= wire.MAX_KEYS
-    assert all(len(k) <= wire.MAX_KEY_CHARS for k in flat.values)
-    assert all(len(v.encode()) <= wire.MAX_VALUE_BYTES for v in flat.values.values()
+    assert len(flat.values) <= config_wire.MAX_KEYS
+    assert all(len(k) <= config_wire.MAX_KEY_CHARS for k in flat.values)
+    assert all(len(v.encode()) <= config_wire.MAX_VALUE_BYTES for v in flat.values.values()
                if isinstance(v, str))
     assert bound(flat.values).values == flat.values  # the server's second pass: no change
 
 
 def test_the_diff_puts_the_differing_keys_first_with_counts():
     a = {"lr": 1e-6, "batch": 64, "only_a": 1, "same": "x", "flag": True, "one": 1,
-         "secret": wire.MASK}
+         "secret": config_wire.MASK}
     b = {"lr": 2e-6, "batch": 64, "only_b": 2, "same": "x", "flag": 1, "one": 1.0,
-         "secret": wire.MASK}
+         "secret": config_wire.MASK}
     got = diff(a, b, cut_b={"keys": 3})
     assert [(r["key"], r["status"]) for r in got["keys"]] == [
         ("flag", CHANGED), ("lr", CHANGED), ("only_a", ONLY_A), ("only_b", ONLY_B),
@@ -267,7 +269,7 @@ def test_a_hand_over_says_what_its_bounds_cut_and_is_made_once_per_change(caplog
     configuration of the same run again (not sent twice), a body when it changed."""
     from rl_insight.client.runconfig import body
 
-    config = {"lr": 0.1, "note": "x" * (wire.MAX_VALUE_BYTES + 10)}
+    config = {"lr": 0.1, "note": "x" * (config_wire.MAX_VALUE_BYTES + 10)}
     got = body("p", "cut-once", config, "trl")
     assert got["project"] == "p" and got["source"] == "trl" and got["values"]["lr"] == 0.1
     assert "1 values cut short" in caplog.text

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from rl_insight.client import api
-from rl_insight.events import Identity, Metric, Span, StateChange
+from rl_insight.wire.events import Identity, Metric, Span, StateChange
 
 # verl's class, imported by the first test that asks for it: verl imports torch (11 s),
 # which every pytest process paid to collect this module

@@ -32,7 +32,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from rl_insight import laneid
 from rl_insight.anatomy import engine_bound
 from rl_insight.anatomy import ranks as rank_figures
 from rl_insight.anatomy.intervals import Interval, clip, intersect, length, subtract, union
@@ -43,6 +42,7 @@ from rl_insight.frameworks.table import (
     WAITING_FOR_SLOWEST,
     WAITING_FOR_SYNC,
 )
+from rl_insight.wire import laneid, rank_evidence
 
 NS = 1e9
 
@@ -215,7 +215,7 @@ class _Sorted:
                 for iv in intervals:
                     (sync if _is_rank_sync(iv[0]) else work).append((iv[1], iv[2]))
                     if not out.rank_device and len(iv) > 3 and \
-                            rank_figures.unpack(iv[3]).get(rank_figures.GPU):
+                            rank_figures.unpack(iv[3]).get(rank_evidence.GPU):
                         out.rank_device = True
             elif c.kind == laneid.DRIVER:
                 for state, s, e, *_ in intervals:

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from rl_insight import laneid
 from rl_insight.anatomy.requests import Request
+from rl_insight.wire import laneid
 
 NS = 1e9
 TAIL_CUT = 0.01  # the share of a step's longest responses the tail what-if cuts

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rl_insight.anatomy import ranks as rank_figures
+from rl_insight.wire import rank_evidence
 
 KEEP = 8  # ranks a row keeps: those whose kernels ran longest, with the median
 FIELDS = ("busy_s", "comm_s", "overlap_s", "idle_s")
@@ -40,14 +41,14 @@ def step_gpu(phases: Mapping[str, Mapping[str, rank_figures.RankPhase]]) -> GpuS
     per: dict[str, dict[str, float]] = {}
     for phase, ranks in phases.items():
         for r, p in ranks.items():
-            busy = p.evidence.get(rank_figures.GPU_BUSY)
+            busy = p.evidence.get(rank_evidence.GPU_BUSY)
             if busy is None or rank_figures.nested(phases, phase, r, p):
                 continue
             got = per.setdefault(r, dict.fromkeys(FIELDS, 0.0))
             busy = min(float(busy), p.duration)
             got["busy_s"] += busy
-            got["comm_s"] += float(p.evidence.get(rank_figures.GPU_COMM) or 0.0)
-            got["overlap_s"] += float(p.evidence.get(rank_figures.GPU_OVERLAP) or 0.0)
+            got["comm_s"] += float(p.evidence.get(rank_evidence.GPU_COMM) or 0.0)
+            got["overlap_s"] += float(p.evidence.get(rank_evidence.GPU_OVERLAP) or 0.0)
             got["idle_s"] += p.duration - busy
     out = GpuStep(count=len(per))
     if not per:

@@ -38,26 +38,24 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-# the span attributes a rank's client sets (rl_insight/client/rank_evidence.py)
-COLLECTIVES = "rank.collectives"  # collectives enqueued in the phase (Flight Recorder)
-MEAN_TO_END = "rank.mean_to_end_s"  # mean time from an arrival to the phase's end
-FIRST_TO_END = "rank.first_to_end_s"  # the first arrival's time to the phase's end
-NODE, GPU = "rank.node", "rank.gpu"
-# what the rank's GPU did in the phase, from a profiler's kernels (rl_insight/profiler/
-# kernels.py): busy (any kernel), communicating, communication under computation, seconds
-GPU_BUSY, GPU_COMM, GPU_OVERLAP = "rank.gpu_busy_s", "rank.gpu_comm_s", "rank.gpu_overlap_s"
-# tokens per expert per MoE layer in the phase, the step's ranks summed (rl_insight/
-# profiler/experts.py: "layer:t0,t1,...;layer:..."), on one rank's span of the phase
-EXPERT_TOKENS = "rank.expert_tokens"
-# who measured the arrivals: a profiler's name (torch, nvtx, mstx: its trace's
-# collectives, rl_insight/profiler/export.py); absent, torch's Flight Recorder
-ARRIVALS = "rank.arrivals"
-EVIDENCE_KEYS = (COLLECTIVES, MEAN_TO_END, FIRST_TO_END, NODE, GPU, GPU_BUSY, GPU_COMM,
-                 GPU_OVERLAP, EXPERT_TOKENS, ARRIVALS)
+# the span attributes a rank's client sets (rl_insight/client/rank_evidence.py) and a
+# profiler import writes
+from rl_insight.wire.rank_evidence import (
+    ARRIVALS,
+    COLLECTIVES,
+    EVIDENCE_KEYS,
+    FIRST_TO_END,
+    GPU,
+    GPU_BUSY,
+    GPU_COMM,
+    GPU_OVERLAP,
+    MEAN_TO_END,
+    NODE,
+)
+
 # the arrivals' source as the report says it
 SOURCES = {"torch": "the torch profiler's collectives", "nvtx": "Nsight's NCCL kernels",
            "mstx": "the Ascend profiler's HCCL operators"}
-
 
 
 def pack(evidence: Mapping) -> tuple:

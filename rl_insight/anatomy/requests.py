@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from rl_insight import laneid
+from rl_insight.wire import laneid
 
 TAIL = 5  # the slowest requests kept per step
 PHASES = ("queue_s", "prefill_s", "decode_s")

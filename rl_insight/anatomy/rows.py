@@ -1,7 +1,7 @@
 """The anatomy of an RL step: where its wall time went, computed from state intervals.
 
 Plain data in (the step's window, the replica and rank lanes' state intervals), plain
-data out (one :class:`StepRow`). Lanes are read by :mod:`rl_insight.laneid`: replica
+data out (one :class:`StepRow`). Lanes are read by :mod:`rl_insight.wire.laneid`: replica
 lanes of every role, each role with its own straggler. No clock, no I/O: the server feeds
 it what arrived, the tests feed it what they made, and both get the same answer.
 
@@ -34,7 +34,6 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rl_insight import laneid
 from rl_insight.anatomy import bound as accounting
 from rl_insight.anatomy import experts as expert_load
 from rl_insight.anatomy import gpu as gpu_figures
@@ -48,6 +47,7 @@ from rl_insight.anatomy.requests import (
     tail_share,
 )
 from rl_insight.frameworks.table import Parts
+from rl_insight.wire import laneid, rank_evidence
 
 __all__ = ["Interval", "clip", "intersect", "length", "union", "step_row", "timing_row",
            "StepRow", "ReplicaRow", "RoleRow"]
@@ -253,7 +253,7 @@ def _ranks(row: StepRow, lanes: Mapping[str, list[tuple]]) -> None:
     row.gpu_longest = gpu.longest
     row.experts = expert_load.from_evidence(
         ((phase, p.evidence) for phase, ranks in phases.items() for p in ranks.values()),
-        rank_figures.EXPERT_TOKENS)
+        rank_evidence.EXPERT_TOKENS)
 
 
 def _enclosed(lanes: Mapping[str, list[tuple]], lo: int, hi: int) -> dict[str, str]:

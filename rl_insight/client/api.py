@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rl_insight import naming
 from rl_insight.client import engine_spans
 from rl_insight.client.arguments import _NO_DOC, _ONE, _REQUIRED
 from rl_insight.client.arguments import attributes_of as _attrs
@@ -32,7 +31,9 @@ from rl_insight.client.registration import (
 )
 from rl_insight.client.spancontext import _current, _new_id, _restore
 from rl_insight.client.steps import WATCHED
-from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
+from rl_insight.wire import attributes as attr
+from rl_insight.wire import naming
+from rl_insight.wire.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +270,8 @@ def default_lane() -> str:
 # of one lane in two threads at once are two intervals, which the lane stacks.
 _open: dict[tuple[str, str, int], list] = {}
 _stamped: set[str] = set()  # lanes whose engine spans this process has stamped
-_INTERVAL = (("monitor.trace_segment", "state_interval"),)
-_REQUEST = (("monitor.trace_segment", "request"),)
+_INTERVAL = ((attr.SEGMENT_ATTR, attr.STATE_INTERVAL),)
+_REQUEST = ((attr.SEGMENT_ATTR, attr.REQUEST_SEGMENT),)
 _thread_id = threading.get_ident
 
 
@@ -356,7 +357,7 @@ class trace_state:  # noqa: N801 - the public name is a function-like context ma
             trace_id, span_id = entry[1]
             if c.settings.per_request_spans:  # each block as a child of its interval
                 attrs = (_attrs(self.labels) if self.labels else ()) + _REQUEST + \
-                    (("state_lane_id", key[0]),)
+                    ((attr.LANE_ATTR, key[0]),)
                 if failed:
                     attrs += (("error", exc_type.__name__),)
                 c.add(_tnew(Span, (key[1], self.start, end, None, attrs, trace_id,
@@ -419,7 +420,7 @@ def trace_span(*, name: str, start_time_ns: int, end_time_ns: int,
         return
     try:
         attributes = dict(attributes or {})
-        lane = attributes.pop("state_lane_id", None)
+        lane = attributes.pop(attr.LANE_ATTR, None)
         c.add(Span(str(name), int(start_time_ns), int(end_time_ns),
                    str(lane) if lane is not None else None, _attrs(attributes)))
     except Exception:
@@ -483,8 +484,8 @@ class _Op:
             error = None
         try:
             _restore(token)
-            lane = labels.pop("state_lane_id", None)
-            attrs = _attrs(labels) + (("monitor.trace_segment", "duration"),)
+            lane = labels.pop(attr.LANE_ATTR, None)
+            attrs = _attrs(labels) + ((attr.SEGMENT_ATTR, attr.DURATION_SEGMENT),)
             if error is not None:
                 attrs += (("error", type(error).__name__),)
             c.add(Span(self.name, start, time.time_ns(),

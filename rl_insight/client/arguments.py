@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rl_insight import naming
+from rl_insight.wire import naming
 
 
 def labels_of(labels: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -58,7 +58,7 @@ from rl_insight.config import (
     PROJECT_ENV,
     SERVER_URL_ENV,
 )
-from rl_insight.events import Identity
+from rl_insight.wire.events import Identity
 
 log = logging.getLogger(__name__)
 

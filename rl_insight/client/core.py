@@ -37,7 +37,7 @@ from rl_insight.client.transports import (
     actor_config,
     ray_ready,
 )
-from rl_insight.events import Identity
+from rl_insight.wire.events import Identity
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import quote
 
-from rl_insight import laneid
+from rl_insight.wire import laneid
 
 log = logging.getLogger(__name__)
 RESOURCE_ENV = "OTEL_RESOURCE_ATTRIBUTES"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rl_insight import config as config_mod
-from rl_insight.naming import PREFIX
+from rl_insight.wire.naming import PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ import socket
 import sys
 import time
 
-from rl_insight import laneid
-from rl_insight.anatomy.ranks import COLLECTIVES, FIRST_TO_END, GPU, MEAN_TO_END, NODE
-from rl_insight.events import Span
+from rl_insight.wire import laneid
+from rl_insight.wire.events import Span
+from rl_insight.wire.rank_evidence import COLLECTIVES, FIRST_TO_END, GPU, MEAN_TO_END, NODE
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rl_insight.events import Exposition
+from rl_insight.wire.events import Exposition
 
 log = logging.getLogger(__name__)
 

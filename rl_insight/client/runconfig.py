@@ -19,7 +19,7 @@ from typing import Any
 from rl_insight.client.options import reads_as_options
 from rl_insight.runconfig.flatten import flatten
 from rl_insight.runconfig.section import options_section
-from rl_insight.runconfig.wire import CONFIG_PATH, CUT, MAX_SOURCE_CHARS, SOURCE
+from rl_insight.wire.runconfig import CONFIG_PATH, CUT, MAX_SOURCE_CHARS, SOURCE
 
 log = logging.getLogger(__name__)
 DEFAULT_SOURCE = "log_config"
@@ -50,7 +50,7 @@ def hand_over(c: Any, config: Any, source: str = "") -> None:
 
 
 def body(project: str, experiment_name: str, config: Any, source: str = "") -> dict | None:
-    """The hand-over's JSON body (rl_insight/runconfig/wire.py), on the registrar's
+    """The hand-over's JSON body (rl_insight/wire/runconfig.py), on the registrar's
     thread; None when the run's last one held the same configuration, whoever handed it
     over (verl's logger and a user's ``log_config`` alike)."""
     flat = flatten(config).body()
@@ -61,7 +61,7 @@ def body(project: str, experiment_name: str, config: Any, source: str = "") -> d
     if any(flat[CUT].values()):
         cut = flat[CUT]
         log.warning("rl-insight: the configuration of %s/%s was cut to its bounds "
-                    "(rl_insight/runconfig/wire.py): %d keys left out, %d values cut "
+                    "(rl_insight/wire/runconfig.py): %d keys left out, %d values cut "
                     "short, %d containers not entered", project, experiment_name,
                     cut["keys"], cut["values"], cut["depth"])
     _last[run] = digest

@@ -20,15 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from rl_insight.events import Span
-from rl_insight.frameworks.wire import (
-    SEGMENT_ATTR,
-    STEP_SEGMENT,
-    STEP_STATE,
-    TRAINER_LANE,
-)
+from rl_insight.wire.attributes import SEGMENT_ATTR, STEP_SEGMENT, STEP_STATE
+from rl_insight.wire.events import Span
+from rl_insight.wire.laneid import TRAINER as TRAINER_LANE
 
-# exported names (rl_insight.naming) of the gauges that carry the step and its duration
+# exported names (rl_insight.wire.naming) of the gauges that carry the step and its duration
 STEP_GAUGES = frozenset({"rl_insight_monitor_training_global_step",  # verl's key
                          "rl_insight_monitor_step"})  # Tracking.log(step=)
 STEP_TIME_GAUGE = "rl_insight_monitor_timing_s_step"  # verl's timing_s/step

@@ -11,13 +11,8 @@ from typing import Any
 from rl_insight import frameworks
 from rl_insight.client import api, runconfig
 from rl_insight.frameworks.table import Framework, timing_values
-from rl_insight.frameworks.wire import (
-    FRAMEWORK_ATTR,
-    SEGMENT_ATTR,
-    STEP_ATTR,
-    STEP_TIMING,
-    TIMING_PREFIX,
-)
+from rl_insight.wire.attributes import SEGMENT_ATTR, STEP_ATTR
+from rl_insight.wire.frameworks import FRAMEWORK_ATTR, STEP_TIMING, TIMING_PREFIX
 
 log = logging.getLogger(__name__)
 

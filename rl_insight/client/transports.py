@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from rl_insight import laneid
 from rl_insight.client import self_profile
 from rl_insight.collector.hub import HubCore
 from rl_insight.collector.lanes import LaneCore
@@ -20,7 +19,8 @@ from rl_insight.collector.loop import Periodic
 from rl_insight.collector.profiling import PY_SPY, Captures
 from rl_insight.collector.push import Sender
 from rl_insight.config import ClientSettings
-from rl_insight.events import Batch, Exposition, Identity, Metric, Span, StateChange
+from rl_insight.wire import laneid
+from rl_insight.wire.events import Batch, Exposition, Identity, Metric, Span, StateChange
 
 log = logging.getLogger(__name__)
 HUB = "__hub__"

@@ -15,7 +15,7 @@ from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.runs import Runs, merge_expositions
 from rl_insight.collector.served import ServedGroups
 from rl_insight.config import ClientSettings
-from rl_insight.events import Batch, Identity, Metric
+from rl_insight.wire.events import Batch, Identity, Metric
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ upstream's dashboards read it), the seconds each lane spent in each state as a c
 and durations as histograms.
 
 Dedicated lanes (replica lanes of any role, ``replica_<r>`` or ``<role>_replica_<r>``, and
-``rank_<r>``: :mod:`rl_insight.laneid`) get per-lane state gauges (the timeline, the
+``rank_<r>``: :mod:`rl_insight.wire.laneid`) get per-lane state gauges (the timeline, the
 stuck-state alert), each labelled with the lane's ``role`` (``rollout``, ``teacher_x``,
 ``ranks``: the timeline groups by it). State durations are histograms per replica lane;
 trainer ranks' are summed per state into one histogram labelled ``state_lane_id="ranks"``: at 4,000
@@ -25,7 +25,6 @@ from collections import OrderedDict, deque
 from itertools import groupby
 from operator import itemgetter
 
-from rl_insight import laneid
 from rl_insight.collector.ack import Watermarks
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.collector.parking import Parking
@@ -33,7 +32,8 @@ from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.relayed import Relayed
 from rl_insight.collector.runs import Runs
 from rl_insight.config import ClientSettings
-from rl_insight.events import (
+from rl_insight.wire import laneid
+from rl_insight.wire.events import (
     COUNTER,
     GAUGE,
     HISTOGRAM,

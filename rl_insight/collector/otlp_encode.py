@@ -10,8 +10,8 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from rl_insight.events import Identity, Span
-from rl_insight.otlp_values import any_value
+from rl_insight.wire.events import Identity, Span
+from rl_insight.wire.otlp import any_value
 
 SERVICE_NAME = "rl_insight_monitor"
 RUN_KEYS = ("project", "experiment_name")

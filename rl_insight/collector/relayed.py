@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from rl_insight.events import Exposition, Identity
+from rl_insight.wire.events import Exposition, Identity
 
 MAX_GROUPS = 512  # engines whose text one lane actor relays (a replica's actor: one)
 MAX_TEXT = 4 << 20  # one engine's exposition (vLLM's: 30-120 KB)

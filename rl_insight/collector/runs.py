@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rl_insight.collector.exposition import escape_help, fmt_value, labels_text
-from rl_insight.events import COUNTER, GAUGE, HISTOGRAM, Identity, Labels, Metric
+from rl_insight.wire.events import COUNTER, GAUGE, HISTOGRAM, Identity, Labels, Metric
 
 log = logging.getLogger(__name__)
 

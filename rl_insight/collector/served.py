@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from rl_insight.collector.exposition import escape_label
 from rl_insight.collector.runs import merge_expositions
-from rl_insight.events import Identity
+from rl_insight.wire.events import Identity
 
 IDLE_S = 3600.0
 MAX_GROUPS = 20_000  # 628 lane actors of a 1,000-GPU run hold about 2 groups each

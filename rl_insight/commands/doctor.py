@@ -15,11 +15,11 @@ from urllib.parse import urlparse
 
 import requests
 
-from rl_insight import laneid
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
 from rl_insight.common import netaddr
 from rl_insight.common.secret import TOKEN_ENV
 from rl_insight.server.ingest.targets import describe_local_targets
+from rl_insight.wire import laneid
 
 # the jobs verl registers rollout engines under (rollout_config.name)
 ENGINE_JOBS = ("vllm", "sglang", "vllm_omni")
@@ -154,7 +154,7 @@ class Doctor:
 
     def check_traces(self) -> None:
         from rl_insight.collector.otlp_encode import encode
-        from rl_insight.events import Identity, Span
+        from rl_insight.wire.events import Identity, Span
 
         project = self.project or "rl-insight-doctor"
         experiment = self.experiment or "doctor"

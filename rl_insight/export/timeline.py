@@ -1,7 +1,7 @@
 """The state timeline as a Chrome trace-event file (JSON), which Perfetto and
 chrome://tracing open: one track (thread) per lane, grouped in processes by role (the
 policy's rollout replicas, each reward model's and teacher's replicas, trainer ranks,
-other lanes: :mod:`rl_insight.laneid`), one complete event ("X") per state."""
+other lanes: :mod:`rl_insight.wire.laneid`), one complete event ("X") per state."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rl_insight import laneid
+from rl_insight.wire import laneid
 
 OTHER = "other lanes"
 

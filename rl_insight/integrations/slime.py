@@ -38,9 +38,9 @@ from typing import Any
 
 import rl_insight
 from rl_insight import frameworks
-from rl_insight.frameworks.wire import SEGMENT_ATTR, STATE_INTERVAL
 from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
+from rl_insight.wire.attributes import SEGMENT_ATTR, STATE_INTERVAL
 
 log = logging.getLogger(__name__)
 

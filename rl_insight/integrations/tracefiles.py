@@ -34,10 +34,9 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
-from rl_insight import otlp_json
 from rl_insight.frameworks.table import STEP, Framework
-from rl_insight.frameworks.wire import IMPORT_SCOPE, RESOURCE_FRAMEWORK_ATTR
-from rl_insight.otlp_values import any_value
+from rl_insight.wire.frameworks import IMPORT_SCOPE, RESOURCE_FRAMEWORK_ATTR
+from rl_insight.wire.otlp import any_value, parse_json
 
 WALL_US = 1e15  # a timestamp in µs above this is unix time (2001 on)
 FRAMEWORK_ATTR = RESOURCE_FRAMEWORK_ATTR
@@ -221,7 +220,7 @@ def otlp_json_export(line: str, run: Run) -> bytes | None:
     if not line:
         return None
     try:
-        req = otlp_json.parse(line)
+        req = parse_json(line)
     except ValueError as exc:
         raise TraceFileError(f"not an OTLP/JSON export: {exc}") from None
     if not req.resource_spans:

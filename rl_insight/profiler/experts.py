@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from rl_insight.anatomy import experts as load
-from rl_insight.anatomy.ranks import EXPERT_TOKENS
 from rl_insight.profiler.model import BadFile
+from rl_insight.wire.rank_evidence import EXPERT_TOKENS
 
 CALL = re.compile(r"^NPU\.npu_grouped_matmul\.(?P<i>\d+)\.forward\.kwargs\.group_list"
                   r"\.(?P<ext>pt|npy)$")

@@ -16,7 +16,15 @@ import bisect
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from rl_insight.anatomy.ranks import (
+from rl_insight.collector.otlp_encode import encode
+from rl_insight.profiler import kernels
+from rl_insight.profiler.model import COLLECTIVE, KERNEL, RankTrace
+from rl_insight.profiler.stages import phase_of
+from rl_insight.wire.attributes import SEGMENT_ATTR, STEP_ATTR, STEP_SEGMENT, STEP_STATE
+from rl_insight.wire.events import Identity, Span
+from rl_insight.wire.frameworks import IMPORT_PROCESS, IMPORT_SCOPE
+from rl_insight.wire.laneid import TRAINER as TRAINER_LANE
+from rl_insight.wire.rank_evidence import (
     ARRIVALS,
     COLLECTIVES,
     FIRST_TO_END,
@@ -24,20 +32,6 @@ from rl_insight.anatomy.ranks import (
     MEAN_TO_END,
     NODE,
 )
-from rl_insight.collector.otlp_encode import encode
-from rl_insight.events import Identity, Span
-from rl_insight.frameworks.wire import (
-    IMPORT_PROCESS,
-    IMPORT_SCOPE,
-    SEGMENT_ATTR,
-    STEP_ATTR,
-    STEP_SEGMENT,
-    STEP_STATE,
-    TRAINER_LANE,
-)
-from rl_insight.profiler import kernels
-from rl_insight.profiler.model import COLLECTIVE, KERNEL, RankTrace
-from rl_insight.profiler.stages import phase_of
 
 EXPORT_SPANS = 5000  # spans an export holds at most (well under traces.max_body_bytes)
 Window = list[int]  # [first start, last end] (unix ns)

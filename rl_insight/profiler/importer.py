@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 
-from rl_insight.events import Span
-from rl_insight.frameworks.wire import STEP_ATTR
 from rl_insight.profiler import experts, export, readers
 from rl_insight.profiler.model import BadFile
 from rl_insight.profiler.stages import phase_of
 from rl_insight.profiler.timeline import RankTimeline
+from rl_insight.wire.attributes import STEP_ATTR
+from rl_insight.wire.events import Span
 
 READ_ERRORS = (BadFile, OSError, EOFError, ValueError, UnicodeError, RecursionError)
 

@@ -14,7 +14,7 @@ end counts up to the end):
 
 busy = compute ∪ comm, so busy = compute + comm − overlap and busy + idle = the range.
 The figures travel as attributes of the rank's phase spans (:func:`span_attributes`, the
-keys in :mod:`rl_insight.anatomy.ranks`); the step anatomy reads them back
+keys in :mod:`rl_insight.wire.rank_evidence`); the step anatomy reads them back
 (:mod:`rl_insight.anatomy.gpu`).
 """
 
@@ -26,8 +26,8 @@ from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rl_insight.anatomy import ranks as evidence
 from rl_insight.profiler.model import COLLECTIVE, KERNEL, Event, RankTrace
+from rl_insight.wire import rank_evidence as evidence
 
 NS = 1e9
 # Communication kernels and ops by their names: NCCL's device kernels are named

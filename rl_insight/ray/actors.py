@@ -19,16 +19,16 @@ from typing import Any
 
 import ray
 
-from rl_insight import laneid
 from rl_insight.collector.hub import HubCore
 from rl_insight.collector.lanes import LaneCore
 from rl_insight.collector.lifetime import JobLifetime
 from rl_insight.collector.loop import Periodic
 from rl_insight.collector.profiling import Captures
 from rl_insight.collector.push import Sender
-from rl_insight.events import Batch, Identity
 from rl_insight.ray import raymetrics
 from rl_insight.ray.raymetrics import RayGauges
+from rl_insight.wire import laneid
+from rl_insight.wire.events import Batch, Identity
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from rl_insight.client import self_profile
 from rl_insight.client.transports import HUB, split
 from rl_insight.collector.ack import Unconfirmed
 from rl_insight.collector.parking import PARK_S
-from rl_insight.events import Batch, Identity
 from rl_insight.ray import actors
+from rl_insight.wire.events import Batch, Identity
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rl_insight.runconfig.flatten import Scalar
-from rl_insight.runconfig.wire import MASK
+from rl_insight.wire.runconfig import MASK
 
 CHANGED, ONLY_A, ONLY_B, SAME = "changed", "only_a", "only_b", "same"
 ORDER = (CHANGED, ONLY_A, ONLY_B, SAME)  # the differing keys first

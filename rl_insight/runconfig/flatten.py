@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_insight.runconfig import secrets
-from rl_insight.runconfig.wire import (
+from rl_insight.wire.runconfig import (
     CUT,
     CUT_KINDS,
     MASKED,

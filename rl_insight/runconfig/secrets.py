@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from rl_insight.runconfig.wire import MASK
+from rl_insight.wire.runconfig import MASK
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # a word that makes any name a secret's

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from rl_insight.common import netaddr
 from rl_insight.common.version import __version__
 from rl_insight.config import Settings, duration_seconds
-from rl_insight.runconfig import wire as config_wire
 from rl_insight.runconfig.diff import diff as config_diff
 from rl_insight.server.analyses.anatomy import AnatomyStore
 from rl_insight.server.analyses.changes import ChangeStore, Prom
@@ -35,6 +34,7 @@ from rl_insight.server.services.base import ServiceInfo
 from rl_insight.server.services.prometheus import Prometheus
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.threads import supervised
+from rl_insight.wire import runconfig as config_wire
 
 log = logging.getLogger(__name__)
 # the server's full garbage collections run here, on a clock, rather than whenever

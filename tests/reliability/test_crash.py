@@ -24,7 +24,7 @@ import requests
 
 from rl_insight.collector.otlp_encode import encode
 from rl_insight.common import netaddr
-from rl_insight.events import Identity, Span
+from rl_insight.wire.events import Identity, Span
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration

@@ -29,11 +29,11 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rl_insight import naming
 from rl_insight.client.push.drivers import Bound
 from rl_insight.client.push.shape import OPS, PushConfig, scalar_tags
-from rl_insight.events import COUNTER, GAUGE, Identity, Metric, Span
-from rl_insight.frameworks.wire import SEGMENT_ATTR, STEP_SEGMENT
+from rl_insight.wire import naming
+from rl_insight.wire.attributes import SEGMENT_ATTR, STEP_SEGMENT
+from rl_insight.wire.events import COUNTER, GAUGE, Identity, Metric, Span
 
 log = logging.getLogger(__name__)
 

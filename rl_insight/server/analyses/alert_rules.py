@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from rl_insight import laneid
 from rl_insight.config import ConfigError, Settings
+from rl_insight.wire import laneid
 
 GROUP = "rl_insight"
 RULE_FILE = "rl-insight-alerts.yml"
@@ -104,7 +104,7 @@ def nonfinite_metric(settings: Settings, for_: str) -> dict:
 def replica_stuck(settings: Settings, for_: str) -> dict:
     a = settings.alerts
     window = duration("alerts.state_stuck_window", a.state_stuck_window, nonzero=True)
-    # replica lanes of every role (verl main's <role>_replica_<n> too): rl_insight.laneid
+    # replica lanes of every role (verl main's <role>_replica_<n> too): rl_insight.wire.laneid
     lane = f'{{state_lane_id=~"{laneid.REPLICA_LANES}"}}'
     key = "project, experiment_name, role, state_lane_id, state_name"
     # per (run, lane, state): a restarted lane actor pushes under another lane_actor, so

@@ -1,5 +1,5 @@
 """Step anatomy at the server: the one place that sees every lane of a run. It keeps the
-replica (of every role: :mod:`rl_insight.laneid`) and rank lanes' state spans and the
+replica (of every role: :mod:`rl_insight.wire.laneid`) and rank lanes' state spans and the
 trainer's step marks, turns each step into a row (:func:`rl_insight.anatomy.step_row`)
 once its spans are in, and exports the rows as ``rl_insight_step_*`` series.
 
@@ -19,14 +19,17 @@ from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 
-from rl_insight import frameworks, laneid
+from rl_insight import frameworks
 from rl_insight.anatomy import ranks, verdict, whatif
 from rl_insight.anatomy.requests import Request
 from rl_insight.anatomy.rows import StepRow, step_row, timing_row
 from rl_insight.config import AnatomySettings
 from rl_insight.frameworks.table import parts, wait_causes
-from rl_insight.frameworks.wire import IMPORT_PROCESS, STEP_STATE, TRAINER_LANE
 from rl_insight.server.analyses.anatomy_series import Families
+from rl_insight.wire import laneid, rank_evidence
+from rl_insight.wire.attributes import STEP_STATE
+from rl_insight.wire.frameworks import IMPORT_PROCESS
+from rl_insight.wire.laneid import TRAINER as TRAINER_LANE
 
 # a lane has a handful of states per step and a step needs its own and the previous
 # window: 64 is a dozen steps, and bounds a run without step marks (nothing is ever
@@ -56,7 +59,8 @@ def _told_again(q: deque, iv: tuple) -> bool:
 
 
 def _summarised(evidence: dict) -> bool:
-    return bool(evidence.get(ranks.COLLECTIVES)) and evidence.get(ranks.MEAN_TO_END) is not None
+    return bool(evidence.get(rank_evidence.COLLECTIVES)) and \
+        evidence.get(rank_evidence.MEAN_TO_END) is not None
 
 
 def _from_lanes(row: StepRow) -> bool:

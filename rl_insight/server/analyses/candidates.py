@@ -21,8 +21,8 @@ from rl_insight.anatomy.association import (
     is_candidate,
     scalar_role,
 )
-from rl_insight.naming import KEY_LABEL, PREFIX
 from rl_insight.server.analyses.promapi import ApiUnavailable
+from rl_insight.wire.naming import KEY_LABEL, PREFIX
 
 log = logging.getLogger(__name__)
 MAX_POINTS = 10_000  # per series per query (Prometheus refuses more than 11,000)

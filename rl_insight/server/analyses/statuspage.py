@@ -7,9 +7,9 @@ import html
 import time
 from collections.abc import Sequence
 
-from rl_insight import laneid
 from rl_insight.server.analyses.alerts import run_of
 from rl_insight.server.ingest.targets import describe_local_targets
+from rl_insight.wire import laneid
 
 DASHBOARDS = (("rl-insight-training", "Training overview"),
               ("rl-insight-rollout-vllm", "Rollout · vLLM"),

@@ -28,7 +28,6 @@ from pydantic import (
 )
 from pydantic.json_schema import GenerateJsonSchema, SkipJsonSchema
 
-from rl_insight.runconfig import wire as runconfig
 from rl_insight.server.ingest.grouping import valid_label_name
 from rl_insight.server.ingest.targets import (
     HARDWARE_JOBS,
@@ -40,6 +39,7 @@ from rl_insight.server.ingest.targets import (
     parse_owner,
     validate_hostport,
 )
+from rl_insight.wire import runconfig as runconfig
 
 # [a-zA-Z_][a-zA-Z0-9_]* not starting with "__", written without a lookahead
 LABEL_NAME = r"^(?:[a-zA-Z][a-zA-Z0-9_]*|_[a-zA-Z0-9][a-zA-Z0-9_]*|_)$"
@@ -250,7 +250,7 @@ Count = Annotated[StrictInt | StrictFloat, AfterValidator(_count), WithJsonSchem
 
 class RunConfig(_Body):
     """A run's configuration as its training process hands it over
-    (rl_insight/runconfig/wire.py): flattened, secrets masked, bounded. The server masks
+    (rl_insight/wire/runconfig.py): flattened, secrets masked, bounded. The server masks
     and bounds it again by the same rules, and keeps the latest with the run."""
 
     project: RunName

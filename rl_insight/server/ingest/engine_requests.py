@@ -18,10 +18,10 @@ from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-from rl_insight import laneid
 from rl_insight.anatomy.requests import Request
 from rl_insight.server.ingest.otlp import value_of
 from rl_insight.server.ingest.spanwalk import SpanAt
+from rl_insight.wire import laneid
 
 REQUEST_SPANS = ("llm_request",)
 MARK = "gen_ai.latency.e2e"  # an engine's request span, whatever its name

@@ -25,22 +25,24 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from rl_insight import frameworks
 from rl_insight.frameworks.table import DRIVER, RANK, STEP, Framework
-from rl_insight.frameworks.wire import (
-    FRAMEWORK_ATTR,
-    IMPORT_SCOPE,
+from rl_insight.server.ingest.spanwalk import SpanAt, StateRow
+from rl_insight.wire.attributes import (
     LANE_ATTR,
-    RESOURCE_FRAMEWORK_ATTR,
     SEGMENT_ATTR,
     STATE_ATTR,
     STATE_INTERVAL,
     STEP_ATTR,
     STEP_STATE,
+)
+from rl_insight.wire.frameworks import (
+    FRAMEWORK_ATTR,
+    IMPORT_SCOPE,
+    RESOURCE_FRAMEWORK_ATTR,
     STEP_TIMING,
     TIMING_PREFIX,
-    TRAINER_LANE,
 )
-from rl_insight.otlp_values import any_value
-from rl_insight.server.ingest.spanwalk import SpanAt, StateRow
+from rl_insight.wire.laneid import TRAINER as TRAINER_LANE
+from rl_insight.wire.otlp import any_value
 
 RUN_KEYS = ("project", "experiment_name")
 

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
 from rl_insight.config import Settings
-from rl_insight.frameworks.wire import TRAINER_LANE
 from rl_insight.server.httpio import ClientGone, HttpError, read_asgi_body, text_body
 from rl_insight.server.ingest import engine_requests, framework_spans, otlp, spanwalk
 from rl_insight.server.ingest.grouping import PushError, parse_grouping_key
 from rl_insight.server.ingest.otlp import OtlpError
+from rl_insight.wire.laneid import TRAINER as TRAINER_LANE
 
 if TYPE_CHECKING:
     from rl_insight.server.analyses.anatomy import AnatomyStore

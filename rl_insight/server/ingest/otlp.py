@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from rl_insight import otlp_json
+from rl_insight.wire.otlp import parse_json
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -58,7 +58,7 @@ def decode(body: bytes, content_type: str) -> ExportTraceServiceRequest:
         return req
     if ctype == JSON:
         try:
-            return otlp_json.parse(body)
+            return parse_json(body)
         except ValueError as exc:
             raise OtlpError(400, str(exc)) from None
     raise OtlpError(415, f"Content-Type {content_type!r} is not supported; use "

@@ -9,7 +9,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
-from rl_insight import laneid
+from rl_insight.wire import laneid
 
 
 def _kept_long(lane: str) -> bool:

@@ -21,10 +21,10 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 
-from rl_insight.runconfig import wire
 from rl_insight.runconfig.diff import exposed_keys
 from rl_insight.runconfig.flatten import Flat, as_text
 from rl_insight.server.ingest.store import Store
+from rl_insight.wire import runconfig as config_wire
 
 Run = tuple[str, str]
 MAX_STORED = 10_000  # runs whose configuration the database keeps (compressed: ~5 KiB)
@@ -60,8 +60,9 @@ class RunConfigStore:
         """Keep a run's configuration (replacing what it had); call inside the intake's
         transaction: memory follows only what is committed (undone on a rollback)."""
         now = time.time()
-        row = zlib.compress(json.dumps({wire.VALUES: flat.values, wire.MASKED: flat.masked,
-                                        wire.CUT: flat.cut, wire.SOURCE: source}).encode())
+        row = zlib.compress(json.dumps({
+            config_wire.VALUES: flat.values, config_wire.MASKED: flat.masked,
+            config_wire.CUT: flat.cut, config_wire.SOURCE: source}).encode())
         record = _record(project, experiment, now, row)
         key = (project, experiment)
         with self.store.transaction() as db, self._lock:  # the lock order of store.py
@@ -118,31 +119,32 @@ class RunConfigStore:
         """``rl_insight_run_config_info`` and ``rl_insight_run_config_keys`` of every run
         held and not archived."""
         info = GaugeMetricFamily(
-            wire.INFO_METRIC, "A run's configuration, a series a key (1): the keys that "
-            f"differ between its project's runs first, at most {wire.EXPOSED_KEYS} a run, "
-            f"values cut to {wire.EXPOSED_VALUE_CHARS} characters (GET "
-            f"{wire.CONFIG_PATH} has them all)",
+            config_wire.INFO_METRIC, "A run's configuration, a series a key (1): the keys that "
+            f"differ between its project's runs first, at most {config_wire.EXPOSED_KEYS} a run, "
+            f"values cut to {config_wire.EXPOSED_VALUE_CHARS} characters (GET "
+            f"{config_wire.CONFIG_PATH} has them all)",
             labels=["project", "experiment_name", "key", "value"])
         keys = GaugeMetricFamily(
-            wire.KEYS_METRIC, "A run's configuration's keys: stored, exposed (as "
-            f"{wire.INFO_METRIC}), masked (secrets), cut (left out by the client's bounds)",
+            config_wire.KEYS_METRIC, "A run's configuration's keys: stored, exposed (as "
+            f"{config_wire.INFO_METRIC}), masked (secrets), cut (left out by the client's bounds)",
             labels=["project", "experiment_name", "kind"])
         with self._lock:
             version = self._version
             runs = {r: rec for r, rec in self._live.items() if not self.hidden(*r)}
             cached_version, cached = self._exposed
         if cached_version != version:  # recomputed only when a configuration changed
-            cached = exposed_keys({r: rec[wire.VALUES] for r, rec in runs.items()},
-                                  wire.EXPOSED_KEYS)
+            cached = exposed_keys({r: rec[config_wire.VALUES] for r, rec in runs.items()},
+                                  config_wire.EXPOSED_KEYS)
             with self._lock:
                 self._exposed = (version, cached)
         for (project, experiment), rec in runs.items():
-            values = rec[wire.VALUES]
+            values = rec[config_wire.VALUES]
             shown = cached.get((project, experiment), [])
             for key in shown:
                 info.add_metric([project, experiment, key, label_value(values[key])], 1.0)
             for kind, n in (("stored", len(values)), ("exposed", len(shown)),
-                            ("masked", rec[wire.MASKED]), ("cut", rec[wire.CUT]["keys"])):
+                            ("masked", rec[config_wire.MASKED]),
+                            ("cut", rec[config_wire.CUT]["keys"])):
                 keys.add_metric([project, experiment, kind], float(n))
         yield info
         yield keys
@@ -152,20 +154,21 @@ def label_value(value: Any) -> str:
     """A value as a label: its text on one line, control characters as spaces, cut to
     ``EXPOSED_VALUE_CHARS``."""
     text = "".join(c if c.isprintable() else " " for c in as_text(value))
-    if len(text) > wire.EXPOSED_VALUE_CHARS:
-        text = text[:wire.EXPOSED_VALUE_CHARS - 1] + wire.TRUNCATED
+    if len(text) > config_wire.EXPOSED_VALUE_CHARS:
+        text = text[:config_wire.EXPOSED_VALUE_CHARS - 1] + config_wire.TRUNCATED
     return text
 
 
 def _record(project: str, experiment: str, received_at: float, row: bytes) -> dict:
     data = json.loads(zlib.decompress(row))
-    cut = {k: int(data.get(wire.CUT, {}).get(k, 0)) for k in wire.CUT_KINDS}
+    cut = {k: int(data.get(config_wire.CUT, {}).get(k, 0)) for k in config_wire.CUT_KINDS}
     return {"project": project, "experiment_name": experiment, "received_at": received_at,
-            wire.SOURCE: data.get(wire.SOURCE, ""), "keys": len(data[wire.VALUES]),
-            wire.MASKED: data.get(wire.MASKED, 0), wire.CUT: cut,
-            wire.VALUES: data[wire.VALUES]}
+            config_wire.SOURCE: data.get(config_wire.SOURCE, ""),
+            "keys": len(data[config_wire.VALUES]),
+            config_wire.MASKED: data.get(config_wire.MASKED, 0), config_wire.CUT: cut,
+            config_wire.VALUES: data[config_wire.VALUES]}
 
 
 def summary(record: Mapping[str, Any]) -> dict[str, Any]:
     """A record without its values (what a write answers)."""
-    return {k: v for k, v in record.items() if k != wire.VALUES}
+    return {k: v for k, v in record.items() if k != config_wire.VALUES}

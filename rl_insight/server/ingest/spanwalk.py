@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from rl_insight.anatomy.ranks import EVIDENCE_KEYS
 from rl_insight.server.ingest import textpolicy
 from rl_insight.server.ingest.otlp import value_of
+from rl_insight.wire.rank_evidence import EVIDENCE_KEYS
 
 LANE_KEYS = ("project", "experiment_name", "state_lane_id", "state_name")
 

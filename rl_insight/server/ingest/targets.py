@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rl_insight import laneid
 from rl_insight.common import netaddr
 from rl_insight.common.files import migrated, read_state_json, write_atomic
 from rl_insight.server.ingest.store import Store
+from rl_insight.wire import laneid
 
 RESERVED_LABELS = ("project", "experiment_name", "job")
 # the discovery files are written at most this often during a long burst of changes

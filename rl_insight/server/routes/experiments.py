@@ -6,7 +6,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from rl_insight.runconfig import wire as runconfig
 from rl_insight.runconfig.flatten import bound
 from rl_insight.server.analyses import promapi
 from rl_insight.server.endpoints import prometheus_auth, prometheus_url
@@ -14,6 +13,7 @@ from rl_insight.server.httpio import HttpError, json_body
 from rl_insight.server.ingest.bodies import RunConfig, RunIdentity, read
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import runconfig as runconfig
 
 
 async def identity(request: Request) -> tuple[str, str]:

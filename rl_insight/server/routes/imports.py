@@ -16,7 +16,6 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from rl_insight.frameworks.wire import IMPORT_PROCESS
 from rl_insight.profiler import export, readers
 from rl_insight.profiler.model import BadFile
 from rl_insight.profiler.stages import phase_of
@@ -24,6 +23,7 @@ from rl_insight.server.httpio import HttpError
 from rl_insight.server.ingest.intake import accept_spans
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire.frameworks import IMPORT_PROCESS
 
 PROTOBUF = "application/x-protobuf"
 READ_ERRORS = (BadFile, OSError, EOFError, ValueError, UnicodeError, RecursionError)

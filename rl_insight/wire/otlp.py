@@ -1,15 +1,37 @@
-"""OTLP/JSON trace exports read into the protobuf message: the server's intake
-(``Content-Type: application/json``) and the trace-file importer (ROLL's collector
-writes one export a line) read them alike."""
+"""OTLP as the package writes and reads it: Python values as ``AnyValue``s (the one
+encoder, for the lane actors' spans, the trace files it imports and the spans the server
+annotates: scalars as their kind, sequences as arrays, a mapping as its JSON text,
+anything else as its text), and OTLP/JSON exports read into the protobuf message (the
+server's intake and the trace-file importer read them alike)."""
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
+
+
+def any_value(v: Any) -> AnyValue:
+    """``v`` as an OTLP attribute value: every value has one, none raises."""
+    if isinstance(v, bool):
+        return AnyValue(bool_value=v)
+    if isinstance(v, int):
+        return AnyValue(int_value=v)
+    if isinstance(v, float):
+        return AnyValue(double_value=v)
+    if isinstance(v, str):
+        return AnyValue(string_value=v)
+    if isinstance(v, (tuple, list)):
+        return AnyValue(array_value=ArrayValue(values=[any_value(x) for x in v]))
+    if isinstance(v, Mapping):
+        return AnyValue(string_value=json.dumps(v, default=str))
+    return AnyValue(string_value=str(v))
+
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
@@ -30,8 +52,9 @@ def _hex_ids_to_b64(node: Any) -> None:
             _hex_ids_to_b64(v)
 
 
-def parse(body: bytes | str) -> ExportTraceServiceRequest:
-    """The export an OTLP/JSON body holds; ValueError saying what is wrong with it."""
+def parse_json(body: bytes | str) -> ExportTraceServiceRequest:
+    """The export an OTLP/JSON body holds (``Content-Type: application/json``, or a line
+    of ROLL's collector's file); ValueError saying what is wrong with it."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:

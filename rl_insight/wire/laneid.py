@@ -155,3 +155,9 @@ def sort_key(lane: str) -> tuple:
     if c.kind == RANK:
         return (1, 0, "", c.number, lane)
     return (2, 0, "", 0, lane)
+
+
+# everyday words the package also uses in other senses (a label's name, a JSON key, a
+# config section: ``trainer.rl_insight``): left out of tests/test_wire.py's scan
+EVERYDAY = frozenset({"REPLICA", "RANK", "TRAINER", "DRIVER", "OTHER", "ROLLOUT", "RANKS",
+                      "FAMILIES"})
