@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rl_insight.client import api
+from rl_insight.wire.attributes import LANE_ATTR
 
 SESSION_SPAN = "agent_session"
 TRAJECTORY_SPAN = "agent_trajectory"
@@ -125,7 +126,7 @@ class AgentLoopSession:
             lane = agent_loop_lane_id(ident["experiment_name"], ident["sample"],
                                       ident["session"], tid)
             api.trace_span(name=TRAJECTORY_SPAN, start_time_ns=self.start_ns, end_time_ns=end,
-                           attributes={**ident, "traj": tid, "state_lane_id": lane,
+                           attributes={**ident, "traj": tid, LANE_ATTR: lane,
                                        "reward": "" if reward is None else reward,
                                        "num_turns": turns, "status": status})
 
@@ -139,7 +140,7 @@ def agent_loop_session(*, project: Any = None, experiment_name: Any, sample: Any
     return AgentLoopSession(
         identity={"project": "" if project is None else str(project),
                   "experiment_name": experiment_name, "sample": sample, "session": session,
-                  "traj": traj, "state_lane_id": agent_loop_lane_id(experiment_name, sample,
+                  "traj": traj, LANE_ATTR: agent_loop_lane_id(experiment_name, sample,
                                                                      session, traj),
                   "uid": "" if uid is None else str(uid),
                   "global_steps": "" if global_steps is None else global_steps,

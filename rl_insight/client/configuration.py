@@ -58,6 +58,7 @@ from rl_insight.config import (
     PROJECT_ENV,
     SERVER_URL_ENV,
 )
+from rl_insight.wire import paths
 from rl_insight.wire.events import Identity
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def endpoints(environ: Mapping[str, str] = os.environ, warn: bool = True,
                         "using the server (%s)", SERVER_URL_ENV, OTLP_ENV, server)
         otlp = ""
     if otlp and urlsplit(otlp).path in ("", "/"):
-        otlp = otlp.rstrip("/") + "/v1/traces"
+        otlp = otlp.rstrip("/") + paths.TRACES
     return server, otlp
 
 

@@ -219,11 +219,11 @@ class Client:
         if self.sends and (self._transport is not None or ray_ready()):
             self.transport().register_run(identity)  # an actor call; it does not wait
         if self.server_url:  # targets registered before the run was named join it
-            from rl_insight.client.registration import BIND_PATH
+            from rl_insight.wire.paths import BIND
 
             self.registrar().submit({"owner": self.owner_key(), "project": identity.project,
                                      "experiment_name": identity.experiment_name},
-                                    BIND_PATH)
+                                    BIND)
         if named:  # verl's logger names its run itself, maybe where no hook patched it
             try:
                 from rl_insight.integrations import onimport

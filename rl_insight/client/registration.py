@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rl_insight.collector.push import Sender
+from rl_insight.wire import paths
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,6 @@ def _to_poller(c: Any, server_addresses: Sequence[str] | str, labels: Any) -> bo
     return not c.server_url
 
 
-TARGETS_PATH = "/api/v1/prometheus/targets"
-BIND_PATH = "/api/v1/runs/bind"
 DONE_KEEP = 10_000
 
 
@@ -154,7 +153,7 @@ class Registrar:
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, body: Body, path: str = TARGETS_PATH) -> bool:
+    def submit(self, body: Body, path: str = paths.TARGETS) -> bool:
         """Queue a registration (or a binding); False when the same one is already done
         or queued. A callable body is made on the thread, then skipped if the same was
         done or queued (a run's configuration, flattened off the caller's thread)."""

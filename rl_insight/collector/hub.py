@@ -15,6 +15,7 @@ from rl_insight.collector.push import OwnGroup, Sender
 from rl_insight.collector.runs import Runs, merge_expositions
 from rl_insight.collector.served import ServedGroups
 from rl_insight.config import ClientSettings
+from rl_insight.wire import paths
 from rl_insight.wire.events import Batch, Identity, Metric
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class HubCore:
         continue across a hub restart rather than reset. Returns the series taken."""
         from prometheus_client.parser import text_string_to_metric_families
 
-        text = self.sender.get_text("/metrics")
+        text = self.sender.get_text(paths.METRICS)
         if not text:
             return 0
         per_run: dict[Identity, list[Metric]] = {}
@@ -171,7 +172,7 @@ class HubCore:
         the run is forgotten here ``forget_after_s`` later."""
         self.tick()
         self.runs.finish(identity, time.monotonic())
-        return self.sender.post_json("/api/v1/experiments/finish",
+        return self.sender.post_json(paths.FINISH,
                                      {"project": identity.project,
                                       "experiment_name": identity.experiment_name})
 

@@ -33,6 +33,7 @@ from rl_insight.collector.relayed import Relayed
 from rl_insight.collector.runs import Runs
 from rl_insight.config import ClientSettings
 from rl_insight.wire import laneid
+from rl_insight.wire.attributes import LANE_ATTR, STATE_ATTR
 from rl_insight.wire.events import (
     COUNTER,
     GAUGE,
@@ -431,8 +432,8 @@ def _metric(kind: str, name: str, value: float, lane: str | None, state: str,
     """A lane series: its lane and state, and the lane's role (a replica's role, ``ranks``
     for the rank lanes' pooled durations; none for the pooled ``other`` lanes)."""
     if lane is None:
-        return Metric(kind, name, value, (("state_name", state),), doc)
+        return Metric(kind, name, value, ((STATE_ATTR, state),), doc)
     role = laneid.RANKS if lane == RANK_LANES else laneid.role_of(lane)
-    labels = (("role", role), ("state_lane_id", lane), ("state_name", state)) if role \
-        else (("state_lane_id", lane), ("state_name", state))
+    labels = (("role", role), (LANE_ATTR, lane), (STATE_ATTR, state)) if role \
+        else ((LANE_ATTR, lane), (STATE_ATTR, state))
     return Metric(kind, name, value, labels, doc)

@@ -10,10 +10,16 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from rl_insight.wire.attributes import (
+    LANE_ATTR,
+    PROCESS_ATTR,
+    SERVICE_NAME,
+    SERVICE_NAME_ATTR,
+    STATE_ATTR,
+)
 from rl_insight.wire.events import Identity, Span
 from rl_insight.wire.otlp import any_value
 
-SERVICE_NAME = "rl_insight_monitor"
 RUN_KEYS = ("project", "experiment_name")
 _rand = random.Random(int.from_bytes(os.urandom(8), "little"))
 
@@ -40,7 +46,7 @@ def encode(spans: Iterable[tuple[Identity, str, Span]], scope: str = "rl_insight
     the instrumentation scope's name (an import's tells the server so)."""
     req = ExportTraceServiceRequest()
     rs = req.resource_spans.add()
-    rs.resource.attributes.append(KeyValue(key="service.name",
+    rs.resource.attributes.append(KeyValue(key=SERVICE_NAME_ATTR,
                                            value=AnyValue(string_value=SERVICE_NAME)))
     scoped = rs.scope_spans.add()
     scoped.scope.name = scope
@@ -58,10 +64,10 @@ def encode(spans: Iterable[tuple[Identity, str, Span]], scope: str = "rl_insight
         # but an empty project or experiment name (an agent loop's unnamed project) does
         # not take the span out of its run
         attrs = {"project": ident.project, "experiment_name": ident.experiment_name,
-                 "process_id": process}
+                 PROCESS_ATTR: process}
         if s.lane is not None:
-            attrs["state_lane_id"] = s.lane
-            attrs["state_name"] = s.name
+            attrs[LANE_ATTR] = s.lane
+            attrs[STATE_ATTR] = s.name
         attrs.update((k, v) for k, v in s.attributes if v != "" or k not in RUN_KEYS)
         span.attributes.extend([key_value(k, v) for k, v in attrs.items()])
         if "error" in attrs:  # the block raised: OTLP's error status, with the type

@@ -28,9 +28,10 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from rl_insight.wire import paths
+
 log = logging.getLogger(__name__)
 
-PROFILES = "/api/v1/profiles"
 QUIET_POLLS = 12  # with the server's count unchanged, pending requests asked this rarely
 RATE_HZ = 100  # py-spy's samples a second
 PY_SPY, SELF = "py-spy", "self"  # client.profile_method
@@ -177,7 +178,7 @@ class Captures:
         if asked is not None and asked == self._asked and now < self._quiet_until:
             return
         self._quiet_until = now + QUIET_POLLS * self.poll_s
-        status, body = self.sender.call_json("GET", PROFILES, "profile requests",
+        status, body = self.sender.call_json("GET", paths.PROFILES, "profile requests",
                                              status="pending")
         if status == 200:
             self._asked = asked
@@ -190,7 +191,7 @@ class Captures:
             host, _, pid = process.rpartition(":")
             if host != self.host or not pid.isdigit():
                 continue
-            status, _ = self.sender.call_json("POST", f"{PROFILES}/{req['id']}/take",
+            status, _ = self.sender.call_json("POST", paths.PROFILE_TAKE.format(pid=req["id"]),
                                               "profile take", {"by": self.name})
             if status != 200:
                 continue  # another actor took it, or it expired
@@ -261,5 +262,5 @@ class Captures:
             log.warning("rl-insight: profile %s of rank %s of %s/%s: %s", req["id"],
                         req["rank"], req["project"], req["experiment_name"],
                         outcome["error"])
-        self.sender.call_json("POST", f"{PROFILES}/{req['id']}/result", "profile result",
+        self.sender.call_json("POST", paths.PROFILE_RESULT.format(pid=req["id"]), "profile result",
                               outcome)

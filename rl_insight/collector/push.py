@@ -19,20 +19,14 @@ from urllib.parse import urlsplit
 
 from rl_insight.collector import connection
 from rl_insight.common import tracebacks
+from rl_insight.wire import paths
 
 log = logging.getLogger(__name__)
-BATCH_PATH = "/api/v1/push/batch"  # several groups in one request (servers since 0.4)
 MAX_BACKOFF_S = 60.0
-# every answer of this project's server carries it (server/app.py Guard): what tells an
-# answer of ours from a proxy's or another program's on the port
-STARTED_HEADER = "X-RL-Insight-Started"
-# ... and how many profiles were asked for since it started (server/analyses/profiles.py):
-# whoever takes them asks for the pending ones only when it moved
-PROFILES_HEADER = "X-RL-Insight-Profiles"
 
 
 def _ours(response) -> bool:
-    return bool(response.headers.get(STARTED_HEADER))
+    return bool(response.headers.get(paths.STARTED_HEADER))
 
 
 def group_path(job: str, labels: dict[str, str]) -> str:
@@ -41,7 +35,7 @@ def group_path(job: str, labels: dict[str, str]) -> str:
     def b64(v: str) -> str:
         return base64.urlsafe_b64encode(v.encode()).decode() or "="
 
-    parts = [f"/metrics/job@base64/{b64(job)}"]
+    parts = [paths.PUSH_JOB_BASE64 + b64(job)]
     for k, v in labels.items():
         parts.append(f"{k}@base64/{b64(v)}")
     return "/".join(parts)
@@ -89,7 +83,7 @@ class Sender:
     def __init__(self, server_url: str, token: str = "", timeout: float = 5.0,
                  otlp_url: str = "") -> None:
         self.server_url = server_url.rstrip("/") if server_url else ""
-        self.otlp_url = otlp_url or (self.server_url + "/v1/traces" if server_url else "")
+        self.otlp_url = otlp_url or (self.server_url + paths.TRACES if server_url else "")
         self.timeout = timeout
         # one kept-alive connection per origin, direct or through the environment's
         # proxy for it, read once (connection.py: one HTTP stack for every case)
@@ -102,14 +96,14 @@ class Sender:
         self.on_server_restart: list = []  # called when the server's start time changes
         self.retry_at = 0.0  # monotonic time before which an overloaded server is spared
         self.backoffs = 0  # 429/503 answers with Retry-After, counted
-        self.batch_route = True  # False once the server answered 404 to BATCH_PATH
+        self.batch_route = True  # False once the server answered 404 to its batch path
         self.foreign = False  # the server was last found not to be of this project
-        # the server's PROFILES_HEADER as last seen (None: a server that sends none)
+        # the server's profiles header as last seen (None: a server that sends none)
         self.profiles_asked: str | None = None
 
     def _seen(self, response) -> None:
-        started = response.headers.get(STARTED_HEADER)
-        asked = response.headers.get(PROFILES_HEADER)
+        started = response.headers.get(paths.STARTED_HEADER)
+        asked = response.headers.get(paths.PROFILES_HEADER)
         if asked is not None:
             self.profiles_asked = f"{started}/{asked}"
         if started and self.foreign:
@@ -169,7 +163,7 @@ class Sender:
         header (the 404 came from something else, or was a real 404 of ours). The caller
         holds the lock."""
         try:
-            got = self._get(self.server_url + "/api/v1/services")
+            got = self._get(self.server_url + paths.SERVICES)
         except connection.HttpError:
             return False  # unreachable now: an ordinary failure, retried
         if _ours(got):
@@ -235,7 +229,7 @@ class Sender:
             if r.status_code in (404, 405) and on_server and self._is_foreign(r, url):
                 self.ok = False
                 return False, r  # not this project's server (now): kept, asked again
-            if r.status_code in (404, 413) and url.endswith(BATCH_PATH):
+            if r.status_code in (404, 413) and url.endswith(paths.PUSH_BATCH):
                 return False, r  # an older server, or too large: the caller sees to it
             if on_server and not _ours(r):
                 # something else answered for the server (a proxy, a port changing
@@ -309,7 +303,7 @@ class Sender:
         body = json.dumps({"groups": [
             {"job": job, "grouping": grouping, "text": text, "replace": replace}
             for job, grouping, text, replace in groups]})
-        ok, r = self._call("POST", self.server_url + BATCH_PATH, "metrics push",
+        ok, r = self._call("POST", self.server_url + paths.PUSH_BATCH, "metrics push",
                            data=body.encode(), headers={"Content-Type": "application/json"})
         if r is None or (r.status_code >= 400 and not _ours(r)):
             return [ok] * len(groups)  # not delivered (or not to this server): kept
@@ -320,7 +314,7 @@ class Sender:
             half = len(groups) // 2
             return self.push_groups(groups[:half]) + self.push_groups(groups[half:])
         if r.status_code == 404:
-            log.info("rl-insight: the server has no %s; pushing group by group", BATCH_PATH)
+            log.info("rl-insight: the server has no %s; pushing group by group", paths.PUSH_BATCH)
             self.batch_route = False
             return self.push_groups(groups)
         if r.status_code >= 400:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 
 from rl_insight.common import netaddr
+from rl_insight.wire import paths
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -33,7 +34,7 @@ class MetricsServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                if self.path.split("?")[0] != "/metrics":
+                if self.path.split("?")[0] != paths.METRICS:
                     self.send_error(404, "only /metrics is served here")
                     return
                 given = (self.headers.get("Authorization") or "").encode()

@@ -10,6 +10,7 @@ import sys
 from rl_insight import config as config_mod
 from rl_insight.common import secret
 from rl_insight.config import SERVER_URL_ENV
+from rl_insight.wire import paths
 
 
 def settings_of(args: argparse.Namespace) -> config_mod.Settings:
@@ -60,7 +61,7 @@ def mark_finished(client, project: str, experiment: str) -> None:
     from rl_insight.commands.api_client import ApiError
 
     try:
-        client.post("/api/v1/experiments/finish", {"project": project,
+        client.post(paths.FINISH, {"project": project,
                                                    "experiment_name": experiment})
     except ApiError as exc:
         print(f"rl-insight: marking the run finished failed ({exc}); its last step "

@@ -19,7 +19,7 @@ from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
 from rl_insight.common import netaddr
 from rl_insight.common.secret import TOKEN_ENV
 from rl_insight.server.ingest.targets import describe_local_targets
-from rl_insight.wire import laneid
+from rl_insight.wire import laneid, paths
 
 # the jobs verl registers rollout engines under (rollout_config.name)
 ENGINE_JOBS = ("vllm", "sglang", "vllm_omni")
@@ -104,8 +104,8 @@ class Doctor:
 
     def check_server(self) -> bool:
         try:
-            self.get("/healthz")
-            self.report = self.get("/api/v1/services")
+            self.get(paths.HEALTH)
+            self.report = self.get(paths.SERVICES)
         except (requests.RequestException, ValueError) as exc:
             host = urlparse(self.url).hostname or ""
             fix = ("check the address `rl-insight server status` prints and that its port "
@@ -125,7 +125,7 @@ class Doctor:
 
     def check_token(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        r = requests.post(self.url + "/api/v1/experiments/finish", json={}, headers=headers,
+        r = requests.post(self.url + paths.FINISH, json={}, headers=headers,
                           timeout=self.timeout)  # an invalid body: nothing is changed
         if r.status_code == 401:
             self.add("token", PROBLEM, "the server refuses writes without its token"
@@ -166,10 +166,10 @@ class Doctor:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
-            r = requests.post(self.url + "/v1/traces", data=payload, headers=headers,
+            r = requests.post(self.url + paths.TRACES, data=payload, headers=headers,
                               timeout=self.timeout)
             seen = r.status_code == 200 and any(
-                ln["lane"] == lane for ln in self.get("/api/v1/lanes", project=project,
+                ln["lane"] == lane for ln in self.get(paths.LANES, project=project,
                                                       experiment_name=experiment)["lanes"])
         except (requests.RequestException, ValueError):
             seen = False
@@ -177,7 +177,7 @@ class Doctor:
             self.add("traces", PROBLEM, "a test span did not reach the server",
                      "check the token and that /v1/traces is reachable from this node")
             return
-        traces = self.get("/api/v1/services")["traces"]
+        traces = self.get(paths.SERVICES)["traces"]
         if traces["relay_up"] or traces["spooled_spans"] == 0:
             self.add("traces", OK, f"a test span arrived; relayed to {traces['relay_url']}")
         else:
@@ -218,7 +218,7 @@ class Doctor:
 
     def check_targets(self) -> None:
         try:
-            data = self.get("/api/v1/experiments/targets", project=self.project,
+            data = self.get(paths.EXPERIMENT_TARGETS, project=self.project,
                             experiment_name=self.experiment)
         except requests.RequestException:
             self.add("targets", PROBLEM, f"no experiment {self.project}/{self.experiment}",
@@ -243,7 +243,7 @@ class Doctor:
     def check_replicas(self, targets: list[dict]) -> None:
         """Every replica lane (of any role: the policy's rollout, a teacher, a reward
         model) has its engine registered under the ``replica`` label verl gives it."""
-        lanes = self.get("/api/v1/lanes", project=self.project,
+        lanes = self.get(paths.LANES, project=self.project,
                          experiment_name=self.experiment)["lanes"]
         replicas = {laneid.replica_key(ln["lane"]): ln["lane"] for ln in lanes
                     if laneid.is_replica(ln["lane"])}
@@ -273,7 +273,7 @@ class Doctor:
              f'sglang:num_running_reqs",project="{self.project}",'
              f'experiment_name="{self.experiment}"}})')
         try:
-            res = self.get("/api/v1/prometheus/query", query=q)["data"]["result"]
+            res = self.get(paths.PROMETHEUS_QUERY, query=q)["data"]["result"]
         except (requests.RequestException, KeyError, ValueError):
             self.add("engine statistics", SKIPPED, "Prometheus cannot be asked")
             return
@@ -287,7 +287,7 @@ class Doctor:
             self.add("engine statistics", OK, f"{len(with_stats)} replicas report them")
 
     def check_lanes(self) -> None:
-        lanes = self.get("/api/v1/lanes", project=self.project,
+        lanes = self.get(paths.LANES, project=self.project,
                          experiment_name=self.experiment)["lanes"]
         lanes = [ln for ln in lanes if not ln["lane"].startswith("doctor_")]
         if not lanes:

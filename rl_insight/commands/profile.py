@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rl_insight.anatomy.ranks import frame_lines
 from rl_insight.commands.api_client import ApiError, ServerClient
+from rl_insight.wire import paths
 
 POLL_S = 1.0
 
@@ -17,7 +18,7 @@ POLL_S = 1.0
 def run(client: ServerClient, project: str, experiment: str, rank: str,
         seconds: float | None, wait_s: float, output: str | None) -> int:
     try:
-        p = client.post("/api/v1/profiles", {"project": project, "experiment_name": experiment,
+        p = client.post(paths.PROFILES, {"project": project, "experiment_name": experiment,
                                              "rank": str(rank),
                                              **({"seconds": seconds} if seconds else {})})
     except ApiError as exc:
@@ -32,7 +33,7 @@ def run(client: ServerClient, project: str, experiment: str, rank: str,
     while p["status"] in ("pending", "capturing") and time.monotonic() < deadline:
         time.sleep(POLL_S)
         try:
-            p = client.get(f"/api/v1/profiles/{p['id']}")
+            p = client.get(paths.PROFILE.format(pid=p["id"]))
         except ApiError as exc:
             print(f"rl-insight: {exc}", file=sys.stderr)
             return 1
@@ -62,5 +63,5 @@ def run(client: ServerClient, project: str, experiment: str, rank: str,
 def _download(client: ServerClient, pid: str) -> str:
     import json
 
-    got = client.get(f"/api/v1/profiles/{pid}/speedscope")
+    got = client.get(paths.PROFILE_SPEEDSCOPE.format(pid=pid))
     return got if isinstance(got, str) else json.dumps(got)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rl_insight.commands.common import mark_finished, server_client
+from rl_insight.wire import paths
 
 if TYPE_CHECKING:
     from rl_insight.commands.api_client import ServerClient
@@ -29,7 +30,7 @@ def _sender(client: ServerClient) -> Callable[[bytes], bool]:
     def send(payload: bytes) -> bool:
         for attempt in range(RETRIES):
             try:
-                client.post_bytes("/v1/traces", payload, "application/x-protobuf")
+                client.post_bytes(paths.TRACES, payload, "application/x-protobuf")
                 return True
             except ApiError as exc:
                 if exc.status != 503 or attempt == RETRIES - 1:
@@ -112,13 +113,13 @@ def summary(tally: Tally, args: argparse.Namespace, url: str) -> list[str]:
     return lines
 
 
-def _expert_loads(paths: list[str], bad: dict[str, str]) -> dict:
+def _expert_loads(roots: list[str], bad: dict[str, str]) -> dict:
     """An MoE model's expert loads where verl's msprobe dumps lie among the inputs
     (rl_insight/profiler/experts.py); a dump that cannot be read is said in ``bad``."""
     from rl_insight.profiler import experts
 
     out: dict = {}
-    for root in paths:
+    for root in roots:
         if not Path(root).is_dir():
             continue
         said: list[str] = []
@@ -239,7 +240,7 @@ def _live(client: ServerClient, args: argparse.Namespace) -> bool:
     from rl_insight.commands.api_client import ApiError
 
     try:
-        runs = client.get("/api/v1/experiments").get("experiments", [])
+        runs = client.get(paths.EXPERIMENTS).get("experiments", [])
     except ApiError:
         return False
     return any(r.get("project") == args.project and

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rl_insight import config as config_mod
 from rl_insight.commands.common import api_call, mark_finished, server_client
+from rl_insight.wire import paths
 
 
 def cmd_targets_add(args: argparse.Namespace) -> int:
@@ -36,7 +37,7 @@ def cmd_targets_add(args: argparse.Namespace) -> int:
     client = server_client(args)
 
     def send() -> dict:
-        done = [client.post("/api/v1/prometheus/targets", b) for b in bodies]
+        done = [client.post(paths.TARGETS, b) for b in bodies]
         return {"registered": sum(d["registered"] for d in done),
                 "changed": sum(d["changed"] for d in done)}
     return api_call(send)
@@ -44,7 +45,7 @@ def cmd_targets_add(args: argparse.Namespace) -> int:
 
 def cmd_targets_list(args: argparse.Namespace) -> int:
     client = server_client(args)
-    return api_call(lambda: client.get("/api/v1/prometheus/targets", project=args.project,
+    return api_call(lambda: client.get(paths.TARGETS, project=args.project,
                                    experiment_name=args.experiment))
 
 
@@ -52,7 +53,7 @@ def cmd_experiments(args: argparse.Namespace) -> int:
     client = server_client(args)
     if args.action_exp == "list":
         def table() -> str:
-            rows = client.get("/api/v1/experiments")["experiments"]
+            rows = client.get(paths.EXPERIMENTS)["experiments"]
             lines = [f"{'PROJECT':<20} {'EXPERIMENT':<28} {'STATUS':<9} TARGETS GROUPS LANES"]
             for e in rows:
                 lines.append(f"{e['project']:<20} {e['experiment_name']:<28} "
@@ -64,10 +65,10 @@ def cmd_experiments(args: argparse.Namespace) -> int:
         print("rl-insight: give --project and --experiment", file=sys.stderr)
         return 2
     if args.action_exp == "show":
-        return api_call(lambda: client.get("/api/v1/experiments/targets", project=args.project,
+        return api_call(lambda: client.get(paths.EXPERIMENT_TARGETS, project=args.project,
                                        experiment_name=args.experiment))
     body = {"project": args.project, "experiment_name": args.experiment}
-    return api_call(lambda: client.post(f"/api/v1/experiments/{args.action_exp}", body))
+    return api_call(lambda: client.post(paths.EXPERIMENT_ACTIONS[args.action_exp], body))
 
 
 def parse_duration(text: str) -> float:
@@ -86,7 +87,7 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
     since = parse_duration(args.since) if args.since else 0.0
     client = server_client(args)
     try:
-        data = client.get("/api/v1/traces/recent", project=args.project,
+        data = client.get(paths.TRACES_RECENT, project=args.project,
                           experiment_name=args.experiment, since_s=since)
     except ApiError as exc:
         print(f"rl-insight: {exc}", file=sys.stderr)
@@ -113,7 +114,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     client = server_client(args)
 
     def answer() -> str:
-        got = client.get("/api/v1/compare", project=args.project,
+        got = client.get(paths.COMPARE, project=args.project,
                          experiment_name=args.experiment, against=args.against,
                          project_b=args.project_b, steps=args.steps, steps_b=args.steps_b,
                          align=args.align)
@@ -136,7 +137,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from rl_insight.anatomy import boundreport
 
         def bound() -> str:
-            got = client.get("/api/v1/anatomy/bound", project=args.project,
+            got = client.get(paths.ANATOMY_BOUND, project=args.project,
                              experiment_name=args.experiment, last=args.last,
                              add_replicas=args.add_replicas,
                              trainer_speedup=args.trainer_speedup, steps=args.steps)
@@ -147,7 +148,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from rl_insight.anatomy import changes
 
         def what_changed() -> str:
-            got = client.get("/api/v1/anatomy/changes", project=args.project,
+            got = client.get(paths.ANATOMY_CHANGES, project=args.project,
                              experiment_name=args.experiment)
             return json.dumps(got, indent=2) if args.format == "json" else \
                 changes.render(got).rstrip("\n")
@@ -156,7 +157,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from rl_insight.anatomy import explain
 
         def why() -> str:
-            got = client.get("/api/v1/anatomy/explain", project=args.project,
+            got = client.get(paths.ANATOMY_EXPLAIN, project=args.project,
                              experiment_name=args.experiment, step=args.step,
                              baseline=args.baseline)
             return json.dumps(got, indent=2) if args.format == "json" else \
@@ -164,7 +165,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return api_call(why)
 
     def rows() -> str:
-        got = client.get("/api/v1/anatomy", project=args.project,
+        got = client.get(paths.ANATOMY, project=args.project,
                          experiment_name=args.experiment, last=args.last)["steps"]
         if not got and args.format == "table":
             return (f"no finished step of {args.project}/{args.experiment} yet: a step is "
@@ -179,7 +180,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     from rl_insight.server.analyses.alerts import run_of
 
     try:
-        got = server_client(args).get("/api/v1/alerts", project=args.project,
+        got = server_client(args).get(paths.ALERTS, project=args.project,
                                 experiment_name=args.experiment)
     except ApiError as exc:
         print(f"rl-insight: {exc}", file=sys.stderr)
@@ -228,7 +229,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     def send(payload: bytes) -> bool:
         try:
-            client.post_bytes("/v1/traces", payload, "application/x-protobuf")
+            client.post_bytes(paths.TRACES, payload, "application/x-protobuf")
             return True
         except ApiError as exc:
             print(f"rl-insight: {exc}", file=sys.stderr)
@@ -251,12 +252,12 @@ def cmd_import(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
         except KeyboardInterrupt:
             return 0
-    paths = sorted({p for pattern in args.files for p in glob.glob(pattern)})
-    if not paths:
+    found = sorted({p for pattern in args.files for p in glob.glob(pattern)})
+    if not found:
         print(f"rl-insight: no file matches {' '.join(args.files)}", file=sys.stderr)
         return 2
     total, failed = 0, 0
-    for path in paths:
+    for path in found:
         sent = 0
         try:
             for _, payload, n in tracefiles.read_all([path], run, args.anchor):
@@ -271,7 +272,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             continue
         total += sent
         print(f"{path}: {sent} spans")
-    print(f"{total} spans of {len(paths)} files sent to {client.url} as "
+    print(f"{total} spans of {len(found)} files sent to {client.url} as "
           f"{args.project}/{args.experiment}" + (f"; {failed} failed" if failed else ""))
     if not failed and not args.running:  # the run's last step is made now, not at max_wait
         mark_finished(client, args.project, args.experiment)

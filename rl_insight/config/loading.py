@@ -20,6 +20,7 @@ from rl_insight.config.settings import (
     ConfigError,
     Settings,
 )
+from rl_insight.wire.runconfig import MASK
 
 log = logging.getLogger(__name__)
 
@@ -339,13 +340,13 @@ def as_dict(settings: Settings, *, redact: bool = True) -> dict[str, Any]:
     data = dataclasses.asdict(settings)
     if redact:
         if data["server"]["token"]:
-            data["server"]["token"] = "***"
+            data["server"]["token"] = MASK
         if data["grafana"]["admin_password"]:
-            data["grafana"]["admin_password"] = "***"
+            data["grafana"]["admin_password"] = MASK
         for key in ("slack_api_url", "smtp_auth_password"):
             if data["alertmanager"][key]:
-                data["alertmanager"][key] = "***"
+                data["alertmanager"][key] = MASK
         for key in ("remote_write_password", "remote_write_bearer_token"):
             if data["prometheus"][key]:
-                data["prometheus"][key] = "***"
+                data["prometheus"][key] = MASK
     return data

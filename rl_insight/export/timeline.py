@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rl_insight.wire import laneid
+from rl_insight.wire.attributes import PROCESS_ATTR
 
 OTHER = "other lanes"
 
@@ -62,7 +63,7 @@ def chrome_trace(spans: Iterable[Mapping[str, Any]], title: str = "",
         events += thread_meta(pids[group_name(lane)], tids[lane], lane)
     for s in sorted(spans, key=lambda s: s["start_ns"]):
         pid = pids[group_name(s["lane"])]
-        args = {k: s[k] for k in ("process_id", "step") if s.get(k) not in (None, "")}
+        args = {k: s[k] for k in (PROCESS_ATTR, "step") if s.get(k) not in (None, "")}
         events.append({"name": s["state"], "cat": "state", "ph": "X", "pid": pid,
                        "tid": tids[s["lane"]], "ts": s["start_ns"] / 1000,
                        "dur": max(s["end_ns"] - s["start_ns"], 0) / 1000, "args": args})

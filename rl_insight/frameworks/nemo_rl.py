@@ -25,6 +25,7 @@ from rl_insight.frameworks.table import (
     SpanRule,
     t,
 )
+from rl_insight.wire.attributes import STEP_STATE
 
 RECOMPUTE_KV_SCALES = "recompute_kv_scales"  # a part of its own, named as NeMo-RL's timer
 
@@ -75,7 +76,7 @@ TABLE = Framework(
                           "timing/train/get_logprobs/*", "timing/train/policy_training/*",
                           "timing/train/valid_tokens_per_sec_per_gpu",
                           "timing/train/init/total"}),
-    spans={"rl.grpo.step": SpanRule(STEP, "train_step", "rl.iteration"),
+    spans={"rl.grpo.step": SpanRule(STEP, STEP_STATE, "rl.iteration"),
            "rl.grpo.collect_rollouts": SpanRule(DRIVER, GENERATE),
            "rl.grpo.compute_rewards": SpanRule(DRIVER, REWARD),
            "rl.grpo.data_processing": SpanRule(DRIVER, DATA),
@@ -88,7 +89,7 @@ TABLE = Framework(
            "rl.idle.refit_bubble": SpanRule(DRIVER, IDLE),
            # its Chrome trace (branch youngeunk/ray-overhead 852f78df nemo_rl/utils/trace.py):
            # its step 0-based where its logger's is 1-based
-           "step": SpanRule(STEP, "train_step", "step", step_offset=1),
+           "step": SpanRule(STEP, STEP_STATE, "step", step_offset=1),
            "sample": SpanRule(DRIVER, GENERATE),
            "reward_calculation": SpanRule(DRIVER, REWARD),
            "data_processing": SpanRule(DRIVER, DATA),

@@ -26,6 +26,7 @@ from rl_insight.frameworks.table import (
     SpanRule,
     t,
 )
+from rl_insight.wire.attributes import STEP_STATE
 
 LOGGING = "logging"  # the agentic step's own log: trajectories decoded and printed
 # the agentic pipeline's batch transfer (alibaba/ROLL 8eb27cc2 agentic_pipeline.py l.304-305:
@@ -74,7 +75,7 @@ TABLE = Framework(
     # pipeline's) carry the step before's time/step_total: no step time there
     outside_step={"time/step_generate": frozenset({"time/step_total"})},
     encloses={"time/step_rollout": (BATCH_TRANSFER,)},
-    spans={"pipeline_step": SpanRule(STEP, "train_step", "global_step"),
+    spans={"pipeline_step": SpanRule(STEP, STEP_STATE, "global_step"),
            "generate": SpanRule(DRIVER, GENERATE), "rollout": SpanRule(DRIVER, GENERATE),
            "model_update": SpanRule(DRIVER, WEIGHTS),
            "ref_log_probs": SpanRule(DRIVER, REF_LOGP),

@@ -50,6 +50,7 @@ from rl_insight.frameworks.areal import ROLLOUT_PAUSE
 from rl_insight.frameworks.phases import OFFLOAD
 from rl_insight.frameworks.table import DRIVER, WEIGHTS
 from rl_insight.integrations import kit
+from rl_insight.wire.attributes import LANE_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def _span(state: str, lane: str, start_ns: int, end_ns: int) -> None:
     import rl_insight
 
     rl_insight.trace_span(name=state, start_time_ns=start_ns, end_time_ns=end_ns,
-                          attributes={"state_lane_id": lane})
+                          attributes={LANE_ATTR: lane})
 
 
 def _timed(fn: Callable, done: Callable[[int, int], None]) -> Callable:

@@ -40,7 +40,8 @@ import rl_insight
 from rl_insight import frameworks
 from rl_insight.integrations import kit
 from rl_insight.integrations.tracker import FrameworkTracker
-from rl_insight.wire.attributes import SEGMENT_ATTR, STATE_INTERVAL
+from rl_insight.wire.attributes import LANE_ATTR, SEGMENT_ATTR, STATE_INTERVAL, STEP_ATTR
+from rl_insight.wire.laneid import DRIVER
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,7 @@ def rollout_log(rollout_id: int, args: Any, samples: list, rollout_extra_metrics
             _engines_registered = register_engines(args)
         start, end = generation_window(samples, rollout_time)
         rl_insight.trace_span(name=GENERATE_STATE, start_time_ns=start, end_time_ns=end,
-                              attributes={"state_lane_id": "driver", "step": rollout_id,
+                              attributes={LANE_ATTR: DRIVER, STEP_ATTR: rollout_id,
                                           "samples": len(samples or []),
                                           SEGMENT_ATTR: STATE_INTERVAL})
     except Exception:

@@ -35,7 +35,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from rl_insight.frameworks.table import STEP, Framework
+from rl_insight.wire.attributes import (
+    LANE_ATTR,
+    SEGMENT_ATTR,
+    SERVICE_NAME_ATTR,
+    STATE_ATTR,
+    STEP_ATTR,
+    STEP_SEGMENT,
+    STEP_STATE,
+)
 from rl_insight.wire.frameworks import IMPORT_SCOPE, RESOURCE_FRAMEWORK_ATTR
+from rl_insight.wire.laneid import TRAINER
 from rl_insight.wire.otlp import any_value, parse_json
 
 WALL_US = 1e15  # a timestamp in µs above this is unix time (2001 on)
@@ -63,7 +73,7 @@ class Run:
     resource: dict[str, Any] = field(default_factory=dict)
 
     def resource_attrs(self) -> dict[str, Any]:
-        return {"service.name": self.framework.name, FRAMEWORK_ATTR: self.framework.name,
+        return {SERVICE_NAME_ATTR: self.framework.name, FRAMEWORK_ATTR: self.framework.name,
                 "project": self.project, "experiment_name": self.experiment_name,
                 **self.resource}
 
@@ -159,9 +169,9 @@ def marks_export(windows: Mapping[int, list[int]], run: Run) -> bytes | None:
     req, scope = _export(run)
     trace_id = _rand.getrandbits(128).to_bytes(16, "big")
     for step, (start, end) in sorted(windows.items()):
-        _span(scope, trace_id, "train_step", start, end,
-              {"state_lane_id": "trainer", "state_name": "train_step", "step": step,
-               "monitor.trace_segment": "step", "project": run.project,
+        _span(scope, trace_id, STEP_STATE, start, end,
+              {LANE_ATTR: TRAINER, STATE_ATTR: STEP_STATE, STEP_ATTR: step,
+               SEGMENT_ATTR: STEP_SEGMENT, "project": run.project,
                "experiment_name": run.experiment_name})
     return req.SerializeToString()
 
@@ -229,7 +239,7 @@ def otlp_json_export(line: str, run: Run) -> bytes | None:
         have = {kv.key for kv in rs.resource.attributes}
         rs.resource.attributes.extend(
             _kvs({k: v for k, v in run.resource_attrs().items()
-                  if k not in have and k != "service.name"}))
+                  if k not in have and k != SERVICE_NAME_ATTR}))
     return req.SerializeToString()
 
 

@@ -20,7 +20,13 @@ from rl_insight.collector.otlp_encode import encode
 from rl_insight.profiler import kernels
 from rl_insight.profiler.model import COLLECTIVE, KERNEL, RankTrace
 from rl_insight.profiler.stages import phase_of
-from rl_insight.wire.attributes import SEGMENT_ATTR, STEP_ATTR, STEP_SEGMENT, STEP_STATE
+from rl_insight.wire.attributes import (
+    PROCESS_ATTR,
+    SEGMENT_ATTR,
+    STEP_ATTR,
+    STEP_SEGMENT,
+    STEP_STATE,
+)
 from rl_insight.wire.events import Identity, Span
 from rl_insight.wire.frameworks import IMPORT_PROCESS, IMPORT_SCOPE
 from rl_insight.wire.laneid import TRAINER as TRAINER_LANE
@@ -68,7 +74,7 @@ def rank_spans(trace: RankTrace, profiler: str, process: str = "") -> list[Span]
     if trace.step is not None:
         base.append((STEP_ATTR, trace.step))
     if process:
-        base.append(("process_id", process))
+        base.append((PROCESS_ATTR, process))
     out = []
     if times:
         base.append((ARRIVALS, profiler))

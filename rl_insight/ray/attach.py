@@ -23,6 +23,8 @@ from rl_insight.client.core import (
 )
 from rl_insight.client.transports import actor_config
 from rl_insight.common.secret import TOKEN_ENV
+from rl_insight.wire import paths
+from rl_insight.wire.runconfig import MASK
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,7 @@ def framework_tracing_env(ours: Mapping[str, str], environ: Mapping[str, str] = 
         return {}
     out = dict(engine_exporter_env(ours, environ))
     out[OTEL_ENDPOINT_ENV] = environ.get(OTEL_ENDPOINT_ENV) or \
-        server.rstrip("/") + "/v1/traces"
+        server.rstrip("/") + paths.TRACES
     pairs = [p for p in environ.get(OTEL_RESOURCE_ENV, "").split(",") if "=" in p]
     have = {p.split("=", 1)[0].strip() for p in pairs}
     for key, env in (("project", PROJECT_ENV), ("experiment_name", EXPERIMENT_ENV)):
@@ -209,7 +211,7 @@ def _attach(server_url, token, project, experiment_name, base, hardware, init_kw
                 "before ray.init); submit with `ray job submit --runtime-env "
                 "\"$(rl-insight ray-env --path)\"`; or set RAY_RUNTIME_ENV_HOOK=%s on the "
                 "cluster. Values: %s", ", ".join(missing), "rl_insight.ray.hooks."
-                "runtime_env_hook", {k: ("***" if k == TOKEN_ENV else wanted[k])
+                "runtime_env_hook", {k: (MASK if k == TOKEN_ENV else wanted[k])
                                      for k in missing})
     api.init(project, experiment_name) if project and experiment_name else api.init()
     settings = config.settings

@@ -26,12 +26,12 @@ import requests
 from rl_insight.collector.loop import Periodic
 from rl_insight.collector.push import Sender
 from rl_insight.common import netaddr
+from rl_insight.wire import paths
 
 log = logging.getLogger(__name__)
 
 MANAGER_NAME = "rl_insight_hardware"
 AGENT_PREFIX = "rl_insight_hw_"
-TARGETS = "/api/v1/prometheus/targets"
 SIGNATURES = {"node-exporter": "node_cpu_seconds_total", "dcgm-exporter": "DCGM_FI_",
               "npu-exporter": "npu_chip_info"}
 NODE_EXPORTER_BINARIES = ("prometheus-node-exporter", "node_exporter")
@@ -40,7 +40,7 @@ NODE_EXPORTER_BINARIES = ("prometheus-node-exporter", "node_exporter")
 def probe(port: int, signature: str) -> bool:
     """True when http://127.0.0.1:port/metrics answers with the exporter's names."""
     try:
-        r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        r = requests.get(f"http://127.0.0.1:{port}{paths.METRICS}", timeout=2)
     except requests.RequestException:
         return False
     return r.status_code == 200 and signature in r.text
@@ -77,7 +77,7 @@ class HardwareAgent:
     def register(self) -> bool:
         """Post this node's targets (idempotent at the server): at start, and again when
         the manager finds them missing (the server was down, or lost its state)."""
-        return all([self.sender.post_json(TARGETS, body) for body in self.bodies])
+        return all([self.sender.post_json(paths.TARGETS, body) for body in self.bodies])
 
     def _body(self, job: str, address: str) -> dict:
         return {"job_name": job, "targets": [address],
@@ -165,7 +165,7 @@ class HardwareManager:
                         self.statuses[node_id] = ray.get(handle.status.remote(), timeout=60)
                     except Exception as exc:
                         log.warning("rl-insight: hardware agent on %s: %s", node_id, exc)
-            listing = self.sender.get_json(TARGETS)
+            listing = self.sender.get_json(paths.TARGETS)
             if listing:
                 self._remove_departed(alive, listing)
                 self._register_missing(listing)
@@ -198,7 +198,7 @@ class HardwareManager:
         for t in listing.get("targets", []):
             node_id = t.get("labels", {}).get("ray_node_id")
             if node_id and node_id not in alive and t["job_name"] in SIGNATURES:
-                self.sender.delete_json(TARGETS, {"job_name": t["job_name"],
+                self.sender.delete_json(paths.TARGETS, {"job_name": t["job_name"],
                                                   "targets": [t["target"]],
                                                   "labels": t["labels"]})
                 log.info("rl-insight: node %s left; removed %s target %s", node_id,

@@ -40,6 +40,7 @@ from rl_insight.server.routes import (
     traces,
 )
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -111,7 +112,9 @@ def allowed_methods(app: FastAPI, scope) -> list[str]:
 
 
 # writes that carry data (a profiler file's upload streams its own body, to disk)
-INTAKE = ("/v1/traces", "/metrics/", "/api/v1/push/batch", "/api/v1/import/")
+# the headers every answer carries, as ASGI spells them (lower case, bytes)
+STARTED, PROFILES = (h.lower().encode() for h in (paths.STARTED_HEADER, paths.PROFILES_HEADER))
+INTAKE = (paths.TRACES, paths.PUSH_ROOT, paths.PUSH_BATCH, paths.IMPORT_ROOT)
 
 
 class Guard:
@@ -147,9 +150,8 @@ class Guard:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()),
-                                      (b"x-rl-insight-started", self.started),
-                                      (b"x-rl-insight-profiles",
-                                       str(self.state.profiles.asked).encode())]
+                                      (STARTED, self.started),
+                                      (PROFILES, str(self.state.profiles.asked).encode())]
             await send(message)
 
         if not auth.allowed(method, scope["path"], _header(scope, b"authorization"),

@@ -10,10 +10,12 @@ import base64
 import binascii
 import hmac
 
+from rl_insight.wire import paths
+
 WRITE_METHODS = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 # what anyone may read: no run data in them (verl main reads /api/v1/services for the
 # OTLP port before it has any credential)
-OPEN_READS = frozenset({"/healthz", "/api/v1/services", "/openapi.json", "/docs",
+OPEN_READS = frozenset({paths.HEALTH, paths.SERVICES, "/openapi.json", "/docs",
                         "/docs/oauth2-redirect", "/redoc"})
 
 

@@ -8,6 +8,7 @@ from rl_insight.common import netaddr
 from rl_insight.common.secret import loopback_only
 from rl_insight.config import ConfigError, Settings
 from rl_insight.server import doors
+from rl_insight.wire import paths
 
 # Tempo checks no credential on any port (its HTTP API and OTLP receivers take anything
 # from anyone), so all of them listen on loopback, whatever `host` says: spans arrive
@@ -32,7 +33,7 @@ def relay_url(settings: Settings) -> str:
     if settings.traces.relay_url:
         return settings.traces.relay_url
     return netaddr.http_url(tempo_host(settings), settings.tempo.otlp_http_port,
-                            "/v1/traces")
+                            paths.TRACES)
 
 
 def prometheus_url(settings: Settings, path: str = "") -> str:

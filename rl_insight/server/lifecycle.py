@@ -26,6 +26,7 @@ from rl_insight.server.services import SERVICES, binaries
 from rl_insight.server.services.base import Launch, PortUse, ServiceInfo
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.state import FULL_GC_EVERY_S, ServerState
+from rl_insight.wire import paths
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
@@ -330,7 +331,7 @@ def summary(report: dict, token_lines: Sequence[str] = ()) -> str:
 
 def fetch_report(url: str, timeout: float = 2.0) -> dict | None:
     try:
-        r = requests.get(url.rstrip("/") + "/api/v1/services", timeout=timeout)
+        r = requests.get(url.rstrip("/") + paths.SERVICES, timeout=timeout)
         return r.json() if r.status_code == 200 else None
     except (requests.RequestException, ValueError):
         return None

@@ -34,6 +34,7 @@ from rl_insight.server.services.base import ServiceInfo
 from rl_insight.server.services.prometheus import Prometheus
 from rl_insight.server.services.supervisor import Supervisor
 from rl_insight.server.threads import supervised
+from rl_insight.wire import paths
 from rl_insight.wire import runconfig as config_wire
 
 log = logging.getLogger(__name__)
@@ -243,8 +244,8 @@ class ServerState:
         base = netaddr.http_url(self.advertise_host, self.settings.server.port)
         return {  # Tempo listens on loopback only: spans come through the server
             "server_url": base,
-            "metrics_push": base + "/metrics/job/",
-            "otlp_traces": base + "/v1/traces",
+            "metrics_push": base + paths.PUSH_JOB,
+            "otlp_traces": base + paths.TRACES,
             "address_reason": self.advertise_reason,
             "other_addresses": self.other_addresses,
         }

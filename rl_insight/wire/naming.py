@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from rl_insight.wire.events import COUNTER
+
 PREFIX = "rl_insight_monitor_"
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 _REPEATS = re.compile(r"__+")
@@ -27,7 +29,7 @@ def metric_name(name: str, kind: str) -> tuple[str, bool]:
     base = sanitize(name)
     if base.startswith(PREFIX):
         base = base[len(PREFIX):]
-    if kind == "counter" and not base.endswith("_total"):
+    if kind == COUNTER and not base.endswith("_total"):
         base += "_total"
     changed = base != str(name) and base != str(name) + "_total"
     return PREFIX + base, changed

@@ -2,8 +2,11 @@
 the client's hand-over (rl_insight/client/runconfig.py) and the server's route, store
 and series (rl_insight/server/ingest/runconfigs.py) read them here."""
 
+from rl_insight.wire.paths import EXPERIMENT_CONFIG
+
 # POST (a hand-over) and GET (a run's) of one run's configuration
-CONFIG_PATH = "/api/v1/experiments/config"
+CONFIG_PATH = EXPERIMENT_CONFIG
+
 # the body: {"project", "experiment_name", "source", "values", "masked", "cut"}
 VALUES = "values"  # dotted key -> str, int, float, bool or None
 MASKED = "masked"  # how many values were masked as secrets

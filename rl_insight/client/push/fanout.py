@@ -32,7 +32,13 @@ from typing import Any
 from rl_insight.client.push.drivers import Bound
 from rl_insight.client.push.shape import OPS, PushConfig, scalar_tags
 from rl_insight.wire import naming
-from rl_insight.wire.attributes import SEGMENT_ATTR, STEP_SEGMENT
+from rl_insight.wire.attributes import (
+    LANE_ATTR,
+    PROCESS_ATTR,
+    SEGMENT_ATTR,
+    STATE_ATTR,
+    STEP_SEGMENT,
+)
 from rl_insight.wire.events import COUNTER, GAUGE, Identity, Metric, Span
 
 log = logging.getLogger(__name__)
@@ -123,12 +129,12 @@ class Fanout:
         attrs = dict(s.attributes)
         if attrs.get(SEGMENT_ATTR) in SKIPPED_SEGMENTS:
             return
-        tags = {"process_id": str(os.getpid()), **run,
+        tags = {PROCESS_ATTR: str(os.getpid()), **run,
                 **scalar_tags({k: v for k, v in attrs.items() if k not in OWN_ATTRS})}
         if s.lane is not None:
-            tags["state_lane_id"] = s.lane
+            tags[LANE_ATTR] = s.lane
         if s.ends_state:
-            tags["state_name"] = s.name
+            tags[STATE_ATTR] = s.name
         value = float((s.end_ns - s.start_ns) // 1000)
         name = self.config.trace_prefix + s.name
         for b in self.bound:

@@ -20,6 +20,7 @@ from rl_insight.client.push.drivers import build
 from rl_insight.client.push.fanout import Fanout
 from rl_insight.client.push.shape import PushConfig
 from rl_insight.collector.connection import Connection, HttpError
+from rl_insight.wire import paths
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def metrics_url(address: str) -> str:
     if "://" not in url:
         url = "http://" + url
     url = url.rstrip("/")
-    return url if url.endswith("/metrics") else url + "/metrics"
+    return url if url.endswith(paths.METRICS) else url + paths.METRICS
 
 
 class Poller:

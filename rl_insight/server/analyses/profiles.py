@@ -30,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily
 from rl_insight.anatomy.ranks import frame_label
 from rl_insight.common.files import read_state_json, write_atomic
 from rl_insight.config import ProfileSettings
+from rl_insight.wire import paths
 
 PENDING, CAPTURING, DONE, FAILED, EXPIRED = "pending", "capturing", "done", "failed", "expired"
 OPEN = (PENDING, CAPTURING)
@@ -153,7 +154,7 @@ class ProfileStore:
             if busy:
                 raise ProfileError(429, f"rank {rank} is being profiled already "
                                         f"({busy[0].id}); wait for it: GET "
-                                        f"/api/v1/profiles/{busy[0].id}")
+                                        + paths.PROFILE.format(pid=busy[0].id))
             last = max((p.requested_at for p in same), default=None)
             if last is not None and now - last < s.min_interval_s:
                 raise ProfileError(429, f"rank {rank} was profiled {now - last:.0f} s ago; "

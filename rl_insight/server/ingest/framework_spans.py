@@ -29,6 +29,7 @@ from rl_insight.server.ingest.spanwalk import SpanAt, StateRow
 from rl_insight.wire.attributes import (
     LANE_ATTR,
     SEGMENT_ATTR,
+    SERVICE_NAME_ATTR,
     STATE_ATTR,
     STATE_INTERVAL,
     STEP_ATTR,
@@ -121,7 +122,7 @@ def _timing(s: SpanAt, found: Found) -> None:
 
 def _framework_span(fw: Framework, resource: Mapping, s: SpanAt, found: Found) -> None:
     attrs, span = s.attrs, s.span
-    service = resource.get("service.name")
+    service = resource.get(SERVICE_NAME_ATTR)
     project = attrs.get("project", resource.get("project"))
     experiment = attrs.get("experiment_name", resource.get("experiment_name"))
     if not project or not experiment:

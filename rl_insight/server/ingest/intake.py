@@ -22,6 +22,7 @@ from rl_insight.server.httpio import ClientGone, HttpError, read_asgi_body, text
 from rl_insight.server.ingest import engine_requests, framework_spans, otlp, spanwalk
 from rl_insight.server.ingest.grouping import PushError, parse_grouping_key
 from rl_insight.server.ingest.otlp import OtlpError
+from rl_insight.wire import paths
 from rl_insight.wire.laneid import TRAINER as TRAINER_LANE
 
 if TYPE_CHECKING:
@@ -60,8 +61,8 @@ class IntakeParts(Protocol):
 
 
 PROTOBUF_TYPES = ("application/vnd.google.protobuf",)
-SPANS_ROUTE = "/v1/traces"
-PUSH_ROUTE = "/metrics/{path:path}"  # the label the app's route gives these requests
+SPANS_ROUTE = paths.TRACES
+PUSH_ROUTE = paths.PUSH_ANY  # the label the app's route gives these requests
 
 
 def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
@@ -147,7 +148,7 @@ class Direct:
         """The route label of a request this path answers, else None."""
         if method == "POST" and path == SPANS_ROUTE:
             return SPANS_ROUTE
-        if method in ("PUT", "POST") and path.startswith("/metrics/"):
+        if method in ("PUT", "POST") and path.startswith(paths.PUSH_ROOT):
             return PUSH_ROUTE
         return None
 
@@ -170,7 +171,7 @@ class Direct:
                 await answer(send, 200, content, media)
             else:
                 await self.state.writes.run(accept_push, self.state,
-                                       scope["path"][len("/metrics/"):], ctype, body,
+                                       scope["path"][len(paths.PUSH_ROOT):], ctype, body,
                                        scope["method"] == "PUT")
                 await answer(send, 200, b"", None)
         except (HttpError, PushError, OtlpError) as exc:

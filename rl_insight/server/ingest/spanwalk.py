@@ -11,9 +11,10 @@ from typing import Any, NamedTuple
 
 from rl_insight.server.ingest import textpolicy
 from rl_insight.server.ingest.otlp import value_of
+from rl_insight.wire.attributes import LANE_ATTR, PROCESS_ATTR, STATE_ATTR
 from rl_insight.wire.rank_evidence import EVIDENCE_KEYS
 
-LANE_KEYS = ("project", "experiment_name", "state_lane_id", "state_name")
+LANE_KEYS = ("project", "experiment_name", LANE_ATTR, STATE_ATTR)
 
 
 class SpanAt(NamedTuple):
@@ -70,14 +71,14 @@ def walk(req: Any, policy: str = "full", limit: int = textpolicy.NO_LIMIT) -> Wa
 def state_row(s: SpanAt) -> StateRow | None:
     """The span's state row, when the span itself names its lane (``state_lane_id``)."""
     a = s.attrs
-    lane = a.get("state_lane_id")
+    lane = a.get(LANE_ATTR)
     if lane is None:
         return None
     evidence = {k: a[k] for k in EVIDENCE_KEYS if k in a} or None
     return StateRow(str(a.get("project", "")), str(a.get("experiment_name", "")), str(lane),
-                    str(a.get("state_name") or s.span.name),
+                    str(a.get(STATE_ATTR) or s.span.name),
                     s.span.start_time_unix_nano, s.span.end_time_unix_nano,
-                    str(a.get("process_id", "")), a.get("step"), evidence)
+                    str(a.get(PROCESS_ATTR, "")), a.get("step"), evidence)
 
 
 def lane_at(s: SpanAt) -> tuple[str, str, str | None, str, int, bytes]:
@@ -91,6 +92,6 @@ def lane_at(s: SpanAt) -> tuple[str, str, str | None, str, int, bytes]:
         if v is not None:
             found[key] = str(v)
     return (found.get("project", ""), found.get("experiment_name", ""),
-            found.get("state_lane_id"), found.get("state_name") or s.span.name,
+            found.get(LANE_ATTR), found.get(STATE_ATTR) or s.span.name,
             s.span.end_time_unix_nano, s.span.span_id)
 

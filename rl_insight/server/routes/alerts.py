@@ -8,12 +8,13 @@ from fastapi import APIRouter
 
 from rl_insight.server.analyses import alerts
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.get("/api/v1/alerts", summary="Pending and firing alerts, of one run if named")
+    @r.get(paths.ALERTS, summary="Pending and firing alerts, of one run if named")
     def list_alerts(project: str | None = None, experiment_name: str | None = None) -> dict:
         return alerts.report(state.settings, state.services, project, experiment_name)
 

@@ -7,12 +7,13 @@ from fastapi import APIRouter, Query
 from rl_insight.server.httpio import HttpError
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.get("/api/v1/anatomy", summary="A run's step anatomy: one row per finished step",
+    @r.get(paths.ANATOMY, summary="A run's step anatomy: one row per finished step",
            responses=schema.answers(400, 404))
     def anatomy(project: str, experiment_name: str,
                 last: int = Query(0, ge=0, description="the last N steps; 0: all")) -> dict:
@@ -25,7 +26,7 @@ def router(state: ServerState) -> APIRouter:
         return {"project": project, "experiment_name": experiment_name,
                 "steps": [row.as_dict() for row in rows]}
 
-    @r.get("/api/v1/anatomy/explain", summary="Why a step was slow: its parts against the "
+    @r.get(paths.ANATOMY_EXPLAIN, summary="Why a step was slow: its parts against the "
            "median of the steps before it, the critical path down to its tail requests, "
            "its goodput", responses=schema.answers(400, 404))
     def explain_step(project: str, experiment_name: str, step: int,
@@ -54,9 +55,9 @@ def router(state: ServerState) -> APIRouter:
         p = done[-1]
         return {"id": p["id"], "method": p["method"], "seconds": p["seconds"],
                 "top_frames": p["top_frames"][:5], "reason": p["reason"],
-                "download": f"/api/v1/profiles/{p['id']}/speedscope"}
+                "download": paths.PROFILE_SPEEDSCOPE.format(pid=p["id"])}
 
-    @r.get("/api/v1/anatomy/changes", summary="What changed over a run: its sustained "
+    @r.get(paths.ANATOMY_CHANGES, summary="What changed over a run: its sustained "
            "regressions (onset, size, the parts they live in) and what moved with each, "
            "ranked; a finished run the server no longer follows is analysed from "
            "Prometheus", responses=schema.answers(400, 404))
@@ -80,7 +81,7 @@ def router(state: ServerState) -> APIRouter:
                                  "with `rl-insight server experiments list`")
         return out
 
-    @r.get("/api/v1/anatomy/runs", summary="Runs with a step anatomy, and their step counts")
+    @r.get(paths.ANATOMY_RUNS, summary="Runs with a step anatomy, and their step counts")
     def runs() -> dict:
         return {"runs": state.anatomy.runs()}
 

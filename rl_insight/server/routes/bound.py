@@ -8,12 +8,13 @@ from fastapi import APIRouter, Query
 from rl_insight.server.routes import schema
 from rl_insight.server.routes.anatomy import not_seen
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.get("/api/v1/anatomy/bound", summary="Which side bounds a run: its steps' GPU-seconds "
+    @r.get(paths.ANATOMY_BOUND, summary="Which side bounds a run: its steps' GPU-seconds "
            "by role and cause, the verdict (rollout-, training-, weight-sync- or tail-bound, "
            "or balanced) with the numbers that make it, and what a change would buy",
            responses=schema.answers(400, 404))

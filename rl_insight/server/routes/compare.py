@@ -8,6 +8,7 @@ from rl_insight.server.analyses.comparison import UnknownRun
 from rl_insight.server.httpio import HttpError
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 STEPS = r"^(\d+:\d+)?$"
 
@@ -23,7 +24,7 @@ def _steps(text: str) -> tuple[int, int] | None:
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.get("/api/v1/compare", summary="Run against run: the step time of both and whether "
+    @r.get(paths.COMPARE, summary="Run against run: the step time of both and whether "
            "it differs significantly, what accounts for the difference (the parts of the "
            "mean step, adding up to it) and what moved with it, both runs side by side "
            "(throughput, request latencies, culprit ranks, which side bounds each), their "

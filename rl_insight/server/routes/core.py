@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from rl_insight.common.version import __version__
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 
 def router(state: ServerState) -> APIRouter:
@@ -42,15 +43,15 @@ def router(state: ServerState) -> APIRouter:
         return HTMLResponse(statuspage.render(report, exps, targets, state.lanes.list(),
                                               grafana_url, alerts=firing))
 
-    @r.get("/healthz", summary="Liveness of the server process")
+    @r.get(paths.HEALTH, summary="Liveness of the server process")
     def healthz() -> dict:
         return {"status": "ok", "version": __version__}
 
-    @r.get("/api/v1/services", summary="Managed services, their state and client URLs")
+    @r.get(paths.SERVICES, summary="Managed services, their state and client URLs")
     def services() -> dict:
         return state.services_report()
 
-    @r.get("/metrics", summary="Every pushed group plus the server's own metrics",
+    @r.get(paths.METRICS, summary="Every pushed group plus the server's own metrics",
            response_class=Response)
     def metrics() -> Response:
         visible = lambda labels: state.experiments.archived_reason(labels) is None  # noqa: E731

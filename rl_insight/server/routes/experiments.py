@@ -13,6 +13,7 @@ from rl_insight.server.httpio import HttpError, json_body
 from rl_insight.server.ingest.bodies import RunConfig, RunIdentity, read
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 from rl_insight.wire import runconfig as runconfig
 
 
@@ -32,11 +33,11 @@ def router(state: ServerState) -> APIRouter:
                 "push_groups": len(state.pushes.groups_of(match)),
                 "lanes": len(state.lanes.list(p, e))}
 
-    @r.get("/api/v1/experiments", summary="Every experiment and its status")
+    @r.get(paths.EXPERIMENTS, summary="Every experiment and its status")
     def list_experiments() -> dict:
         return {"experiments": [summary(x) for x in state.experiments.list()]}
 
-    @r.get("/api/v1/experiments/targets",
+    @r.get(paths.EXPERIMENT_TARGETS,
            summary="An experiment's targets, with Prometheus' health and last error",
            responses=schema.answers(400, 404))
     def experiment_targets(project: str, experiment_name: str) -> dict:
@@ -64,7 +65,7 @@ def router(state: ServerState) -> APIRouter:
             try:
                 exp = await run_in_threadpool(state.set_experiment_status, p, e, status)
             except KeyError:
-                raise HttpError(404, f"no experiment {p}/{e}; GET /api/v1/experiments "
+                raise HttpError(404, f"no experiment {p}/{e}; GET {paths.EXPERIMENTS} "
                                      "lists them") from None
             return {"project": exp.project, "experiment_name": exp.experiment_name,
                     "status": exp.status}
@@ -72,7 +73,7 @@ def router(state: ServerState) -> APIRouter:
 
     for action, status in (("archive", "archived"), ("restore", "active"),
                            ("finish", "finished")):
-        r.add_api_route(f"/api/v1/experiments/{action}", _set(status), methods=["POST"],
+        r.add_api_route(paths.EXPERIMENT_ACTIONS[action], _set(status), methods=["POST"],
                         summary=f"{action.capitalize()} an experiment",
                         openapi_extra=schema.json_body(RunIdentity),
                         responses=schema.answers(*schema.WRITE, 404))

@@ -23,6 +23,7 @@ from rl_insight.server.httpio import HttpError
 from rl_insight.server.ingest.intake import accept_spans
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 from rl_insight.wire.frameworks import IMPORT_PROCESS
 
 PROTOBUF = "application/x-protobuf"
@@ -62,14 +63,14 @@ async def spool(request: Request, limit: int, into: Path) -> int:
 
 
 def _route(r: APIRouter, state: ServerState, profiler: str, body: dict) -> None:
-    @r.post(f"/api/v1/import/{profiler}",
+    @r.post(paths.IMPORT.format(profiler=profiler),
             summary=f"Import one {profiler} profiler file into a run: its ranks' stages as "
                     "rank lanes, its step's mark (the server's token)",
             description="The body is the file as the profiler wrote it, gzip or not. "
                         "`filename`: its name as written (verl's names carry the role "
                         "and the step); `step` where the name tells none. Upload a step's "
                         "files in step order; each widens its step's mark. Then POST "
-                        "/api/v1/experiments/finish makes the run's last step final.",
+                        f"{paths.FINISH} makes the run's last step final.",
             openapi_extra={"requestBody": {"required": True, "content": {
                 "application/json": {"schema": body}}}},
             responses=schema.answers(*schema.WRITE))

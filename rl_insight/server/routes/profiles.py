@@ -13,6 +13,7 @@ from rl_insight.server.httpio import HttpError, json_body
 from rl_insight.server.ingest.bodies import ProfileRequest, ProfileResult, ProfileTake, read
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 MAX_RESULT_BYTES = 64 * 1024 * 1024  # a capture's body; profiles.max_bytes bounds what is kept
 
@@ -24,7 +25,7 @@ def router(state: ServerState) -> APIRouter:
     def refused(exc: ProfileError) -> HttpError:
         return HttpError(exc.status, str(exc))
 
-    @r.post("/api/v1/profiles", status_code=202,
+    @r.post(paths.PROFILES, status_code=202,
             summary="Profile a trainer rank of a run: its node's lane actor captures it "
                     "with py-spy (rate-limited; the server's token)",
             openapi_extra=schema.json_body(ProfileRequest),
@@ -38,7 +39,7 @@ def router(state: ServerState) -> APIRouter:
             raise refused(exc) from None
         return p.as_dict()
 
-    @r.get("/api/v1/profiles", summary="Profiles kept and asked for, oldest first",
+    @r.get(paths.PROFILES, summary="Profiles kept and asked for, oldest first",
            responses=schema.answers(*schema.READ))
     def listing(project: str | None = None, experiment_name: str | None = None,
                 rank: str | None = None, status: str | None = None) -> dict:
@@ -50,7 +51,7 @@ def router(state: ServerState) -> APIRouter:
                              and (experiment_name is None
                                   or p["experiment_name"] == experiment_name)]}
 
-    @r.get("/api/v1/profiles/{pid}", summary="One profile: its status and top frames",
+    @r.get(paths.PROFILE, summary="One profile: its status and top frames",
            responses=schema.answers(*schema.READ, 404))
     def one(pid: str) -> dict:
         p = store.get(pid)
@@ -58,7 +59,7 @@ def router(state: ServerState) -> APIRouter:
             raise HttpError(404, f"no profile {pid}; GET /api/v1/profiles lists them")
         return p
 
-    @r.get("/api/v1/profiles/{pid}/speedscope",
+    @r.get(paths.PROFILE_SPEEDSCOPE,
            summary="The profile as speedscope JSON (speedscope and Perfetto open it)",
            responses=schema.answers(*schema.READ, 404))
     def download(pid: str) -> Response:
@@ -72,7 +73,7 @@ def router(state: ServerState) -> APIRouter:
         return Response(text, media_type="application/json", headers={
             "Content-Disposition": f'attachment; filename="{pid}.speedscope.json"'})
 
-    @r.post("/api/v1/profiles/{pid}/take", summary="A lane actor takes a request to capture",
+    @r.post(paths.PROFILE_TAKE, summary="A lane actor takes a request to capture",
             openapi_extra=schema.json_body(ProfileTake),
             responses=schema.answers(*schema.WRITE, 404, 409))
     async def take(pid: str, request: Request) -> dict:
@@ -82,7 +83,7 @@ def router(state: ServerState) -> APIRouter:
         except ProfileError as exc:
             raise refused(exc) from None
 
-    @r.post("/api/v1/profiles/{pid}/result", summary="A lane actor's capture, or why it "
+    @r.post(paths.PROFILE_RESULT, summary="A lane actor's capture, or why it "
             "could not", openapi_extra=schema.json_body(ProfileResult),
             responses=schema.answers(*schema.WRITE, 404, 409, 413))
     async def result(pid: str, request: Request) -> JSONResponse:

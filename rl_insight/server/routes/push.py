@@ -14,6 +14,7 @@ from rl_insight.server.ingest.bodies import PushBatch, PushGroup, read
 from rl_insight.server.ingest.grouping import PushError, parse_grouping_key
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 
 def router(state: ServerState) -> APIRouter:
@@ -37,7 +38,7 @@ def router(state: ServerState) -> APIRouter:
                 out.append({"status": exc.status, "error": str(exc)})
         return out
 
-    @r.post("/api/v1/push/batch", openapi_extra=schema.json_body(PushBatch),
+    @r.post(paths.PUSH_BATCH, openapi_extra=schema.json_body(PushBatch),
             summary="Several pushes in one request, each answered on its own",
             responses={200: {"description": "one result per group, in order: "
                                             "{status, error?}"},
@@ -48,11 +49,11 @@ def router(state: ServerState) -> APIRouter:
 
     def _group_path(request: Request) -> str:
         """The whole grouping key (the documented ``{job}`` is its first pair)."""
-        return request.scope["path"][len("/metrics/"):]
+        return request.scope["path"][len(paths.PUSH_ROOT):]
 
     job_param = Path(json_schema_extra=schema.JOB_VALUE)
 
-    @r.delete("/metrics/job/{job}", summary="Delete a group (Pushgateway DELETE)",
+    @r.delete(paths.PUSH_GROUP, summary="Delete a group (Pushgateway DELETE)",
               status_code=202, description=schema.PUSH_PATH, response_class=Response,
               responses={202: {"description": "deleted (or there was no such group)"},
                          **schema.answers(400, 401)})
@@ -67,7 +68,7 @@ def router(state: ServerState) -> APIRouter:
 
     # the grouping key's further pairs and the @base64 forms: the same work, described
     # by the operation above
-    @r.delete("/metrics/{path:path}", status_code=202, include_in_schema=False)
+    @r.delete(paths.PUSH_ANY, status_code=202, include_in_schema=False)
     def delete_any(path: str) -> Response:
         return _delete(path)
 

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rl_insight.server.ingest.bodies import schema_of
+from rl_insight.wire import paths
 
 ERROR = {"type": "object", "required": ["error"],
          "properties": {"error": {"type": "string", "description": "what was wrong and "
@@ -79,11 +80,11 @@ def _push_operation(summary: str, operation_id: str) -> dict[str, Any]:
 # The intake's routes: answered by the Guard on the intake's own path (server/ingest/intake.py),
 # never by the app, so described here, once
 INTAKE_PATHS: dict[str, dict[str, Any]] = {
-    "/metrics/job/{job}": {
+    paths.PUSH_GROUP: {
         "put": _push_operation("Replace a group (Pushgateway PUT)", "push_put"),
         "post": _push_operation("Replace the pushed families in a group (Pushgateway "
                                 "POST)", "push_post")},
-    "/v1/traces": {"post": {
+    paths.TRACES: {"post": {
         "summary": "OTLP/HTTP trace export (protobuf or JSON, gzip)",
         "operationId": "otlp_traces", "requestBody": OTLP_BODY,
         "responses": {"200": {"description": "an ExportTraceServiceResponse, in the "

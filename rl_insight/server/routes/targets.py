@@ -16,6 +16,7 @@ from rl_insight.server.ingest.targets import (
 )
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
 
 MAX_BODY = 4 * 1024 * 1024
 
@@ -51,7 +52,7 @@ def router(state: ServerState) -> APIRouter:
 def _writes(r: APIRouter, state: ServerState, networks: list | None) -> None:
     """Registering, binding and removing targets: writes, in the intake's group commit."""
 
-    @r.post("/api/v1/prometheus/targets", openapi_extra=schema.json_body(Registration),
+    @r.post(paths.TARGETS, openapi_extra=schema.json_body(Registration),
             summary="Register scrape targets (idempotent)",
             responses=schema.answers(*schema.WRITE, 403, 409, 422))
     async def register(request: Request) -> dict:
@@ -81,7 +82,7 @@ def _writes(r: APIRouter, state: ServerState, networks: list | None) -> None:
                 for r in resolved]
         return out
 
-    @r.post("/api/v1/runs/bind", openapi_extra=schema.json_body(Binding),
+    @r.post(paths.BIND, openapi_extra=schema.json_body(Binding),
             responses=schema.answers(*schema.WRITE, 409),
             summary="Name the run of an owner's targets (registered before the run was "
                     "known)")
@@ -100,7 +101,7 @@ def _writes(r: APIRouter, state: ServerState, networks: list | None) -> None:
         return {"owner": owner, **ident, "bound": len(moved),
                 "targets": [t.as_dict() for t in moved]}
 
-    @r.delete("/api/v1/prometheus/targets", openapi_extra=schema.json_body(
+    @r.delete(paths.TARGETS, openapi_extra=schema.json_body(
         Registration), summary="Remove scrape targets (same body as registration)",
         responses=schema.answers(*schema.WRITE, 422))
     async def remove(request: Request) -> dict:
@@ -111,7 +112,7 @@ def _writes(r: APIRouter, state: ServerState, networks: list | None) -> None:
 def _reads(r: APIRouter, state: ServerState) -> None:
     """What Prometheus scrapes and holds: the query route, HTTP discovery, the list."""
 
-    @r.get("/api/v1/prometheus/query",
+    @r.get(paths.PROMETHEUS_QUERY,
            summary="An instant PromQL query, passed to Prometheus (read-only)",
            responses=schema.answers(400, 404, 422, 502, 503))
     def query(query: str = Query(..., min_length=1, json_schema_extra={
@@ -119,7 +120,7 @@ def _reads(r: APIRouter, state: ServerState) -> None:
                                                "answers one it cannot parse"})) -> dict:
         return query_prometheus(state, query)
 
-    @r.get("/api/v1/prometheus/sd",
+    @r.get(paths.PROMETHEUS_SD,
            summary="What the managed Prometheus scrapes, in Prometheus' HTTP service "
                    "discovery format (for a Prometheus of your own: http_sd_configs)")
     def http_sd(job: str | None = None, project: str | None = None,
@@ -130,7 +131,7 @@ def _reads(r: APIRouter, state: ServerState) -> None:
         return [g for g in state.targets.sd_groups()
                 if all(v is None or g["labels"].get(k, "") == v for k, v in wanted.items())]
 
-    @r.get("/api/v1/prometheus/targets", summary="Registered scrape targets")
+    @r.get(paths.TARGETS, summary="Registered scrape targets")
     def list_targets(project: str | None = None, experiment_name: str | None = None) -> dict:
         return {"targets": state.targets.list(project, experiment_name)}
 

@@ -9,6 +9,8 @@ from fastapi import APIRouter, Query
 
 from rl_insight.server.routes import schema
 from rl_insight.server.state import ServerState
+from rl_insight.wire import paths
+from rl_insight.wire.attributes import PROCESS_ATTR
 
 TEN_YEARS_S = 10 * 365 * 86400
 SINCE = Query(0.0, ge=0, le=TEN_YEARS_S, allow_inf_nan=False,
@@ -18,7 +20,7 @@ SINCE = Query(0.0, ge=0, le=TEN_YEARS_S, allow_inf_nan=False,
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.get("/api/v1/traces/recent",
+    @r.get(paths.TRACES_RECENT,
            summary="The run's recent state spans and engine requests (for export where no "
                    "Tempo runs)",
            responses=schema.answers(*schema.READ))
@@ -29,10 +31,10 @@ def router(state: ServerState) -> APIRouter:
         rows = state.recent.spans(project, experiment_name, since_ns)
         return {"project": project, "experiment_name": experiment_name,
                 "spans": [{"lane": r[0], "state": r[1], "start_ns": r[2], "end_ns": r[3],
-                           "process_id": r[4], "step": r[5]} for r in rows],
+                           PROCESS_ATTR: r[4], "step": r[5]} for r in rows],
                 "requests": state.recent.requests(project, experiment_name, since_ns)}
 
-    @r.get("/api/v1/traces/timeline",
+    @r.get(paths.TRACES_TIMELINE,
            summary="The run's merged state timeline as a Chrome trace (Perfetto, "
                    "chrome://tracing open it): a track per lane, grouped by role",
            responses=schema.answers(*schema.READ))
@@ -42,7 +44,7 @@ def router(state: ServerState) -> APIRouter:
         got = recent(project, experiment_name, since_s)
         return chrome_trace(got["spans"], f"{project}/{experiment_name}", got["requests"])
 
-    @r.get("/api/v1/lanes", summary="Per-lane statistics: last span, states, span count")
+    @r.get(paths.LANES, summary="Per-lane statistics: last span, states, span count")
     def lanes(project: str | None = None, experiment_name: str | None = None) -> dict:
         return {"lanes": state.lanes.list(project, experiment_name)}
 

@@ -29,6 +29,7 @@ from rl_insight.server.services.base import (
     Upstream,
     version_at_least,
 )
+from rl_insight.wire import paths
 
 SERVER_JOB = "rl_insight_server"
 # Prometheus 2.49 added `scrape_protocols` (config/config.go); Debian's 2.42 refuses it.
@@ -54,7 +55,7 @@ ENGINE_NAME_RELABEL = [
 ]
 TARGETS_JOB = "rl_insight_targets"
 # the server's route in Prometheus' HTTP service discovery format
-SD_PATH = "/api/v1/prometheus/sd"
+SD_PATH = paths.PROMETHEUS_SD
 # files beside prometheus.yml holding the remote-write credentials (mode 0600)
 PASSWORD_FILE = "remote_write_password"
 TOKEN_FILE = "remote_write_bearer_token"
@@ -87,7 +88,7 @@ def external_scrape_configs(server_url: str, refresh_interval: str = "30s",
     if parts.scheme == "https":
         server["scheme"] = "https"
     if prefix:
-        server["metrics_path"] = prefix + "/metrics"
+        server["metrics_path"] = prefix + paths.METRICS
     server["static_configs"] = [{"targets": [parts.netloc]}]
     base = f"{parts.scheme}://{parts.netloc}{prefix}"
     return [
