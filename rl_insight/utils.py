@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rl_insight.client.api import update_prometheus_config
 from rl_insight.client.core import OTLP_ENV, SERVER_URL_ENV
-from rl_insight.wire.attributes import SERVICE_NAME
+from rl_insight.wire.naming import PREFIX
 
 
 class MonitorEnv:
@@ -18,7 +18,7 @@ class MonitorEnv:
 
 
 class MonitorDefaults:
-    NAMESPACE = SERVICE_NAME  # the exported metric prefix, as here
+    NAMESPACE = PREFIX.removesuffix("_")  # the exported metric prefix, as here
     METRICS_REPORT_PORT = 9092
 
 
