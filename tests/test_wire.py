@@ -83,11 +83,14 @@ def stray(source: str, values: Mapping[str, str]) -> list[tuple[int, str, str]]:
     """(line, literal, the wire constant it spells) of every literal in ``source`` that
     spells one of ``values``."""
     found = []
+    special = [v for v in values if v[:1] == "/" or v[:2] in ("X-", "x-")]
     for line, text in _strings(ast.parse(source)):
-        hits = [value for value in values if spells(text, value)]
-        if hits:  # the value itself, else the longest path it begins with
-            best = text if text in hits else max(hits, key=len)
-            found.append((line, text, values[best]))
+        if text in values:
+            found.append((line, text, values[text]))
+        elif text[:1] in ("/", "X", "x"):  # a path with more after it, a header's case
+            hits = [value for value in special if spells(text, value)]
+            if hits:
+                found.append((line, text, values[max(hits, key=len)]))
     return found
 
 
