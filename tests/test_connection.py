@@ -80,6 +80,32 @@ def test_a_connection_the_server_closed_is_opened_again(server):
     assert {s["type"] for s in server.seen} == {"application/json"}
 
 
+def test_a_pool_emptied_at_exit_opens_a_connection_at_once(server):
+    """urllib3 empties its pools from weakref's exit hook, which may run before the
+    client's last pushes (a run finished from an exit hook): the next request opens a
+    connection at once; a blocking pool waited its whole timeout for one. Two threads
+    still send one at a time, on one connection."""
+    from urllib3.connectionpool import _close_pool_connections
+
+    url = f"http://127.0.0.1:{server.server_port}"
+    conn = Connection(url, 30, {})
+    assert conn.request("POST", url + "/x", data=b"").status_code == 200
+    for key in list(conn.manager.pools.keys()):  # what urllib3's finalizer does at exit
+        _close_pool_connections(conn.manager.pools[key].pool)
+    t0 = time.monotonic()
+    assert conn.request("POST", url + "/x", data=b"").status_code == 200
+    # a loopback answer takes milliseconds even on a loaded machine; the bug took 30 s
+    assert time.monotonic() - t0 < 15
+    server.seen.clear()
+    threads = [threading.Thread(target=lambda: [conn.request("POST", url + "/x", data=b"")
+                                                for _ in range(5)]) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(server.seen) == 10 and len({s["port"] for s in server.seen}) == 1
+
+
 def test_nothing_listening_raises_an_http_error():
     from rl_insight.common import netaddr
 

@@ -81,3 +81,61 @@ def test_finish_and_exit_share_one_deadline_with_the_server_gone(gone_server, tm
     assert times["finish_s"] <= TIMEOUT + SLACK_S, times
     # exit waits only for what finish() left of its deadline
     assert times["finish_s"] + times["exit_s"] <= TIMEOUT + SLACK_S, times
+
+
+EXIT_HOOK_SCRIPT = r'''
+import asyncio, atexit, json, sys, time
+from rl_insight.client import api
+import rl_insight
+marks = {}
+# first registered, last run: measures everything the exit hooks below did
+atexit.register(lambda: print("TIMES " + json.dumps(
+    {"exit_s": time.monotonic() - marks["t_end"]}), flush=True))
+if sys.argv[1] == "before":  # the run's end hooked before the client exists
+    atexit.register(rl_insight.finish)
+
+
+async def main():  # prime-rl's trainer: its monitor built inside asyncio.run
+    rl_insight.init()  # the client (a worker's bare init), before any connection
+    if sys.argv[1] == "after":
+        atexit.register(rl_insight.finish)
+    rl_insight.init(project="exit-hook", experiment_name=sys.argv[1])
+    for step in range(1, 4):
+        rl_insight.metric_gauge("exit_hook_step", float(step))
+    # the process's first connections, made after the exit hooks were registered: its
+    # registrations', then its pushes' (prime-rl's trainer lingers after its last step)
+    client = api._client
+    client.wait_registrations(20)
+    client.transport().hub_loop.run_now(20)
+
+
+asyncio.run(main())
+marks["t_end"] = time.monotonic()
+'''
+# far above a healthy local server's answers (milliseconds), and below urllib3's pool
+# timeout (the sender's 5 s), which each exit request waited once the pools were emptied
+EXIT_BOUND_S = 4.0
+
+
+@pytest.mark.parametrize("hooked", ["after", "before"])
+def test_a_run_ended_by_an_exit_hook_ends_at_once(route_server, hooked):
+    """``finish`` from an exit hook, registered after the client's (prime-rl's trainer,
+    inside asyncio.run) or before it, with the process's first connection made after
+    both: the run is finished on the server and exit takes no pool timeout. urllib3
+    empties its pools from weakref's exit hook, which used to run before the client's."""
+    import requests
+
+    url = route_server.url
+    env = {k: v for k, v in route_server.cli.env.items()
+           if not k.startswith(("RAY_", "RL_INSIGHT_", "VERL_"))}
+    env.update(RL_INSIGHT_SERVER_URL=url, RL_INSIGHT_HOME=str(route_server.cli.home),
+               RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S="30", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", EXIT_HOOK_SCRIPT, hooked], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next((x for x in r.stdout.splitlines() if x.startswith("TIMES ")), None)
+    assert line, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads(line[len("TIMES "):])["exit_s"] < EXIT_BOUND_S, r.stderr[-3000:]
+    exps = requests.get(url + "/api/v1/experiments", timeout=5).json()["experiments"]
+    assert [e["status"] for e in exps if e["project"] == "exit-hook" and
+            e["experiment_name"] == hooked] == ["finished"], exps

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import os
+import threading
 import urllib.request
 from urllib.parse import urlencode, urlsplit
 
@@ -62,14 +63,22 @@ def ca_bundle() -> str:
 class Connection:
     """One origin's pool of one connection, direct or through its proxy: one request at a
     time (a sender may be called from two threads; the second waits for the
-    connection), no retries (the caller keeps its data and sends again)."""
+    connection), no retries (the caller keeps its data and sends again).
+
+    The waiting is ours (a lock), not urllib3's (a blocking pool): urllib3 empties its
+    pools at interpreter exit from a ``weakref.finalize``, whose exit hook may run before
+    the client's last pushes (a run finished from an exit hook); a blocking pool emptied
+    so waited its whole timeout for a connection that never came back, a request each,
+    the exit's whole budget with the run's end not sent. A non-blocking pool opens a new
+    connection where it finds none."""
 
     def __init__(self, base_url: str, timeout: float, headers: dict[str, str],
                  proxy: str | None = None) -> None:
         self.timeout = timeout
         self.proxy = proxy_for(base_url) if proxy is None else proxy
         self.headers = {"User-Agent": "rl-insight", **headers}  # sent with each request
-        kw: dict = {"maxsize": 1, "block": True, "retries": False,
+        self._one = threading.Lock()  # one request at a time
+        kw: dict = {"maxsize": 1, "block": False, "retries": False,
                     "timeout": urllib3.Timeout(connect=timeout, read=timeout)}
         if base_url.startswith("https://"):
             kw.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_bundle())
@@ -85,10 +94,16 @@ class Connection:
             headers = {**(headers or {}), "Content-Type": "application/json"}
         if params:
             url += ("&" if "?" in url else "?") + urlencode(params)
-        r = self.manager.urlopen(method, url, body=data,
-                                 headers={**self.headers, **(headers or {})},
-                                 retries=False, redirect=False, pool_timeout=self.timeout)
-        return Response(r.status, r.headers, r.data)
+        if not self._one.acquire(timeout=self.timeout):
+            raise urllib3.exceptions.EmptyPoolError(
+                None, f"another request held the connection for {self.timeout:g}s")
+        try:
+            r = self.manager.urlopen(method, url, body=data,
+                                     headers={**self.headers, **(headers or {})},
+                                     retries=False, redirect=False)
+            return Response(r.status, r.headers, r.data)
+        finally:
+            self._one.release()
 
     def close(self) -> None:
         self.manager.clear()

@@ -59,10 +59,16 @@ class Periodic:
 
     def run_now(self, timeout: float) -> bool:
         """Wake the thread and wait until a run that started after this call completed
-        (not a whole interval: a run in progress is followed at once by another)."""
+        (not a whole interval: a run in progress is followed at once by another). A loop
+        stopped already (a run's finish after the client's exit hook closed it) runs
+        once on a daemon thread instead: no thread of its own would ever wake."""
         with self._done:
             target = self._started + 1  # runs are numbered as they start
-            self._wake.set()
+            if self._thread.is_alive():
+                self._wake.set()
+            else:
+                threading.Thread(target=self._run_once, name=self._thread.name,
+                                 daemon=True).start()
             return self._done.wait_for(lambda: self._runs >= target, timeout)
 
     def stop(self, timeout: float) -> None:

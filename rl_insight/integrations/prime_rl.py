@@ -36,7 +36,6 @@ import functools
 import logging
 import os
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,21 +102,6 @@ def trainer_endpoint(config: Any) -> str | None:
     return f"{getattr(server, 'host', '0.0.0.0')}:{int(server.port)}"
 
 
-def _at_exit(fn: Any) -> None:
-    """``fn`` when the main thread ends, before the interpreter's exit handlers (as
-    ``concurrent.futures`` registers its own): the client's connection and exit hooks are
-    still whole then, which an ``atexit`` handler registered from inside prime-rl's event
-    loop could not count on (its run was left unfinished)."""
-    register = getattr(threading, "_register_atexit", None)
-    try:
-        if register is not None:
-            register(fn)
-            return
-    except RuntimeError:  # the interpreter is already shutting down
-        return
-    atexit.register(fn)
-
-
 class RLInsightMonitor:
     """A prime-rl monitor as its fan-out calls one (``log(data, step=, kind=, subset=)``,
     ``finalize()``: monitors/__init__.py l.111, l.120): dicts of scalars become the run's
@@ -134,7 +118,7 @@ class RLInsightMonitor:
                                         marks=role == TRAINER,
                                         run_config=config if role == ORCHESTRATOR else None)
         if role == TRAINER:  # prime-rl's trainer never finalizes its monitors
-            _at_exit(self.tracker.finish)
+            atexit.register(self.tracker.finish)
 
     async def log(self, data: Any, step: int, kind: str = "train",
                   subset: str = "effective") -> None:
