@@ -91,7 +91,7 @@ def test_thresholds_come_from_the_settings(settings):
                        ("state_stuck_window", "20m"), ("kv_cache_usage_max", "0.8"),
                        ("preemptions_per_s_max", "2.5"), ("target_down_for", "2m"),
                        ("dropped_window", "15m")):
-        config.set_key(settings, f"alerts.{key}", value)
+        settings = config.with_values(settings, {f"alerts.{key}": value})
     r = rules_by_name(settings)
     assert "clamp_min(4.5 * rl_insight_step_median_duration_seconds, 30)" in \
         r["RLInsightTrainingStalled"]["expr"]
@@ -129,7 +129,7 @@ def test_both_sections_take_the_environment_and_flags_like_every_other(home):
 def test_a_bad_duration_or_name_is_an_error_naming_the_setting(settings, key, value, message):
     """The file that reads the setting refuses it: the rule file for alerts.*,
     Alertmanager's config for alertmanager.*; the other renders as before."""
-    config.set_key(settings, key, value)
+    settings = config.with_values(settings, {key: value})
     reads, other = alert_rules.render, SERVICES["alertmanager"].render
     if key.startswith("alertmanager."):
         reads, other = other, reads
@@ -143,7 +143,7 @@ def test_a_bad_duration_or_name_is_an_error_naming_the_setting(settings, key, va
                                  "alerts.kv_cache_usage_max"])
 def test_thresholds_that_would_always_fire_are_refused(settings, key):
     with pytest.raises(config.ConfigError, match=f"{key}: must be at least"):
-        config.set_key(settings, key, "0")
+        settings = config.with_values(settings, {key: "0"})
 
 
 @needs_promtool
@@ -254,7 +254,7 @@ def test_training_stalled_after_max_of_factor_times_median_and_the_minimum(setti
 @needs_promtool
 @pytest.mark.integration  # starts a process
 def test_replica_stuck_compares_its_time_in_the_state_with_the_usual(settings, tmp_path):
-    config.set_key(settings, "alerts.state_stuck_min_s", "60")
+    settings = config.with_values(settings, {"alerts.state_stuck_min_s": "60"})
     base = f'{RUN},job="rl_insight_lanes",lane_actor="lanes-0"'
 
     def lane(lane_id: str, state: str, since: str, mean_s: float) -> list[dict]:
@@ -370,19 +370,20 @@ def test_prometheus_loads_the_rules_and_sends_to_the_managed_alertmanager(settin
         {"api_version": "v2", "static_configs": [{"targets": ["127.0.0.1:9093"]}],
          "basic_auth": {"username": "rl-insight", "password_file":
                         str(settings.state_dir / "alertmanager.password")}}]
-    settings.alertmanager.host = "127.0.0.1"
+    settings = config.with_values(settings, {"alertmanager.host": "127.0.0.1"})
     assert prom.render(settings, alertmanager=True)["alerting"]["alertmanagers"] == [
         {"api_version": "v2", "static_configs": [{"targets": ["127.0.0.1:9093"]}]}]
     assert "alerting" not in prom.render(settings, alertmanager=False)
-    config.set_key(settings, "alertmanager.enabled", "false")
+    settings = config.with_values(settings, {"alertmanager.enabled": "false"})
     assert "alerting" not in prom.render(settings)
-    config.set_key(settings, "alerts.enabled", "false")
+    settings = config.with_values(settings, {"alerts.enabled": "false"})
     assert "rule_files" not in prom.render(settings)
 
 
 @pytest.mark.integration  # starts a process
 def test_an_alertmanager_that_is_not_installed_is_not_sent_to(settings, tmp_path):
-    config.set_key(settings, "alertmanager.binary", str(tmp_path / "no-such-alertmanager"))
+    settings = config.with_values(settings, {
+        "alertmanager.binary": str(tmp_path / "no-such-alertmanager")})
     launch = SERVICES["prometheus"].launch(settings, Path("/usr/bin/prometheus"))
     data = yaml.safe_load(Path(launch.argv[1].split("=", 1)[1]).read_text())
     assert "alerting" not in data and data["rule_files"]
@@ -394,7 +395,7 @@ def test_alertmanager_groups_per_alert_and_run_into_one_receiver(settings):
     for key, value in (("group_wait", "5s"), ("group_interval", "2m"),
                        ("repeat_interval", "12h"),
                        ("webhook_urls", "http://10.0.0.9:5001/hook, https://x.example/h")):
-        config.set_key(settings, f"alertmanager.{key}", value)
+        settings = config.with_values(settings, {f"alertmanager.{key}": value})
     data = SERVICES["alertmanager"].render(settings)
     assert data["route"] == {"receiver": "rl-insight",
                              "group_by": ["alertname", "project", "experiment_name"],
@@ -411,7 +412,7 @@ def test_slack_and_email_receivers(settings):
                        ("email_from", "rl@example.com"),
                        ("smtp_smarthost", "smtp.example.com:587"),
                        ("smtp_auth_username", "rl"), ("smtp_auth_password", "pw")):
-        config.set_key(settings, f"alertmanager.{key}", value)
+        settings = config.with_values(settings, {f"alertmanager.{key}": value})
     receiver = SERVICES["alertmanager"].render(settings)["receivers"][0]
     assert "webhook_configs" not in receiver
     assert receiver["slack_configs"] == [{"api_url": "https://hooks.slack.com/services/T/B/x",
@@ -431,7 +432,7 @@ def test_slack_and_email_receivers(settings):
 def test_an_incomplete_receiver_is_an_error_naming_the_setting(settings, overrides, message):
     for o in overrides:
         key, _, value = o.partition("=")
-        config.set_key(settings, f"alertmanager.{key}", value)
+        settings = config.with_values(settings, {f"alertmanager.{key}": value})
     with pytest.raises(config.ConfigError, match=message):
         SERVICES["alertmanager"].render(settings)
 
@@ -446,7 +447,7 @@ def test_an_incomplete_receiver_is_an_error_naming_the_setting(settings, overrid
 @pytest.mark.integration  # starts a process
 def test_debians_alertmanager_0_25_accepts_the_config(settings, receivers):
     for key, value in receivers.items():
-        config.set_key(settings, f"alertmanager.{key}", value)
+        settings = config.with_values(settings, {f"alertmanager.{key}": value})
     launch = SERVICES["alertmanager"].launch(settings, Path("/usr/bin/prometheus-alertmanager"))
     path = launch.argv[1].split("=", 1)[1]
     r = subprocess.run([AMTOOL, "check-config", path], capture_output=True, text=True,
@@ -455,11 +456,11 @@ def test_debians_alertmanager_0_25_accepts_the_config(settings, receivers):
 
 
 def test_secrets_only_in_the_0600_config_never_in_argv(settings):
-    config.set_key(settings, "alertmanager.slack_api_url", "https://hooks.slack.com/SECRET1")
-    config.set_key(settings, "alertmanager.email_to", "a@b.c")
-    config.set_key(settings, "alertmanager.email_from", "x@b.c")
-    config.set_key(settings, "alertmanager.smtp_smarthost", "smtp.b.c:25")
-    config.set_key(settings, "alertmanager.smtp_auth_password", "SECRET2")
+    settings = config.with_values(settings, {
+        "alertmanager.slack_api_url": "https://hooks.slack.com/SECRET1",
+        "alertmanager.email_to": "a@b.c", "alertmanager.email_from": "x@b.c",
+        "alertmanager.smtp_smarthost": "smtp.b.c:25",
+        "alertmanager.smtp_auth_password": "SECRET2"})
     launch = SERVICES["alertmanager"].launch(settings, Path("/usr/bin/alertmanager"))
     assert not any("SECRET" in a for a in launch.argv) and not launch.env
     path = Path(launch.argv[1].split("=", 1)[1])
@@ -528,9 +529,9 @@ def fakes(settings):
     am, am_port = fake_server({"/api/v2/alerts": [
         {"labels": firing["labels"], "status": {"state": "active"}},
         {"labels": silenced["labels"], "status": {"state": "suppressed"}}]})
-    config.set_key(settings, "host", "127.0.0.1")
-    config.set_key(settings, "prometheus.port", str(prom_port))
-    config.set_key(settings, "alertmanager.port", str(am_port))
+    settings = config.with_values(settings, {"host": "127.0.0.1"})
+    settings = config.with_values(settings, {"prometheus.port": str(prom_port)})
+    settings = config.with_values(settings, {"alertmanager.port": str(am_port)})
     services = {n: ServiceInfo(n, True, True) for n in ("prometheus", "alertmanager")}
     yield settings, services
     prom.shutdown()
@@ -559,14 +560,14 @@ def test_report_without_prometheus_says_what_to_do_and_without_alertmanager_stil
         "alertmanager", True, False)})
     assert len(got["alerts"]) == 3 and all(a["notification"] is None for a in got["alerts"])
     assert "not installed: run `rl-insight server install`" in got["alertmanager"]
-    config.set_key(settings, "prometheus.port", "1")  # nothing answers there
+    settings = config.with_values(settings, {"prometheus.port": "1"})  # nothing answers there
     down = alerts.report(settings, services, timeout=1)
     assert down["alerts"] == [] and "no answer from" in down["prometheus"]
     assert "`rl-insight server status`" in down["error"]
 
 
 def test_route_answers_200_with_the_error_when_prometheus_is_down(settings, tmp_path):
-    config.set_key(settings, "prometheus.port", "1")
+    settings = config.with_values(settings, {"prometheus.port": "1"})
     state = ServerState(settings, Supervisor(settings.supervisor, settings.logs_dir),
                         {"prometheus": ServiceInfo("prometheus", True, True)})
     state.open()

@@ -6,6 +6,7 @@ report over real OTLP."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import statistics
@@ -136,9 +137,7 @@ def _rows(project, exp, lanes: dict, marks: list[tuple[int, int, int]]) -> list[
 
 
 def _store(**over) -> tuple[AnatomyStore, set]:
-    s = config.AnatomySettings(settle_s=2, max_wait_s=60)
-    for k, v in over.items():
-        setattr(s, k, v)
+    s = config.AnatomySettings(**{"settle_s": 2, "max_wait_s": 60, **over})
     ended: set = set()
     return AnatomyStore(s, finished=lambda p, e: (p, e) in ended), ended
 
@@ -173,7 +172,8 @@ def test_export_carries_the_step_end_as_timestamp_and_stall_gauges_only_while_ac
     ended.add(("p", "e"))
     store.update(now=23)
     assert [r.step for r in store.rows("p", "e")] == [1, 2]
-    store.settings.expose_s = 1e12  # the test's clock is 1970: keep the rows exposed
+    # the test's clock is 1970: keep the rows exposed
+    store.settings = dataclasses.replace(store.settings, expose_s=1e12)
     fams = {f.name: f for f in store.collect()}
     dur = fams["rl_insight_step_duration_seconds"].samples
     assert [(s.value, s.timestamp) for s in dur] == [(10.0, 20.0)]  # the newest row only

@@ -4,6 +4,7 @@ and the routes in-process. Capturing a real rank with py-spy: tests/test_culprit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -173,7 +174,7 @@ def test_a_change_on_one_rank_has_that_rank_profiled_once(served):
     got = state.profiles.list("p", "e")
     assert [(p["rank"], p["reason"]) for p in got] == [("2", "change step_time@30")]
     state.changes.open_changes = lambda: [(("p", "e"), change, (0, [], {"node": "n"}))]
-    state.settings.profiles.min_interval_s = 0
+    state.profiles.settings = dataclasses.replace(state.profiles.settings, min_interval_s=0)
     state.auto_profiles()  # a change on a node: no rank to profile
     assert len(state.profiles.list("p", "e")) == 1
 

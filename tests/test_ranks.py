@@ -5,6 +5,7 @@ the report's lines, and the server's path from an OTLP export to the row and /me
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from rl_insight.anatomy import ranks
@@ -155,7 +156,7 @@ def test_a_rank_phase_reaches_the_row_and_metrics_through_the_server():
     store.update(now=base + 100)
     (row,) = [r for r in store.rows("p", "e") if r.step == 2]  # the newest: on /metrics
     assert row.culprit["rank"] == "1" and row.culprit["node"] == "n0"
-    store.settings.expose_s = 1e12
+    store.settings = dataclasses.replace(store.settings, expose_s=1e12)
     fams = {f.name: f for f in store.collect()}
     culprit = fams["rl_insight_step_culprit_rank"].samples
     assert [s.labels["rank"] for s in culprit] == ["1"]

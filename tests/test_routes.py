@@ -4,6 +4,7 @@ same routes through a real server."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -96,7 +97,7 @@ def test_http_sd_answers_prometheus_format_with_filters_and_without_archived_run
     assert targets() == ["10.0.0.7:9000"]  # the archived run's targets are not scraped
     # with a token, reads of run data need it too (a Prometheus sends it: `authorization`
     # in its http_sd config); liveness and the service ports stay open
-    state.settings.server.token = "tok"
+    state.settings = config.with_values(state.settings, {"server.token": "tok"})
     with TestClient(create_app(state)) as guarded:
         assert guarded.get("/api/v1/prometheus/sd").status_code == 401
         assert guarded.get("/api/v1/prometheus/sd", headers={
@@ -139,7 +140,9 @@ def test_an_intake_beyond_its_limit_is_told_when_to_come_back(client):
     """Beyond server.max_intake_inflight, pushes and span exports get 503 with
     Retry-After and nothing is stored; reads stay answered."""
     _, state = client
-    state.settings.server.max_intake_inflight = 0  # every intake request is one too many
+    # every intake request is one too many (below the setting's minimum: replaced as is)
+    state.settings = dataclasses.replace(state.settings, server=dataclasses.replace(
+        state.settings.server, max_intake_inflight=0))
     with TestClient(create_app(state)) as full:
         r = full.put("/metrics/job/j", content=b"x 1\n")
         assert r.status_code == 503 and r.headers["retry-after"] == "1"

@@ -87,7 +87,7 @@ def test_tempo_config_for_one_binary_on_any_bind_host(settings, home):
 
     # a routable bind host: Tempo checks no credential, so every listener of it stays on
     # loopback (spans come through the server, Grafana reads it locally)
-    settings.host = "10.1.2.3"
+    settings = config.with_values(settings, {"host": "10.1.2.3"})
     data = SERVICES["tempo"].render(settings)
     assert data["server"]["http_listen_address"] == "127.0.0.1"
     assert data["server"]["grpc_listen_address"] == "127.0.0.1"
@@ -99,12 +99,10 @@ def test_tempo_config_for_one_binary_on_any_bind_host(settings, home):
     assert data["metrics_generator"]["storage"]["remote_write"][0]["basic_auth"] == {
         "username": "rl-insight",
         "password_file": str(settings.state_dir / "prometheus.password")}
-    settings.tempo.host = "0.0.0.0"
     with pytest.raises(config.ConfigError, match="Tempo checks no credential"):
-        SERVICES["tempo"].render(settings)
-    settings.tempo.host = ""
+        SERVICES["tempo"].render(config.with_values(settings, {"tempo.host": "0.0.0.0"}))
 
-    settings.tempo.metrics_generator = False
+    settings = config.with_values(settings, {"tempo.metrics_generator": False})
     assert "metrics_generator" not in SERVICES["tempo"].render(settings)
 
 
@@ -120,7 +118,7 @@ def test_grafana_files_match_provisioning_reference(settings, home, tmp_path):
     (gh / "conf" / "defaults.ini").write_text("")
     binary = gh / "bin" / "grafana"
     binary.write_text("")
-    settings.grafana.port = 13000
+    settings = config.with_values(settings, {"grafana.port": 13000})
     launch = SERVICES["grafana"].launch(settings, binary)
     work = Path(launch.cwd)
     assert launch.argv[:2] == [str(binary), "server"]
@@ -226,15 +224,16 @@ def test_remote_write_credentials_live_in_0600_files_not_in_the_yaml_or_argv(hom
                            capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stdout + r.stderr
 
-    s.prometheus.remote_write_username = s.prometheus.remote_write_password = ""
-    s.prometheus.remote_write_bearer_token = "TOK-secret-2"
+    s = config.with_values(s, {"prometheus.remote_write_username": "",
+                               "prometheus.remote_write_password": "",
+                               "prometheus.remote_write_bearer_token": "TOK-secret-2"})
     data = launched()
     assert data["remote_write"][0]["authorization"] == {"type": "Bearer",
                                                         "credentials_file": str(tok)}
     assert tok.read_text() == "TOK-secret-2" and os.stat(tok).st_mode & 0o777 == 0o600
     assert not pw.exists()  # a secret no setting asks for is not left behind
 
-    s.prometheus.remote_write_urls = ""
+    s = config.with_values(s, {"prometheus.remote_write_urls": ""})
     assert "remote_write" not in launched() and not tok.exists()
 
 

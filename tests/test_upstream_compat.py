@@ -6,11 +6,13 @@ the caller wherever it has the call."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 
 import pytest
 
+from rl_insight import config
 from rl_insight.client import api
 from rl_insight.wire.events import Identity, Metric, Span, StateChange
 
@@ -125,7 +127,8 @@ def test_requests_of_one_lane_in_threads_are_an_interval_per_thread(verl_recorde
 
 def test_sequential_blocks_stay_separate_and_per_request_detail(verl_recorded):
     c, got = verl_recorded
-    c.settings.per_request_spans = True
+    c.reconfigure(dataclasses.replace(c.config, settings=config.with_values(
+        c.config.settings, {"client.per_request_spans": True})))
     for _ in range(2):  # not overlapping: two intervals
         with api.trace_state("vllm_generate", state_lane_id="replica_0", step=1):
             pass

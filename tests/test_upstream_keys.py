@@ -58,8 +58,8 @@ def unknown_keys(value, tree, path: str = "") -> list[str]:
 def test_every_generated_tempo_key_is_in_tempo_2_6_1(settings):
     tree = {k: v for k, v in pinned("tempo-v2.6.1.json").items() if not k.startswith("_")}
     for generator in (True, False):
-        settings.tempo.metrics_generator = generator
-        rendered = SERVICES["tempo"].render(settings)
+        rendered = SERVICES["tempo"].render(
+            config.with_values(settings, {"tempo.metrics_generator": generator}))
         assert unknown_keys(rendered, tree) == []
     assert unknown_keys({"server": {"http_listen_adress": "x"}}, tree) == [
         "server.http_listen_adress"]  # the check can fail
@@ -131,7 +131,7 @@ def test_every_alertmanager_key_and_flag_is_in_alertmanager_0_27_0(settings):
                        ("email_from", "rl@example.com"),
                        ("smtp_smarthost", "smtp.example.com:587"),
                        ("smtp_auth_username", "rl"), ("smtp_auth_password", "pw")):
-        config.set_key(settings, f"alertmanager.{key}", value)
+        settings = config.with_values(settings, {f"alertmanager.{key}": value})
     rendered = SERVICES["alertmanager"].render(settings)
     assert set(rendered) <= keys("Config (top level)")
     assert set(rendered["route"]) <= keys("Route")
@@ -200,13 +200,15 @@ def test_remote_write_and_the_external_scrape_configs_are_in_that_version(settin
     def keys(title_start: str) -> set[str]:
         return set(next(v for k, v in sections.items() if k.startswith(title_start))["keys"])
 
-    settings.prometheus.remote_write_urls = "http://10.0.0.9:8428/api/v1/write,https://x/w"
+    settings = config.with_values(settings, {
+        "prometheus.remote_write_urls": "http://10.0.0.9:8428/api/v1/write,https://x/w"})
     auth_kinds = {}
     for auth in ({"remote_write_username": "rl", "remote_write_password": "pw"},
                  {"remote_write_bearer_token": "tok"}):
-        for key in ("remote_write_username", "remote_write_password",
-                    "remote_write_bearer_token"):
-            setattr(settings.prometheus, key, auth.get(key, ""))
+        settings = config.with_values(settings, {
+            f"prometheus.{key}": auth.get(key, "") for key in (
+                "remote_write_username", "remote_write_password",
+                "remote_write_bearer_token")})
         rendered = SERVICES["prometheus"].render(settings, version)
         assert "remote_write" in keys("Config (top level)")
         assert len(rendered["remote_write"]) == 2

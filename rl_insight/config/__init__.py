@@ -2,7 +2,8 @@
 
 Every host, port, path and tunable lives in :class:`Settings`. Values come from the
 defaults below, then a YAML file, then environment variables, then command-line flags,
-each layer overriding the one before. Nothing else in the package hard-codes them.
+each layer overriding the one before, built once into one frozen object (a changed value
+is a new one: ``with_values``). Nothing else in the package hard-codes them.
 
 Environment names: ``RL_INSIGHT_<SECTION>_<FIELD>`` (``RL_INSIGHT_PROMETHEUS_PORT``),
 plus the documented short names ``RL_INSIGHT_HOME``, ``RL_INSIGHT_TOKEN`` and
@@ -12,17 +13,18 @@ The sections and their defaults: settings.py; reading them: loading.py."""
 
 from rl_insight.config.loading import (
     all_keys,
-    apply_env,
-    apply_file,
-    apply_overrides,
     as_dict,
+    build,
     coerce_key,
+    env_layer,
     env_name,
+    file_layer,
     is_monitor_key,
     load,
     monitor_layer,
-    set_key,
+    overrides_layer,
     upstream_setting,
+    with_values,
 )
 from rl_insight.config.settings import (
     BACKEND_ENV,
@@ -80,16 +82,17 @@ __all__ = [
     "TempoSettings",
     "TraceSettings",
     "all_keys",
-    "apply_env",
-    "apply_file",
-    "apply_overrides",
     "as_dict",
+    "build",
     "coerce_key",
     "duration_seconds",
+    "env_layer",
     "env_name",
+    "file_layer",
     "is_monitor_key",
     "load",
     "monitor_layer",
-    "set_key",
+    "overrides_layer",
     "upstream_setting",
+    "with_values",
 ]

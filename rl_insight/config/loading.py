@@ -128,25 +128,47 @@ def coerce_key(key: str, raw: Any) -> Any:
     section, _, name = key.rpartition(".")
     target: Any = Settings()
     for part in section.split(".") if section else ():
-        target = getattr(target, part, None)
-    if target is None or name not in _fields(target) or \
+        target = getattr(target, part, None) if dataclasses.is_dataclass(target) else None
+    if not dataclasses.is_dataclass(target) or name not in _fields(target) or \
             dataclasses.is_dataclass(getattr(target, name)):
         raise ConfigError(f"unknown setting {key!r}")
     return _coerce(key, getattr(target, name), raw)
 
 
-def set_key(settings: Settings, key: str, raw: Any) -> None:
-    """Set one dotted key, converting the value to the field's type."""
-    parts = key.split(".")
-    target: Any = settings
-    for part in parts[:-1]:
-        if part not in _fields(target) or not dataclasses.is_dataclass(getattr(target, part)):
-            raise ConfigError(f"unknown setting {key!r}; known: {', '.join(all_keys())}")
-        target = getattr(target, part)
-    last = parts[-1]
-    if last not in _fields(target) or dataclasses.is_dataclass(getattr(target, last)):
-        raise ConfigError(f"unknown setting {key!r}; known: {', '.join(all_keys())}")
-    setattr(target, last, _coerce(key, getattr(target, last), raw))
+def _checked(key: str, raw: Any) -> Any:
+    """``coerce_key``, an unknown key's error listing the known ones (a typo in a file
+    or a flag is found by reading them)."""
+    try:
+        return coerce_key(key, raw)
+    except ConfigError as exc:
+        if str(exc).startswith("unknown setting"):
+            raise ConfigError(f"{exc}; known: {', '.join(all_keys())}") from None
+        raise
+
+
+def build(values: Mapping[str, Any], base: Settings | None = None) -> Settings:
+    """One Settings: ``base`` (the defaults) with the dotted keys of ``values``, each
+    checked and converted to its field's type. Settings are frozen: a changed value is
+    a new object, so what one part of the program holds never changes under it."""
+    base = Settings() if base is None else base
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    for key, raw in values.items():
+        value = _checked(key, raw)
+        section, _, name = key.rpartition(".")
+        if section:
+            sections.setdefault(section, {})[name] = value
+        else:
+            top[key] = value
+    for section, changed in sections.items():
+        top[section] = dataclasses.replace(getattr(base, section), **changed)
+    return dataclasses.replace(base, **top) if top else base
+
+
+def with_values(settings: Settings, values: Mapping[str, Any]) -> Settings:
+    """``settings`` with the dotted keys of ``values`` changed (a new object; the one
+    given stays as it was)."""
+    return build(values, settings)
 
 
 def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -259,8 +281,9 @@ def upstream_setting(key: str, value: Any) -> tuple[str | None, Any, str]:
     return target, value, ""
 
 
-def apply_file(settings: Settings, path: str | os.PathLike) -> None:
-    """Overlay a YAML file; unknown keys are an error so typos do not pass silently."""
+def file_layer(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML file's settings as dotted keys, each checked: unknown keys are an error so
+    typos do not pass silently; upstream's server keys read as ours, or said ignored."""
     p = Path(path).expanduser()
     try:
         data = yaml.safe_load(p.read_text()) or {}
@@ -270,7 +293,7 @@ def apply_file(settings: Settings, path: str | os.PathLike) -> None:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {p} must hold a mapping of sections")
-    notes = []
+    notes, out = [], {}
     for key, value in _flatten(data).items():
         if is_monitor_key(key, value):  # a training process's (monitor_layer)
             continue
@@ -281,29 +304,35 @@ def apply_file(settings: Settings, path: str | os.PathLike) -> None:
                 notes.append(f"{theirs} {'read as ' + key if key else 'ignored: ' + note}")
                 if key is None:
                     continue
-            set_key(settings, key, value)
+            out[key] = _checked(key, value)
         except ConfigError as exc:
             raise ConfigError(f"{p}: {exc}") from None
     if notes:
         log.warning("%s is upstream rl-insight's server config; %s", p, "; ".join(notes))
+    return out
 
 
-def apply_env(settings: Settings, environ: Mapping[str, str]) -> None:
-    """Overlay the environment: aliases first, then the full RL_INSIGHT_* names."""
-    for key in all_keys(settings):
+def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings the environment sets, as dotted keys: the full RL_INSIGHT_* names,
+    the documented short aliases over them."""
+    out: dict[str, Any] = {}
+    for key in all_keys():
         full = "RL_INSIGHT_" + key.replace(".", "_").upper()
         for name in dict.fromkeys([full, env_name(key)]):  # the short alias wins
             if name in environ:
-                set_key(settings, key, environ[name])
+                out[key] = _checked(key, environ[name])
+    return out
 
 
-def apply_overrides(settings: Settings, overrides: Sequence[str]) -> None:
-    """Overlay ``section.field=value`` strings from the command line."""
+def overrides_layer(overrides: Sequence[str]) -> dict[str, Any]:
+    """``section.field=value`` strings from the command line, as dotted keys."""
+    out: dict[str, Any] = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected section.field=value")
-        set_key(settings, key.strip(), value)
+        out[key.strip()] = _checked(key.strip(), value)
+    return out
 
 
 def load(
@@ -314,25 +343,22 @@ def load(
 ) -> Settings:
     """Defaults, then a file (explicit, $RL_INSIGHT_CONFIG, or $HOME/config.yaml), then
     ``layers`` (dotted key -> value: a training process's ``init(config=...)``), then the
-    environment, then flags."""
+    environment, then flags: each layer's keys over the one before, built once into one
+    frozen Settings."""
     environ = os.environ if environ is None else environ
-    settings = Settings()
     # The home decides where the default config file lives, so read it first.
-    if "RL_INSIGHT_HOME" in environ:
-        settings.home = environ["RL_INSIGHT_HOME"]
+    home = Settings(home=environ.get("RL_INSIGHT_HOME", Settings().home))
     path = config_file or environ.get(CONFIG_ENV)
+    if not path and (home.home_path / "config.yaml").is_file():
+        path = home.home_path / "config.yaml"
+    values: dict[str, Any] = {"home": home.home}
     if path:
-        apply_file(settings, path)
-    else:
-        default = settings.home_path / "config.yaml"
-        if default.is_file():
-            apply_file(settings, default)
+        values.update(file_layer(path))
     for layer in layers:
-        for key, value in layer.items():
-            set_key(settings, key, value)
-    apply_env(settings, environ)
-    apply_overrides(settings, overrides)
-    return settings
+        values.update({key: _checked(key, value) for key, value in layer.items()})
+    values.update(env_layer(environ))
+    values.update(overrides_layer(overrides))
+    return build(values)
 
 
 def as_dict(settings: Settings, *, redact: bool = True) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The one source of defaults for RL-Insight: every host, port, path and tunable, in
 :class:`Settings` and its sections (rl_insight/config/__init__.py says how values are
-layered over them: rl_insight/config/loading.py)."""
+layered over them: rl_insight/config/loading.py). Every section is frozen: the settings a
+process runs with are built once, and a part that holds them (a client, the server's
+state, an actor) can count on them not changing under it."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the setting."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerSettings:
     host: str = ""  # empty: the top-level `host`
     port: int = 18080
@@ -55,7 +57,7 @@ class ServerSettings:
     sync_commits: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrometheusSettings:
     enabled: bool = True
     host: str = ""
@@ -74,7 +76,7 @@ class PrometheusSettings:
     remote_write_bearer_token: str = ""  # a secret; instead of username/password
 
 
-@dataclass
+@dataclass(frozen=True)
 class TempoSettings:
     enabled: bool = True
     host: str = ""
@@ -90,7 +92,7 @@ class TempoSettings:
     metrics_generator: bool = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class GrafanaSettings:
     enabled: bool = True
     host: str = ""
@@ -103,7 +105,7 @@ class GrafanaSettings:
     dashboards_dir: str = ""  # empty: the dashboards shipped in the package
 
 
-@dataclass
+@dataclass(frozen=True)
 class InstallSettings:
     # Replaces https://github.com and https://dl.grafana.com in download URLs, for a
     # cluster that mirrors the upstream archives under the same paths.
@@ -111,7 +113,7 @@ class InstallSettings:
     timeout_s: float = 30.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class PushSettings:
     """The pushgateway-compatible intake on /metrics/job/..."""
 
@@ -123,7 +125,7 @@ class PushSettings:
     persist_interval_s: float = 2.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class TraceSettings:
     """OTLP/HTTP intake on /v1/traces and its relay to Tempo through an on-disk spool."""
 
@@ -143,7 +145,7 @@ class TraceSettings:
     text_max_bytes: int = 4096
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClientSettings:
     """Every training process (the client), and the hub and lane actors it starts."""
 
@@ -195,7 +197,7 @@ class ClientSettings:
     profile_method: str = "py-spy"
 
 
-@dataclass
+@dataclass(frozen=True)
 class HardwareSettings:
     """`attach(hardware=True)`: an agent per Ray node finds or starts exporters."""
 
@@ -208,7 +210,7 @@ class HardwareSettings:
     reconcile_interval_s: float = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class AnatomySettings:
     """Step anatomy: where each step's time went, derived by the server from the replica
     and rank lanes' state spans and the trainer's step marks (lane ``trainer``)."""
@@ -240,7 +242,7 @@ def duration_seconds(text: str) -> float | None:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChangesSettings:
     """What changed over a run: the regression rule (rl_insight/anatomy/changes.py says
     what each setting does and docs/anatomy.md what the defaults measured) and what the
@@ -268,7 +270,7 @@ class ChangesSettings:
     before_steps: int = 20  # the steps before the onset a candidate is compared with
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProfileSettings:
     """Profiles of a trainer rank's code (``rl-insight profile``, POST /api/v1/profiles):
     captured in the cluster by the rank's node lane actor with py-spy, kept with their
@@ -285,7 +287,7 @@ class ProfileSettings:
     auto: bool = True  # a change that lives on one rank has that rank profiled once
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlertSettings:
     """Alerting rules generated for the managed Prometheus (the thresholds of each alert;
     see rl_insight/server/analyses/alert_rules.py)."""
@@ -310,7 +312,7 @@ class AlertSettings:
     dropped_window: str = "5m"  # any event or span dropped within this window
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlertmanagerSettings:
     """Alertmanager, the optional fourth service: delivers the alerts Prometheus fires
     to the receivers configured here (webhooks, Slack, e-mail)."""
@@ -334,7 +336,7 @@ class AlertmanagerSettings:
     repeat_interval: str = "4h"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SupervisorSettings:
     ready_timeout_s: float = 90.0
     stop_timeout_s: float = 10.0
@@ -344,7 +346,7 @@ class SupervisorSettings:
     check_interval_s: float = 0.25
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
     home: str = DEFAULT_HOME
     host: str = "0.0.0.0"  # where every server of ours binds unless its section says

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import requests
 
 from rl_insight.common import netaddr, secret
-from rl_insight.config import Settings, env_name
+from rl_insight.config import Settings, env_name, with_values
 from rl_insight.server import runfile
 from rl_insight.server.app import create_app
 from rl_insight.server.services import SERVICES, binaries
@@ -176,7 +176,7 @@ def run(settings: Settings, say: Say = print) -> int:
         raise StartError(port_message(server_port(settings))) from None
 
     token, token_how = secret.server_token(settings)
-    settings.server.token = token
+    settings = with_values(settings, {"server.token": token})
     advertise, why = netaddr.choose_address(bind, settings.server.advertise_host)
     local_url = netaddr.http_url(netaddr.local_host(bind), settings.server.port)
     record = {"pid": os.getpid(), "url": local_url, "home": str(settings.home_path),
