@@ -17,9 +17,12 @@ from rl_insight.config import ClientSettings
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
-# the deadline the client keeps, and what a process may add to it (threads noticing the
-# deadline, a print): far below a second request timeout, which is what the bound rules out
+# the deadline the client keeps
 TIMEOUT = ClientSettings().exit_flush_timeout_s
+# and what a process may add to it (threads noticing the deadline, a print): far below a
+# second request timeout, which is what the bound rules out. Measured 2026-12-07, 20 runs
+# of both tests beside one busy loop (load 3-13): finish 3.000-3.008 s, finish and exit
+# 3.03-3.25 s for the 3-s deadline; 0.75 s is three times the worst 0.25 s
 SLACK_S = 0.75
 
 SCRIPT = r'''

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 import time
 
@@ -18,7 +20,8 @@ FAST = SupervisorSettings(backoff_initial_s=0.2, backoff_max_s=0.8, stable_after
 
 
 @pytest.mark.integration  # starts a process
-def test_ready_child_and_crashing_child_with_growing_backoff(tmp_path):
+def test_ready_child_and_crashing_child_with_growing_backoff(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="rl_insight.server.services.supervisor")
     port = netaddr.free_port()
     sup = Supervisor(FAST, tmp_path)
     sup.add(Launch("web", [sys.executable, "-m", "http.server", str(port), "--bind",
@@ -33,10 +36,17 @@ def test_ready_child_and_crashing_child_with_growing_backoff(tmp_path):
         c = st("crash")
         assert c.last_exit_code == 3 and not c.ready
         assert st("web").restarts == 0
-        # Backoff doubles up to the cap, so four restarts take at least .2+.4+.8+.8 s.
         t0 = time.monotonic()
         wait_for(lambda: st("crash").restarts >= 6, 10, "two more restarts")
+        # it waits out each delay: from the 4th restart to the 6th, two of 0.8 s (and two
+        # children's lives); one-sided, load only lengthens it, and t0 is read up to a
+        # poll late. Measured 2026-12-07, 20 runs beside one busy loop (load 3-13):
+        # 1.70-1.91 s; 1.2 s leaves a look at the 4th restart 0.4 s late
         assert time.monotonic() - t0 >= 0.8 * 1.5
+        # the delays it chose, in order: doubling from 0.2 s to the 0.8 s cap (its log)
+        delays = [float(m[1]) for r in caplog.records if (m := re.match(
+            r"crash exited with code 3; restart \d+ in ([\d.]+)s", r.getMessage()))]
+        assert delays[:6] == [0.2, 0.4, 0.8, 0.8, 0.8, 0.8], delays
         assert (tmp_path / "crash.log").read_text().count("rl-insight starting crash") >= 6
     finally:
         sup.stop()
@@ -57,6 +67,9 @@ def test_stop_kills_a_child_that_ignores_sigterm(tmp_path):
              "the child to ignore SIGTERM")
     t0 = time.monotonic()
     sup.stop()
+    # SIGKILL at the deadline, not after the child's 60 s: measured 2026-12-07, 20 runs
+    # beside one busy loop: 2.002-2.020 s for the 2-s deadline; 5 s of slack is far above
+    # that 0.02 s and far below the 60 s it rules out
     assert time.monotonic() - t0 < FAST.stop_timeout_s + 5
     assert sup.status()[0].pid is None and sup.status()[0].last_exit_code == -9
 
