@@ -25,6 +25,7 @@ from bench.common import save  # noqa: E402
 from rl_insight.client import api  # noqa: E402
 from rl_insight.client.configuration import ClientConfig  # noqa: E402
 from rl_insight.client.core import Client  # noqa: E402
+from rl_insight.client.runtime import RUNTIME  # noqa: E402
 from rl_insight.collector.otlp_encode import encode  # noqa: E402
 from rl_insight.config import ClientSettings, Settings  # noqa: E402
 from rl_insight.wire.events import Identity, Span  # noqa: E402
@@ -43,7 +44,7 @@ def run(per_request: bool, replicas: int, concurrency: int, steps: int) -> dict:
     c = Client(ClientConfig("http://127.0.0.1:1", settings=settings))
     got: list = []
     c.buffer.export = lambda items, dropped: got.extend(items)
-    api._client, api._env_checked = c, True
+    RUNTIME.client, RUNTIME.checked = c, True
     rng = random.Random(7)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for _ in range(steps):  # a step: every replica generates its batch, then a pause
@@ -53,7 +54,7 @@ def run(per_request: bool, replicas: int, concurrency: int, steps: int) -> dict:
     cpu = time.process_time() - cpu0
     wall = time.perf_counter() - wall0
     c.buffer.flush(10)
-    api._client = None
+    RUNTIME.client = None
     spans = [s for s in got if type(s) is Span]
     ident = Identity("bench", "busy")
     payload = sum(len(encode([(ident, "p", s) for s in spans[i:i + 512]]))

@@ -105,7 +105,7 @@ def main() -> int:
                        "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "0.2",
                        "RL_INSIGHT_HOME": str(home / "client")})
     import rl_insight as rl
-    from rl_insight.client import api
+    from rl_insight.client.runtime import RUNTIME
 
     server = psutil.Process(json.loads((home / "run" / "server.json").read_text())["pid"])
     me = psutil.Process()
@@ -116,7 +116,7 @@ def main() -> int:
             one_run(rl, i, args.trajectories)
             if (i + 1) % args.sample == 0:
                 gc.collect()
-                t = api._client.transport()
+                t = RUNTIME.client.transport()
                 samples.append({
                     "runs": i + 1, "t_s": round(time.monotonic() - t0, 1),
                     "client_rss_mb": round(me.memory_info().rss / 2**20, 1),

@@ -299,10 +299,11 @@ def configured(home: Path, monkeypatch: pytest.MonkeyPatch):
     server on a closed port, nothing waited for at exit), as a training process starts
     it; the client and the environment are restored after the test."""
     from rl_insight.client import api
+    from rl_insight.client.runtime import RUNTIME
 
-    monkeypatch.setattr(api, "_client", None)
-    monkeypatch.setattr(api, "_env_checked", False)
-    monkeypatch.setattr(api, "_off", None)
+    monkeypatch.setattr(RUNTIME, "client", None)
+    monkeypatch.setattr(RUNTIME, "checked", False)
+    monkeypatch.setattr(RUNTIME, "off", None)
 
     def start(**env: str):
         for k in [k for k in os.environ if k.startswith("RL_INSIGHT_") and
@@ -312,7 +313,7 @@ def configured(home: Path, monkeypatch: pytest.MonkeyPatch):
                "RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S": "0", **env}
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        api._client, api._env_checked, api._off = None, False, None
+        RUNTIME.client, RUNTIME.checked, RUNTIME.off = None, False, None
         assert api.enabled()
         return api.configuration()
 
@@ -356,15 +357,15 @@ def cli(home: Path) -> Cli:
 @pytest.fixture
 def recorded(monkeypatch):
     """The client API with a real Client whose exporter records instead of sending."""
-    from rl_insight.client import api
     from rl_insight.client.configuration import ClientConfig
     from rl_insight.client.core import Client
+    from rl_insight.client.runtime import RUNTIME
 
     c = Client(ClientConfig("http://127.0.0.1:1"))
     got: list = []
     c.buffer.export = lambda items, dropped: got.extend(items)
-    monkeypatch.setattr(api, "_client", c)
-    monkeypatch.setattr(api, "_env_checked", True)
+    monkeypatch.setattr(RUNTIME, "client", c)
+    monkeypatch.setattr(RUNTIME, "checked", True)
     return c, got
 
 

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.wire import naming
 from rl_insight.wire.events import Metric, Span, StateChange
 from tests.conftest import REPO, prom_query, wait_for
@@ -119,6 +120,7 @@ UNREACHABLE_SCRIPT = '''
 import json, os, sys, time, tracemalloc
 import rl_insight
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 N = 10_000
 errors = 0
 rl_insight.init("proj", "unreachable")
@@ -151,7 +153,7 @@ for f in calls:
         except Exception:
             errors += 1
 elapsed = time.perf_counter() - t0
-c = api._client
+c = RUNTIME.client
 peak = tracemalloc.get_traced_memory()[1]
 t = c.transport()
 print("CALLS " + json.dumps({"errors": errors, "per_call_us": elapsed / (len(calls) * N) * 1e6,
@@ -298,7 +300,8 @@ with rl_insight.trace_state("vllm_generate", state_lane_id="replica_0"):
     pass
 rl_insight.flush(5)
 from rl_insight.client import api
-t = api._client.transport()
+from rl_insight.client.runtime import RUNTIME
+t = RUNTIME.client.transport()
 t.hub_loop.run_now(5); t.lane_loop.run_now(5)
 addr = t.metrics_server.address.replace("0.0.0.0", "127.0.0.1")
 print("SCRAPE " + requests.get(f"http://127.0.0.1:{t.metrics_server.port}/metrics").text)
@@ -341,10 +344,11 @@ def test_disabled_calls_create_nothing():
     code = """
 import rl_insight
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 rl_insight.metric_gauge("x", 1); rl_insight.metric_count("y")
 with rl_insight.trace_state("s", state_lane_id="replica_0"): pass
 rl_insight.update_prometheus_config(["a:1"], "vllm"); rl_insight.finish()
-print(api._client is None, rl_insight.enabled())
+print(RUNTIME.client is None, rl_insight.enabled())
 """
     r = run_script(code, {"PATH": "/usr/bin:/bin"})
     assert r.stdout.strip() == "True False", r.stderr
@@ -528,8 +532,8 @@ def test_label_names_equal_to_parameter_names_never_raise(recorded):
 
 
 def test_disabled_calls_with_clashing_names_do_not_raise(monkeypatch):
-    monkeypatch.setattr(api, "_client", None)
-    monkeypatch.setattr(api, "_env_checked", True)
+    monkeypatch.setattr(RUNTIME, "client", None)
+    monkeypatch.setattr(RUNTIME, "checked", True)
     api.metric_gauge("loss", 0.1, name="actor")
     api.metric_count("x", 1, amount=3)
     api.metric_gauge("x", 1.0, value=2)

@@ -13,6 +13,7 @@ import pytest
 
 from rl_insight.client import api
 from rl_insight.client.configuration import resolve
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.ray.attach import env_vars, runtime_env
 from rl_insight.wire.events import Identity
 
@@ -26,9 +27,9 @@ def fresh(home, monkeypatch):
     for name in ENVS:  # set, then deleted: what init(project, ...) writes is undone after
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
-    monkeypatch.setattr(api, "_client", None)
-    monkeypatch.setattr(api, "_env_checked", False)
-    monkeypatch.setattr(api, "_off", None)
+    monkeypatch.setattr(RUNTIME, "client", None)
+    monkeypatch.setattr(RUNTIME, "checked", False)
+    monkeypatch.setattr(RUNTIME, "off", None)
     return monkeypatch
 
 
@@ -67,7 +68,7 @@ def test_init_with_a_config_turns_monitoring_on_without_writing_the_environment(
     before = dict(os.environ)
     api.init(project="p", experiment_name="e", config={
         "server": {"url": "http://127.0.0.1:1"}, "client": {"exit_flush_timeout_s": 0}})
-    c = api._client
+    c = RUNTIME.client
     assert c is not None and c.server_url == "http://127.0.0.1:1"
     assert c.identity == Identity("p", "e") and c.settings.exit_flush_timeout_s == 0
     changed = {k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k)}
@@ -99,17 +100,17 @@ def test_a_workers_variables_come_from_the_configuration_given(fresh):
 
 def test_a_bare_init_resolves_again_only_when_the_environment_changed(fresh):
     api.init()
-    assert api._client is None and api._off is not None
-    seen = api._off
+    assert RUNTIME.client is None and RUNTIME.off is not None
+    seen = RUNTIME.off
     api.init()  # the same environment: nothing resolved again (Uni-Agent's every emit)
-    assert api._off is seen
+    assert RUNTIME.off is seen
     fresh.setenv("OTHER_VARIABLE", "1")  # a variable that turns nothing on: still off
     api.init()
-    assert api._off is seen
+    assert RUNTIME.off is seen
     fresh.setenv("RL_INSIGHT_SERVER_URL", "http://127.0.0.1:1")
     fresh.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "0")
     api.init()
-    assert api._client is not None and api._client.server_url == "http://127.0.0.1:1"
+    assert RUNTIME.client is not None and RUNTIME.client.server_url == "http://127.0.0.1:1"
 
 
 def test_the_environment_wins_over_init_config_for_client_settings(fresh, home):
@@ -139,8 +140,8 @@ def test_the_resolved_configuration_is_never_changed(fresh):
     assert now is not first and (first.server_url, first.client.batch_size,
                                  first.bucket_map) == was
     assert now.server_url == "http://127.0.0.1:1" and now.client.batch_size == 64
-    assert api._client.buffer.batch_size == 64
-    assert api._client.buckets_for("my_latency") == (0.1, 1.0)
+    assert RUNTIME.client.buffer.batch_size == 64
+    assert RUNTIME.client.buckets_for("my_latency") == (0.1, 1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):  # nothing sets a field of it
         now.server_url = "http://elsewhere:1"
 

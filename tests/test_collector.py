@@ -587,10 +587,11 @@ def test_an_engine_relays_its_text_at_once_when_asked(configured, monkeypatch):
     """The trainer asks each engine to relay (OpenRLHF's, rl_insight/integrations/
     openrlhf.py): its first text is handed to the client at once, not a tick later (a
     run of a few steps on a busy CI host ended before one engine's first tick)."""
-    from rl_insight.client import api, relay
+    from rl_insight.client import relay
+    from rl_insight.client.runtime import RUNTIME
 
     configured(RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="60")
-    client = api._get()
+    client = RUNTIME.get()
     added: list = []
     monkeypatch.setattr(client, "add", added.append)
     monkeypatch.setattr(relay, "_relays", {})

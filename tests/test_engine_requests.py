@@ -304,11 +304,12 @@ def test_an_engines_spans_are_stamped_when_trace_state_first_runs_on_its_lane(
     from opentelemetry import trace
 
     from rl_insight.client import api, engine_spans
+    from rl_insight.client.runtime import RUNTIME
 
     c, _ = recorded
     c.identity = Identity("p", "stamped")
     monkeypatch.setattr(engine_spans, "_stamped", set())
-    monkeypatch.setattr(api, "_stamped", set())
+    monkeypatch.setattr(RUNTIME, "stamped", set())
     engine = Engine()
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: engine.provider)
     with api.trace_state("vllm_generate", state_lane_id="teacher_x_replica_3"):
@@ -331,11 +332,12 @@ def test_a_resource_that_names_the_run_and_replica_is_not_stamped_over(recorded,
     from opentelemetry import trace
 
     from rl_insight.client import api, engine_spans
+    from rl_insight.client.runtime import RUNTIME
 
     c, _ = recorded
     c.identity = Identity("p", "stamped")
     monkeypatch.setattr(engine_spans, "_stamped", set())
-    monkeypatch.setattr(api, "_stamped", set())
+    monkeypatch.setattr(RUNTIME, "stamped", set())
     engine = Engine({"project": "p", "experiment_name": "own", "replica": "0"})
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: engine.provider)
     with api.trace_state("vllm_generate", state_lane_id="replica_0"):

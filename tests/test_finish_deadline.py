@@ -89,6 +89,7 @@ def test_finish_and_exit_share_one_deadline_with_the_server_gone(gone_server, tm
 EXIT_HOOK_SCRIPT = r'''
 import asyncio, atexit, json, sys, time
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 import rl_insight
 marks = {}
 # first registered, last run: measures everything the exit hooks below did
@@ -107,7 +108,7 @@ async def main():  # prime-rl's trainer: its monitor built inside asyncio.run
         rl_insight.metric_gauge("exit_hook_step", float(step))
     # the process's first connections, made after the exit hooks were registered: its
     # registrations', then its pushes' (prime-rl's trainer lingers after its last step)
-    client = api._client
+    client = RUNTIME.client
     client.wait_registrations(20)
     client.transport().hub_loop.run_now(20)
 

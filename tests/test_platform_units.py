@@ -25,6 +25,7 @@ import rl_insight
 from rl_insight import config, utils
 from rl_insight.client import api
 from rl_insight.client.core import endpoints
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.collector.hub import HubCore
 from rl_insight.collector.serve import MetricsServer
 from rl_insight.collector.served import ServedGroups, with_labels
@@ -38,8 +39,8 @@ def fresh(monkeypatch):
     """No client yet, and no endpoint in the environment."""
     for name in ENVS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(api, "_client", None)
-    monkeypatch.setattr(api, "_env_checked", False)
+    monkeypatch.setattr(RUNTIME, "client", None)
+    monkeypatch.setattr(RUNTIME, "checked", False)
     return monkeypatch
 
 
@@ -81,11 +82,11 @@ def test_otel_exporter_endpoint_in_init_config_turns_platform_mode_on(fresh):
     api.init(project="p", experiment_name="e",
              config={"otel": {"exporter": {"endpoint": "http://collector:4318/v1/traces"}},
                      "prometheus": {"metrics_report_port": 9555}})
-    c = api._client
+    c = RUNTIME.client
     assert c is not None and c.otlp_url == "http://collector:4318/v1/traces"
     assert not c.server_url and rl_insight.is_platform_mode()
     assert c.settings.metrics_port == 9555
-    fresh.setattr(api, "_client", None)
+    fresh.setattr(RUNTIME, "client", None)
 
 
 @pytest.mark.parametrize(("given", "used"), [
@@ -184,11 +185,11 @@ def test_repeated_init_is_a_no_op_that_changes_nothing(recorded):
     (uni_agent/rl_insight/__init__.py): the client, its identity and settings stay."""
     c, got = recorded
     c.set_identity(Identity("p", "e"))
-    before = (api._client, c.identity, dict(vars(c.settings)))
+    before = (RUNTIME.client, c.identity, dict(vars(c.settings)))
     for _ in range(1000):
         rl_insight.init()
         rl_insight.metric_gauge("router_load", 0.5, replica="0")
-    assert (api._client, c.identity, dict(vars(c.settings))) == before
+    assert (RUNTIME.client, c.identity, dict(vars(c.settings))) == before
     c.buffer.flush(5)
     assert sum(1 for m in got if getattr(m, "name", "") ==
                "rl_insight_monitor_router_load") == 1000

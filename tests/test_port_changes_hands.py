@@ -29,6 +29,7 @@ HELD_S = 15.0  # more than one FOREIGN_RECHECK_S (collector/push.py): a verdict 
 CLIENT = '''
 import json, sys, time, rl_insight
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 url = sys.argv[1]
 rl_insight.register_rollout_replicas(["127.0.0.1:18001", "127.0.0.1:18002"], "vllm")
 rl_insight.init("proj", "port-changed-hands")
@@ -40,7 +41,7 @@ for step in range(1, 41):
     sent += 1
     time.sleep(0.5)
 print("STEPS " + str(sent), flush=True)
-c = api._client
+c = RUNTIME.client
 t = c.transport()
 deadline = time.time() + 60
 while time.time() < deadline:

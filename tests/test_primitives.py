@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rl_insight
-from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.wire.events import Span, StateChange
 
 S = 1_000_000_000
@@ -51,7 +51,7 @@ def test_an_abandoned_stream_does_not_silence_its_lane(recorded):
     # overlapping blocks of one state form one interval: count blocks, not spans
     spans = intervals(got, "replica_9", "vllm_generate")
     assert sum(dict(s.attributes).get("blocks", 1) for s in spans) == 4, spans
-    assert not any(k[0] == "replica_9" for k in api._open)
+    assert not any(k[0] == "replica_9" for k in RUNTIME.open)
 
 
 def test_decorated_async_generators_time_the_whole_iteration(recorded):
@@ -109,7 +109,7 @@ def test_cancellation_inside_a_block_closes_it(recorded):
     rl_insight.flush(2)
     (span,) = intervals(got, "replica_7")
     assert dict(span.attributes)["error"] == "CancelledError"
-    assert not any(k[0] == "replica_7" for k in api._open)
+    assert not any(k[0] == "replica_7" for k in RUNTIME.open)
 
 
 ACTIONS = st.sampled_from(["exit", "error", "cancel", "abandon"])
@@ -128,7 +128,7 @@ def test_random_interleavings_close_every_interval_once(recorded, tasks):
     closed once, and its blocks add up to the blocks entered."""
     _, got = recorded
     got.clear()
-    api._open.clear()
+    RUNTIME.open.clear()
 
     async def block(lane, state, delay, hold, how):
         for _ in range(delay):
@@ -160,7 +160,7 @@ def test_random_interleavings_close_every_interval_once(recorded, tasks):
         await asyncio.gather(*jobs, return_exceptions=True)
 
     run_loop(main)
-    assert not api._open, api._open
+    assert not RUNTIME.open, RUNTIME.open
     rl_insight.flush(5)
     opened = [e for e in got if type(e) is StateChange and e.entering]
     closed = [e for e in got if type(e) is Span

@@ -24,6 +24,7 @@ import rl_insight
 from rl_insight import config
 from rl_insight.client import api
 from rl_insight.client.configuration import resolve
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.common import netaddr
 from tests.conftest import wait_for
 
@@ -124,11 +125,11 @@ def fresh(home, tmp_path, monkeypatch):
     for name in ("VERL_RL_INSIGHT_ENABLE", "TRIAL_ID"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "3")
-    for attr, value in (("_client", None), ("_env_checked", False), ("_off", None)):
-        monkeypatch.setattr(api, attr, value)
+    for attr, value in (("client", None), ("checked", False), ("off", None)):
+        monkeypatch.setattr(RUNTIME, attr, value)
     yield monkeypatch
-    if api._client is not None:
-        api._client.at_exit()
+    if RUNTIME.client is not None:
+        RUNTIME.client.at_exit()
     sys.modules.pop("team_sinks", None)
 
 
@@ -361,9 +362,9 @@ def test_drivers_that_do_not_work_are_said_and_training_goes_on(fresh, tmp_path,
 
     # no sink at all can be built and no server: monitoring stays off, calls are no-ops
     api.finish()
-    api._client.at_exit()
-    fresh.setattr(api, "_client", None)
-    fresh.setattr(api, "_env_checked", False)
+    RUNTIME.client.at_exit()
+    fresh.setattr(RUNTIME, "client", None)
+    fresh.setattr(RUNTIME, "checked", False)
     rl_insight.init(config={"server": {"backend": "push"},
                             "push": {"sinks": [{"driver": "no_such_team_module:f"}]}})
     assert not rl_insight.enabled()

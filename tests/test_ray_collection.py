@@ -378,8 +378,9 @@ ray.init()
 @ray.remote
 def probe():
     from rl_insight.client import api
+    from rl_insight.client.runtime import RUNTIME
     return {"project": os.environ.get("RL_INSIGHT_PROJECT"),
-            "enabled_at_start": api._client is not None}
+            "enabled_at_start": RUNTIME.client is not None}
 
 print("RESULT " + json.dumps(ray.get(probe.remote())))
 '''

@@ -68,11 +68,12 @@ import argparse, json, os, sys
 import requests
 import rl_insight
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 URL, P = os.environ["RL_INSIGHT_SERVER_URL"], sys.argv[1]
 AUTH = {"Authorization": "Bearer " + os.environ["RL_INSIGHT_TOKEN"]}
 
 def delivered():
-    assert api._client.wait_registrations(20)
+    assert RUNTIME.client.wait_registrations(20)
 
 def stored(e):
     return requests.get(URL + "/api/v1/experiments/config", headers=AUTH, timeout=5,

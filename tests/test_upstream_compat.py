@@ -14,6 +14,7 @@ import pytest
 
 from rl_insight import config
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.wire.events import Identity, Metric, Span, StateChange
 
 # verl's class, imported by the first test that asks for it: verl imports torch (11 s),
@@ -82,7 +83,7 @@ def test_concurrent_generate_requests_are_one_busy_interval(verl_recorded):
     attrs = dict(spans[0].attributes)
     assert attrs["blocks"] == 8 and attrs["monitor.trace_segment"] == "state_interval"
     assert spans[0].ends_state and spans[0].start_ns < spans[0].end_ns
-    assert not api._open  # every interval closed
+    assert not RUNTIME.open  # every interval closed
 
 
 def test_requests_of_one_lane_in_threads_are_an_interval_per_thread(verl_recorded):
@@ -111,7 +112,7 @@ def test_requests_of_one_lane_in_threads_are_an_interval_per_thread(verl_recorde
     c.buffer.flush(5)
     spans = of(got, Span)
     assert len(spans) == 4 and all(dict(s.attributes)["blocks"] == 2 for s in spans)
-    assert not api._open
+    assert not RUNTIME.open
     lanes = LaneCore(RecordingSender(), "l")
     shown = set()
     for ev in [e for e in got if type(e) in (StateChange, Span)]:
@@ -123,6 +124,26 @@ def test_requests_of_one_lane_in_threads_are_an_interval_per_thread(verl_recorde
     (secs,) = [v for k, v in pushed.items()
                if k[0] == "rl_insight_monitor_lane_state_seconds_total"]
     assert secs <= wall_s
+
+
+def test_an_open_interval_is_named_state_of_the_process(verl_recorded):
+    """The process's client state is one object (RUNTIME) and each open interval one
+    object with named fields: its blocks open and in all, its labels, its failures."""
+    c, got = verl_recorded
+    with api.trace_state("vllm_generate", state_lane_id="replica_3", step=1):
+        with api.trace_state("vllm_generate", state_lane_id="replica_3"):
+            (iv,) = [v for k, v in RUNTIME.open.items() if k[0] == "replica_3"]
+            assert (iv.depth, iv.blocks, iv.labels, iv.errors) == (2, 2, {"step": 1}, 0)
+        with pytest.raises(ValueError):
+            with api.trace_state("vllm_generate", state_lane_id="replica_3"):
+                raise ValueError("a failed request")
+        assert (iv.depth, iv.blocks, iv.errors, iv.last_error) == (1, 3, 1, "ValueError")
+    assert not RUNTIME.open and RUNTIME.client is c
+    c.buffer.flush(5)
+    (span,) = of(got, Span)
+    assert span.parent_id == iv.parent == 0 and (span.trace_id, span.span_id) == iv.ids
+    assert {k: v for k, v in span.attributes if k in ("blocks", "error", "errors")} == {
+        "blocks": 3, "error": "ValueError", "errors": 1}
 
 
 def test_sequential_blocks_stay_separate_and_per_request_detail(verl_recorded):
@@ -174,8 +195,8 @@ def test_trace_state_decorates_sync_and_async(verl_recorded):
 
 
 def test_label_list_length_must_match_even_when_off(monkeypatch):
-    monkeypatch.setattr(api, "_client", None)
-    monkeypatch.setattr(api, "_env_checked", True)
+    monkeypatch.setattr(RUNTIME, "client", None)
+    monkeypatch.setattr(RUNTIME, "checked", True)
     with pytest.raises(ValueError, match="labels length must match"):
         api.update_prometheus_config(["a:1", "b:2"], "vllm", [{"replica": 0}])
     api.update_prometheus_config(["a:1", "b:2"], "vllm", [{"replica": 0}, None])  # fine
@@ -224,15 +245,15 @@ def test_init_honours_upstream_keys(monkeypatch, caplog):
     for name in ("RL_INSIGHT_SERVER_URL", "RL_INSIGHT_OTLP_ENDPOINT"):
         monkeypatch.setenv(name, "")  # restored afterwards, whatever init() sets
         monkeypatch.delenv(name)
-    monkeypatch.setattr(api, "_client", None)
-    monkeypatch.setattr(api, "_env_checked", False)
+    monkeypatch.setattr(RUNTIME, "client", None)
+    monkeypatch.setattr(RUNTIME, "checked", False)
     caplog.set_level(logging.WARNING, logger="rl_insight")
     api.init(config={"server": {"url": "http://127.0.0.1:9", "namespace": "mine",
                                 "backend": "ray"},
                      "prometheus": {"metrics_report_port": 9555},
                      "flush_interval_s": 1.5, "client": {"lane_pool_size": 2},
                      "mystery": 1})
-    c = api._client
+    c = RUNTIME.client
     try:
         assert c is not None and c.server_url == "http://127.0.0.1:9"  # turned on by config
         assert c.settings.metrics_port == 9555 and c.settings.flush_interval_s == 1.5
@@ -241,13 +262,13 @@ def test_init_honours_upstream_keys(monkeypatch, caplog):
         assert "server.namespace='mine' is not used" in text
         assert "ignores unknown keys: mystery" in text
     finally:
-        monkeypatch.setattr(api, "_client", None)
+        monkeypatch.setattr(RUNTIME, "client", None)
     # the environment wins over server.url
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", "http://127.0.0.1:8")
-    monkeypatch.setattr(api, "_env_checked", False)
+    monkeypatch.setattr(RUNTIME, "checked", False)
     api.init(config={"server": {"url": "http://127.0.0.1:9"}})
-    assert api._client.server_url == "http://127.0.0.1:8"
-    monkeypatch.setattr(api, "_client", None)
+    assert RUNTIME.client.server_url == "http://127.0.0.1:8"
+    monkeypatch.setattr(RUNTIME, "client", None)
 
 
 def test_trace_span_attributes_as_upstream_caller_wins_and_sequences_are_arrays(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rl_insight.client import api
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.wire.attributes import LANE_ATTR
 
 SESSION_SPAN = "agent_session"
@@ -80,12 +81,12 @@ class AgentLoopSession:
             self._finish(list(trajectories or ()), str(status), runner_name or "",
                          reward_source or "", finished)
         except Exception:
-            api._failed("agent_loop_session.finish")
+            RUNTIME.failed("agent_loop_session.finish")
 
     def _finish(self, trajectories: list, status: str, runner: str, source: str,
                 finished: bool | None) -> None:
         end = time.time_ns()
-        c = api._client or api._get()
+        c = RUNTIME.client or RUNTIME.get()
         if c is None:
             return
         for name, bounds in BUCKETS.items():

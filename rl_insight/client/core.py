@@ -37,6 +37,7 @@ from rl_insight.client.transports import (
     actor_config,
     ray_ready,
 )
+from rl_insight.config import ClientSettings
 from rl_insight.wire.events import Identity
 
 log = logging.getLogger(__name__)
@@ -47,14 +48,13 @@ __all__ = ["ENABLE_ENV", "EXPERIMENT_ENV", "OTLP_ENV", "PROJECT_ENV", "SERVER_UR
 
 class Client:
     """One process's client, for one resolved configuration (``resolve``), which it takes
-    whole and never changes; ``reconfigure`` takes a newer one."""
+    whole and never changes; ``reconfigure`` swaps in a newer one. Where it sends, with
+    what credential and its settings are read from the configuration it holds, never
+    copied out of it."""
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self.server_url = config.server_url
-        self.otlp_url = config.otlp_url
-        self.token = config.token
-        settings = self.settings = config.client
+        settings = config.client
         self.identity: Identity | None = config.identity
         self.owner = False  # this process called init() with the identity: it finishes
         self.process = f"{socket.gethostname()}:{os.getpid()}"
@@ -80,6 +80,23 @@ class Client:
         self.scrape_targets: list[tuple[list[str], object]] = []  # for a later poller
         self._start_push()
         os.register_at_fork(after_in_child=self._after_fork)
+
+    @property
+    def server_url(self) -> str:
+        return self.config.server_url
+
+    @property
+    def otlp_url(self) -> str:
+        return self.config.otlp_url
+
+    @property
+    def token(self) -> str:
+        return self.config.token
+
+    @property
+    def settings(self) -> ClientSettings:
+        """The client's settings, as its configuration holds them."""
+        return self.config.settings.client
 
     @property
     def delivers(self) -> bool:
@@ -120,13 +137,15 @@ class Client:
                 log.warning("rl-insight: closing the push sinks failed", exc_info=True)
 
     def reconfigure(self, config: ClientConfig) -> None:
-        """A newer configuration (a later ``init(config=...)``): its settings and bounds,
-        handed to what copied them. Where it sends stays: the transport is running."""
+        """A newer configuration (a later ``init(config=...)``), taken whole in place of
+        the one held: its settings and bounds, handed to the buffer and the histograms
+        made from them. Where it sends stays: the transport is running."""
         from dataclasses import replace
 
-        config = self.config = replace(config, server_url=self.server_url,
-                                       otlp_url=self.otlp_url, token=self.token)
-        s = self.settings = config.client
+        old = self.config
+        self.config = replace(config, server_url=old.server_url, otlp_url=old.otlp_url,
+                              token=old.token)
+        s = self.settings
         self.default_buckets = parse_buckets(s.histogram_buckets)
         self.bucket_map.update(config.bucket_map)
         self.buffer.configure(s.buffer_max_events, s.batch_size, s.flush_interval_s)

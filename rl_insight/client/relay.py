@@ -50,10 +50,10 @@ def relay_registry(job: str, lane: str, labels: Mapping[str, Any],
     lane tick; a run of a few steps on a busy host ended before its engines' first tick).
     Once per (job, lane) and process; returns whether it relays. Never raises."""
     try:
-        from rl_insight.client import api
+        from rl_insight.client.runtime import RUNTIME
         from rl_insight.collector.loop import Periodic
 
-        client = api._client or api._get()
+        client = RUNTIME.client or RUNTIME.get()
         if client is None:
             return False
         key = (job, lane)

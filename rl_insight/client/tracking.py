@@ -10,6 +10,7 @@ from typing import Any
 
 from rl_insight import frameworks
 from rl_insight.client import api, runconfig
+from rl_insight.client.runtime import RUNTIME
 from rl_insight.frameworks.table import Framework, timing_values
 from rl_insight.wire.attributes import SEGMENT_ATTR, STEP_ATTR
 from rl_insight.wire.frameworks import FRAMEWORK_ATTR, STEP_TIMING, TIMING_PREFIX
@@ -93,11 +94,11 @@ class Tracking:
             return
         try:
             self._log(data or {}, step)
-            c = api._client
+            c = RUNTIME.client
             if c is not None:  # the step is complete: hand it over now, without waiting
                 c.buffer._wake.set()
         except Exception:
-            api._failed("Tracking.log")
+            RUNTIME.failed("Tracking.log")
 
     def _log(self, data: Mapping[str, Any], step: Any) -> None:
         fw = self.framework
