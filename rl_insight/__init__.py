@@ -19,7 +19,7 @@ _EXPORTS = {
     "check_rollout_stats": "rl_insight.client.registration",
     "Tracking": "rl_insight.client.tracking",
     **{name: "rl_insight.client.api" for name in (
-        "enabled", "finish", "flush", "init", "is_platform_mode", "log_config",
+        "child_env", "enabled", "finish", "flush", "init", "is_platform_mode", "log_config",
         "metric_count",
         "metric_gauge",
         "metric_histogram", "register_rollout_replicas", "register_transfer_queue",
@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as they resolve
         agent_loop_session,
     )
     from rl_insight.client.api import (  # noqa: F401
+        child_env,
         enabled,
         finish,
         flush,

@@ -1,8 +1,9 @@
 """The client's configuration, resolved once (rl_insight/client/configuration.py): the
 arguments, then the environment, then ``init(config=...)``, then the config file, then
 the defaults, into one object that ``init`` and ``attach`` pass explicitly. The
-environment is read, never written, except as the channel to Ray workers: the runtime env
-``attach`` hands them."""
+environment is read, never written: a child gets the configuration and the run as
+variables its starter passes (``child_env()``, the runtime env ``attach`` hands Ray's
+workers)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 
 import pytest
 
+import rl_insight
 from rl_insight.client import api
 from rl_insight.client.configuration import resolve
 from rl_insight.client.runtime import RUNTIME
@@ -24,7 +26,7 @@ ENVS = ("RL_INSIGHT_SERVER_URL", "RL_INSIGHT_OTLP_ENDPOINT", "VERL_RL_INSIGHT_EN
 @pytest.fixture
 def fresh(home, monkeypatch):
     """No client yet, none of the client's variables set, an empty config file."""
-    for name in ENVS:  # set, then deleted: what init(project, ...) writes is undone after
+    for name in ENVS:  # set, then deleted: the environment is as it was after
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     monkeypatch.setattr(RUNTIME, "client", None)
@@ -72,13 +74,34 @@ def test_init_with_a_config_turns_monitoring_on_without_writing_the_environment(
     assert c is not None and c.server_url == "http://127.0.0.1:1"
     assert c.identity == Identity("p", "e") and c.settings.exit_flush_timeout_s == 0
     changed = {k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k)}
-    # the run's name, as before, for the processes this one starts; nothing else
-    assert changed <= {"RL_INSIGHT_PROJECT", "RL_INSIGHT_EXPERIMENT_NAME"}, changed
+    assert not changed, changed  # the run's name too goes to children explicitly
     # what a Ray job started from here hands its workers: the resolved values
     got = runtime_env({"env_vars": {"OTHER": "1"}})["env_vars"]
     assert got["RL_INSIGHT_SERVER_URL"] == "http://127.0.0.1:1" and got["OTHER"] == "1"
     assert got["VERL_RL_INSIGHT_ENABLE"] == "1"
     assert (got["RL_INSIGHT_PROJECT"], got["RL_INSIGHT_EXPERIMENT_NAME"]) == ("p", "e")
+
+
+def test_a_child_gets_the_run_this_process_named_from_child_env(fresh):
+    """init(project, experiment_name) writes no variable; what a child needs to report
+    into the run (where to send, the run) comes from child_env(), which a starter merges
+    over the child's environment: Ray's runtime env (the operator's hook too) and the
+    site hook's command do; a child resolves the run from it."""
+    from rl_insight.ray import hooks
+
+    assert rl_insight.child_env() == {}  # monitoring off here: nothing to hand over
+    fresh.setenv("RL_INSIGHT_SERVER_URL", "http://127.0.0.1:1")
+    fresh.setenv("RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", "0")
+    rl_insight.init(project="p", experiment_name="e")
+    assert "RL_INSIGHT_PROJECT" not in os.environ
+    child = {**os.environ, **rl_insight.child_env()}
+    assert (child["RL_INSIGHT_PROJECT"], child["RL_INSIGHT_EXPERIMENT_NAME"]) == ("p", "e")
+    assert resolve(environ=child).identity == Identity("p", "e")
+    hooked = hooks.runtime_env_hook({"env_vars": {"OTHER": "1"}})["env_vars"]
+    assert (hooked["RL_INSIGHT_PROJECT"], hooked["OTHER"]) == ("p", "1")
+    # the job's own values win
+    own = hooks.runtime_env_hook({"env_vars": {"RL_INSIGHT_PROJECT": "q"}})["env_vars"]
+    assert own["RL_INSIGHT_PROJECT"] == "q"
 
 
 def test_a_workers_variables_come_from_the_configuration_given(fresh):

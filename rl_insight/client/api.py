@@ -19,6 +19,7 @@ from rl_insight.client.arguments import attributes_of as _attrs
 from rl_insight.client.arguments import labels_of as _labels
 from rl_insight.client.arguments import split_params as _params
 from rl_insight.client.configuration import ClientConfig, environ_key, resolve
+from rl_insight.client.handover import child_env
 from rl_insight.client.ops import trace_op
 from rl_insight.client.registration import (
     ROLLOUT_JOBS,
@@ -33,8 +34,8 @@ from rl_insight.wire import attributes as attr
 from rl_insight.wire import naming
 from rl_insight.wire.events import COUNTER, GAUGE, HISTOGRAM, Identity, Metric, Span
 
-__all__ = ["configuration", "default_lane", "enable", "enabled", "finish", "flush", "init",
-           "is_platform_mode", "log_config", "metric_count", "metric_gauge",
+__all__ = ["child_env", "configuration", "default_lane", "enable", "enabled", "finish",
+           "flush", "init", "is_platform_mode", "log_config", "metric_count", "metric_gauge",
            "metric_histogram", "register_rollout_replicas", "register_transfer_queue",
            "trace_op", "trace_span", "trace_state", "update_prometheus_config"]
 
@@ -130,12 +131,7 @@ def log_config(config: Any, *, source: str | None = None) -> None:
 def configuration() -> ClientConfig | None:
     """The configuration monitoring runs with in this process (None while off), with
     the run it names now."""
-    c = _rt.client
-    if c is None:
-        return None
-    from dataclasses import replace
-
-    return replace(c.config, identity=c.identity)
+    return _rt.configuration()
 
 
 def finish() -> None:

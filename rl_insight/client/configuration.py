@@ -1,8 +1,8 @@
 """A process's monitoring configuration, resolved once into one object that ``init``,
 ``attach`` and the options pass explicitly (as OpenTelemetry's ``TracerProvider`` holds
-its own). The environment is read, not written, except where it is the channel: the
-runtime env handed to Ray workers (``rl_insight.ray.attach``), and the run's name that
-``init(project, experiment_name)`` leaves for the processes this one starts.
+its own). The environment is read, never written: the processes this one starts get its
+values and the run it named as variables their starter passes (Ray's runtime env, the
+site hook's command, ``rl_insight.child_env()``: rl_insight/client/handover.py).
 
 Each value is taken from the first of, in this order:
 

@@ -232,7 +232,8 @@ class Client:
         self.identity = identity
         self.owner = True
         self._exit_deadline = None  # a new run: its finish() has its own deadline
-        os.environ[PROJECT_ENV], os.environ[EXPERIMENT_ENV] = identity
+        # the environment stays as it was given: children get the run explicitly
+        # (rl_insight/client/handover.py: child_env, Ray's runtime_env, the site hook)
         if named:  # a run after finish(): its sinks again
             self._start_push()
         if self.sends and (self._transport is not None or ray_ready()):

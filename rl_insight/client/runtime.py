@@ -8,6 +8,7 @@ attribute load each.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -93,6 +94,12 @@ class Runtime:
                 self.failed("enabling monitoring")
                 return None
         return c
+
+    def configuration(self) -> ClientConfig | None:
+        """The configuration monitoring runs with (None while off), with the run it names
+        now."""
+        c = self.client
+        return None if c is None else dataclasses.replace(c.config, identity=c.identity)
 
     def forget_intervals(self) -> None:
         """A forked child opens its own intervals and stamps its own engines."""

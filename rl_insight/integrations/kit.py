@@ -1,6 +1,7 @@
 """What every framework adapter does the same way: name the run (the environment's names
 as the client's configuration read them, then the framework's own, then its defaults),
-tell this process's rank, and start a framework's command with the site hook."""
+tell this process's rank, and start a framework's command with the site hook (and the
+variables rl_insight/client/handover.py hands a child)."""
 
 from __future__ import annotations
 
@@ -83,8 +84,10 @@ def exec_with_site_hook(argv: Sequence[str], usage: str, framework: str, hint: s
         print(f"rl-insight: RL_INSIGHT_SERVER_URL is not set, so {framework} runs "
               "unmonitored; export it (http://<server>:18080, `rl-insight server status` "
               "prints it)", file=sys.stderr)
-    try:
-        os.execvpe(args[0], args, with_site_hook(os.environ))
+    from rl_insight.client.handover import child_env
+
+    try:  # this process's run, if it named one, handed over with the hook
+        os.execvpe(args[0], args, with_site_hook({**os.environ, **child_env()}))
     except OSError as e:
         print(f"rl-insight: cannot run {args[0]!r} ({e}); {hint}", file=sys.stderr)
         return 127

@@ -11,15 +11,20 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from rl_insight import config as config_mod
 from rl_insight.client import api
 from rl_insight.client.configuration import ClientConfig, resolve
 from rl_insight.client.core import (
-    ENABLE_ENV,
     EXPERIMENT_ENV,
-    OTLP_ENV,
     PROJECT_ENV,
     SERVER_URL_ENV,
+)
+from rl_insight.client.handover import (  # noqa: F401 - their path since attach() came
+    CLIENT_SETTING_ENVS,
+    OTEL_HEADERS_ENV,
+    OTEL_PROTOCOL_ENV,
+    engine_exporter_env,
+    env_vars,
+    identity_env,
 )
 from rl_insight.client.transports import actor_config
 from rl_insight.common.secret import TOKEN_ENV
@@ -29,9 +34,6 @@ from rl_insight.wire.runconfig import MASK
 log = logging.getLogger(__name__)
 
 WORKER_SETUP_HOOK = "rl_insight.ray.hooks.worker_setup"
-# RL_INSIGHT_CLIENT_*: the client's settings, as config.py names them
-CLIENT_SETTING_ENVS = tuple(config_mod.env_name(k) for k in config_mod.all_keys()
-                            if k.startswith("client."))
 
 
 @dataclass
@@ -50,54 +52,6 @@ class Attachment:
     @property
     def ok(self) -> bool:
         return self.enabled and not self.missing
-
-
-def env_vars(environ: Mapping[str, str] = os.environ,
-             config: ClientConfig | None = None) -> dict[str, str]:
-    """The variables every worker needs: where to send, the token and the run from
-    ``config`` (this process's resolved configuration) or else ``environ``, and the
-    client settings set in ``environ`` (a worker reads its own environment, not the
-    driver's: a tick set as short as the scrape interval must reach every process)."""
-    out = {}
-    if config is not None:
-        ident = config.identity
-        given = {SERVER_URL_ENV: config.server_url, OTLP_ENV: config.otlp_url,
-                 TOKEN_ENV: config.token, PROJECT_ENV: ident.project if ident else "",
-                 EXPERIMENT_ENV: ident.experiment_name if ident else ""}
-        out.update({k: v for k, v in given.items() if v})
-    else:
-        names = (SERVER_URL_ENV, OTLP_ENV, TOKEN_ENV, PROJECT_ENV, EXPERIMENT_ENV)
-        out.update({k: environ[k] for k in names if environ.get(k)})
-    # and the monitor file and backend (upstream's push backend: a worker's sinks come
-    # from the file RL_INSIGHT_CONFIG names, which must exist on the worker's node too)
-    for name in (*CLIENT_SETTING_ENVS, config_mod.CONFIG_ENV, config_mod.BACKEND_ENV):
-        if environ.get(name):
-            out[name] = environ[name]
-    if out.get(SERVER_URL_ENV) or out.get(OTLP_ENV):
-        out[ENABLE_ENV] = environ.get(ENABLE_ENV) or "1"
-    out.update(engine_exporter_env(out, environ))
-    return out
-
-
-OTEL_HEADERS_ENV = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
-OTEL_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-
-
-def engine_exporter_env(ours: Mapping[str, str], environ: Mapping[str, str]
-                        ) -> dict[str, str]:
-    """The OpenTelemetry exporter's own variables, for the engines' request spans (vLLM's
-    ``--otlp-traces-endpoint``, SGLang's ``--enable-trace``) to reach this server: OTLP
-    over HTTP (vLLM's default is gRPC, which the server does not take), with the write
-    token as its ``Authorization`` header. The job's own values win."""
-    out = {}
-    if ours.get(SERVER_URL_ENV):
-        out[OTEL_PROTOCOL_ENV] = environ.get(OTEL_PROTOCOL_ENV) or "http/protobuf"
-        if ours.get(TOKEN_ENV) and not environ.get(OTEL_HEADERS_ENV):
-            # the OTel spec's form: comma-separated key=value, values URL-encoded
-            out[OTEL_HEADERS_ENV] = f"Authorization=Bearer%20{quote(ours[TOKEN_ENV], safe='')}"
-    if environ.get(OTEL_HEADERS_ENV):
-        out[OTEL_HEADERS_ENV] = environ[OTEL_HEADERS_ENV]
-    return out
 
 
 OTEL_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -136,6 +90,9 @@ def runtime_env(base: Mapping[str, Any] | None = None,
     ``environ``; the job's own values win where both set one."""
     env = dict(base or {})
     merged = env_vars(environ, config or (api.configuration() if from_client else None))
+    # the run this process named reaches its workers explicitly, also through the hook
+    # (init(project, experiment_name) writes no variable of this process)
+    merged.update({k: v for k, v in identity_env().items() if k not in merged})
     merged.update(env.get("env_vars") or {})
     if merged:
         env["env_vars"] = merged
