@@ -179,6 +179,22 @@ def test_the_client_adds_node_gpu_to_rank_phases_only(monkeypatch):
     rank_evidence._reset()
 
 
+def test_the_recorders_ring_is_read_once_per_process(monkeypatch):
+    """TORCH_FR_BUFFER_SIZE is read when the process's evidence is made, not at every
+    rank span of every batch (torch itself reads it once, when a group starts)."""
+    from rl_insight.client import rank_evidence
+    from rl_insight.wire.events import Span
+
+    reads = []
+    monkeypatch.setattr(rank_evidence, "_ring_size", lambda: reads.append(1) or 16)
+    rank_evidence._reset()
+    for _ in range(3):  # three batches of four ranks
+        rank_evidence.enrich([Span("actor_update", 1, 2, f"rank_{r}", (), ends_state=True)
+                              for r in range(4)])
+    assert len(reads) == 1
+    rank_evidence._reset()
+
+
 def test_a_frameworks_ranks_name_their_culprit_from_their_own_spans(tmp_path):
     """ROLL's worker spans (from the real OpenTelemetry SDK, as ROLL's tracer makes them:
     scope `worker`, the rank in service.instance.id) mapped by its table to rank lanes:

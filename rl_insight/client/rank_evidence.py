@@ -60,11 +60,14 @@ def _dump(c10d) -> dict:
 
 class Evidence:
     """The process's node and GPU, and its Flight Recorder's collectives, read at most
-    once per batch."""
+    once per batch; one per process (``enrich``'s, made again in a forked child)."""
 
     def __init__(self) -> None:
         self.node = socket.gethostname()
         self.gpu = _gpu()
+        # the recorder's ring, read once per process (torch reads it once, when a
+        # process group starts), not at every span of every batch
+        self.ring = _ring_size()
         self._dump: list[int] | None = None
         self._covers_from = 0  # the oldest entry's time when the ring was full, else 0
         self._dumped_at = 0.0  # monotonic, for its age
@@ -74,7 +77,7 @@ class Evidence:
     def recorder_on(self) -> bool:
         if self.failed:
             return False
-        return _ring_size() > 0 and _group_up()
+        return self.ring > 0 and _group_up()
 
     def arrivals(self, ended_ns: int | None = None) -> list[int]:
         """Every collective's enqueue time (ns, wall clock) the recorder holds, read
@@ -89,7 +92,7 @@ class Evidence:
                            .get("entries", ()))
             self._dump = sorted(int(e["time_created_ns"]) for e in entries
                                 if not e.get("is_p2p") and e.get("time_created_ns"))
-            full = len(entries) >= _ring_size()
+            full = len(entries) >= self.ring
             self._covers_from = min((int(e.get("time_created_ns") or 0) for e in entries),
                                     default=0) if full else 0
         except Exception as e:  # an older torch, a recorder off after all
