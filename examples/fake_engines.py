@@ -194,6 +194,31 @@ def serve(registry: CollectorRegistry, negotiate: bool = False,
     return server, server.server_address[1]
 
 
+class Scrapes:
+    """How often a registry was read (its /metrics scraped): a collector that adds no
+    family. A run's driver keeps its endpoints up until Prometheus has read them after
+    the run (``until_scraped``), not for a fixed while."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def collect(self):
+        self.count += 1
+        return []
+
+
+def until_scraped(scrapes: list[Scrapes], most_s: float, times: int = 2) -> bool:
+    """Wait until each endpoint was read ``times`` more times from now (a rate over the
+    run's last values needs two samples), at most ``most_s`` seconds; whether they were."""
+    want = [s.count + times for s in scrapes]
+    deadline = time.monotonic() + most_s
+    while not all(s.count >= w for s, w in zip(scrapes, want, strict=True)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 @dataclass
 class Request:
     prompt: int
@@ -416,6 +441,8 @@ class FakeEngine:
         self._ids = 0
         self.registry = CollectorRegistry()
         self.m = _Metrics(backend, registry=self.registry)
+        self.scrapes = Scrapes()  # its /metrics read: the driver's end waits for one
+        self.registry.register(self.scrapes)
         self.s = EngineState()
         if kv_capacity_tokens:  # a smaller KV cache: saturation and preemptions
             self.s.kv_capacity_tokens = kv_capacity_tokens

@@ -46,8 +46,29 @@ PROJECT = "areal-replay"  # AReaL's experiment_name: the run's project
 TRACED, KEYS, IMPORTED = "ppo_traced", "ppo_keys", "ppo_imported"  # trial names
 AWEX = "ppo_awex"
 STEPS, SLOW, SLOW_EXTRA_S = 6, 4, 1.2
-CLOSE_S = 0.05  # how near a row's figures come to what the driver measured
+# a part's seconds, timed by the perf tracer's scope, AReaL's record_timing or the adapter
+# around the driver's work and inside the driver's own timer, lie between the work's
+# seconds and the timer's (tests/frameworks/areal_run.py keeps both): two clocks read a
+# few lines apart, to CLOCKS_S. They were held within 0.05 s of the timer's: measured
+# 2026-12-07, 10 runs beside one busy loop, 17 ms under it at worst, then 77 ms in a run
+# beside another test's; the bounds hold whatever the load adds to either side
+CLOCKS_S = 1e-3
+# how near the traced run's windows and rank 0's weight sync come to the driver's:
+# measured 2026-12-07, 10 runs beside one busy loop: 0.2 ms at worst (180 figures)
+CLOSE_S = 0.05
+# the imported file's place in time (its mtime taken as its last event's end) against the
+# followed run's: measured 2026-12-07, 20 runs beside one busy loop: -7..+44 ms, every
+# window of a run shifted by the same offset to the microsecond; three times the worst
+ANCHOR_S = 0.15
+# the adapter's own lines around the scheduler's call: measured 2026-12-07, 9 runs (51
+# steps) beside one busy loop: 9-17 us over the FAKE scheduler's window
+WRAPPER_S = 1e-3
 AREAL = frameworks.named("areal")
+
+
+def between(got: float, inner: float, outer: float) -> bool:
+    """A part timed around the driver's work and inside its timer: between the two."""
+    return inner - CLOCKS_S <= got <= outer + CLOCKS_S
 
 
 # ---------------------------------------------------------------- integration tier
@@ -168,16 +189,14 @@ def test_steps_from_the_perf_tracers_lanes(route_server, runs):
     assert truth["trace_file"].endswith("perf_tracer/master/traces-r0.jsonl")
     rows = all_rows(route_server.url, TRACED)
     for row, step in zip(rows, truth["steps"], strict=True):
-        ph, win = step["phases"], step["windows"]
+        ph, inner, win = step["phases"], step["inner"], step["windows"]
         where = f"step {row['step']}: {row}"
         assert row["source"] == "lanes", where
-        assert row["generate_s"] == pytest.approx(ph["rollout"], abs=CLOSE_S), where
-        assert row["phases"]["update_weights"] == pytest.approx(ph["update_weights"],
-                                                                abs=CLOSE_S), where
-        assert row["phases"]["actor_update"] == pytest.approx(ph["train_step"],
-                                                              abs=CLOSE_S), where
-        assert row["phases"]["compute_advantage"] == pytest.approx(
-            ph["compute_advantage"], abs=CLOSE_S), where
+        for got, key in ((row["generate_s"], "rollout"),
+                         (row["phases"]["update_weights"], "update_weights"),
+                         (row["phases"]["actor_update"], "train_step"),
+                         (row["phases"]["compute_advantage"], "compute_advantage")):
+            assert between(got, inner[key], ph[key]), (key, where)
         assert row["start_ns"] / 1e9 == pytest.approx(win["rollout"][0], abs=CLOSE_S), where
         assert row["end_ns"] / 1e9 == pytest.approx(win["eval"][1], abs=CLOSE_S), where
         assert row["gpu_seconds"]["weight_sync"]["busy"] == pytest.approx(
@@ -192,15 +211,14 @@ def test_steps_from_the_timing_keys_without_the_perf_tracer(route_server, runs):
     assert truth["trace_file"] is None
     rows = all_rows(route_server.url, KEYS)
     for row, step in zip(rows, truth["steps"], strict=True):
-        ph = step["phases"]
+        ph, inner = step["phases"], step["inner"]
         where = f"step {row['step']}: {row}"
         assert row["source"] == "timing_keys", where
         assert row["framework"] == "areal", where
-        assert row["generate_s"] == pytest.approx(ph["rollout"], abs=CLOSE_S), where
-        assert row["phases"]["update_weights"] == pytest.approx(ph["update_weights"],
-                                                                abs=CLOSE_S), where
-        assert row["phases"]["actor_update"] == pytest.approx(ph["train_step"],
-                                                              abs=CLOSE_S), where
+        for got, key in ((row["generate_s"], "rollout"),
+                         (row["phases"]["update_weights"], "update_weights"),
+                         (row["phases"]["actor_update"], "train_step")):
+            assert between(got, inner[key], ph[key]), (key, where)
 
 
 @pytest.mark.integration
@@ -219,6 +237,7 @@ def assert_slow_step_explained_by(route_server, trial: str, part: str) -> None:
         "project": PROJECT, "experiment_name": trial, "step": SLOW}).json()
     top = got["contributions"][0]
     assert top["part"] == part, got
+    # (measured 2026-12-07, 10 runs beside one busy loop: -0.004..+0.019 s off, 29 steps)
     assert top["over_s"] == pytest.approx(SLOW_EXTRA_S, abs=0.2), got
     r = route_server.cli.run("report", "--project", PROJECT, "--experiment-name", trial,
                              "--step", str(SLOW))
@@ -247,16 +266,20 @@ def test_awex_weight_sync_is_measured_per_rank_and_its_pause_named(route_server,
     ``rl-insight report --step 4``."""
     rows = all_rows(route_server.url, AWEX)
     for row, step in zip(rows, awex["steps"], strict=True):
-        ph, where = step["phases"], f"step {row['step']}: {row}"
+        ph, inner, where = step["phases"], step["inner"], f"step {row['step']}: {row}"
         assert row["source"] == "lanes", where
-        assert row["phases"]["rollout_pause"] == pytest.approx(ph["rollout_pause"],
-                                                               abs=CLOSE_S), where
-        assert row["phases"]["offload"] == pytest.approx(ph["offload"], abs=CLOSE_S), where
-        assert row["phases"]["update_weights"] == pytest.approx(ph["update_weights"],
-                                                                abs=CLOSE_S), where
-        per_rank = sum(end - start for start, end in step["ranks"].values())
-        assert len(step["ranks"]) == 2 and row["gpu_seconds"]["weight_sync"]["busy"] == \
-            pytest.approx(per_rank, abs=2 * CLOSE_S), where
+        for key in ("rollout_pause", "offload", "update_weights"):
+            assert between(row["phases"][key], inner[key], ph[key]), (key, where)
+        # each rank's update from the controller's dispatch to the worker's answer (the
+        # adapter times the scheduler's call): at least the workers' own windows, at most
+        # the dispatches' as the FAKE scheduler saw them (the thread's hand-over each way
+        # is the run's own: 0.13 s over the workers' windows once, a loaded machine; it
+        # was held within 0.1 s of them)
+        worker = sum(end - start for start, end in step["ranks"].values())
+        dispatched = sum(end - start for start, end in step["dispatched"].values())
+        busy = row["gpu_seconds"]["weight_sync"]["busy"]
+        assert len(step["ranks"]) == len(step["dispatched"]) == 2, where
+        assert worker - 1e-3 <= busy <= dispatched + WRAPPER_S, where
     assert_slow_step_explained_by(route_server, AWEX, "phase:rollout_pause")
 
 
@@ -276,11 +299,15 @@ def test_import_of_the_trace_file_gives_the_same_rows(route_server, runs):
     rows = wait_for(lambda: (got := anatomy(url, IMPORTED)) and
                     [x["step"] for x in got] == list(range(STEPS)) and got,
                     30, f"a row for steps 0-{STEPS - 1} of {PROJECT}/{IMPORTED}")
+    # the file is placed in time by one anchor: every window shifted alike (to the
+    # microsecond in 20 runs; 10 ms for a followed window that is its tracker's mark, a
+    # few ms off), by how long after its last event the file was written (ANCHOR_S)
+    offsets = [(row[k] - was[k]) / 1e9 for row, was in zip(rows, followed, strict=True)
+               for k in ("start_ns", "end_ns")]
+    assert max(offsets) - min(offsets) <= 0.01 and abs(offsets[0]) <= ANCHOR_S, offsets
     for row, was in zip(rows, followed, strict=True):
         where = f"step {row['step']}: {row} / followed: {was}"
         assert row["step"] == was["step"] and row["source"] == "lanes", where
-        for key in ("start_ns", "end_ns"):
-            assert row[key] / 1e9 == pytest.approx(was[key] / 1e9, abs=CLOSE_S), where
         # the followed run's window may be its tracker's mark (commit to commit), the
         # first of the two to arrive: a few ms apart; its parts are the same spans'
         assert row["duration_s"] == pytest.approx(was["duration_s"], abs=CLOSE_S), where

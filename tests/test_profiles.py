@@ -275,8 +275,10 @@ def test_rl_insight_profile_asks_waits_prints_the_top_frames_and_writes_the_file
 
     actor = threading.Thread(target=lane_actor, daemon=True)
     actor.start()
-    worker = threading.Thread(target=hot_loop, args=(3.0,), daemon=True)
-    worker.start()  # the rank's work
+    # the rank's work, busy until the profile is done (its lane actor stops then), not
+    # for a fixed while a loaded host's ask and answer could outlast
+    worker = threading.Thread(target=hot_loop, args=(30.0, actor), daemon=True)
+    worker.start()
     out = tmp_path / "rank4.json"
     try:
         code = profile.run(Through("http://in-process"), "p", "e", "4", 1.0, 30.0,

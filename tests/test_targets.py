@@ -385,12 +385,16 @@ def test_a_long_burst_of_registrations_writes_the_discovery_files_a_few_times(
             store.changed()
             n += 1
             time.sleep(0.02)
+        burst_s = time.monotonic() - began  # as long as the changes came, however loaded
         wait_for(lambda: len(sd_groups(tmp_path / "sd")) == n, 10,
                  f"the {n} targets in the discovery file")
     finally:
         stop.set()
     gaps = [b - a for a, b in zip(writes, writes[1:], strict=False)]
-    assert 2 <= len(writes) <= 5 and min(gaps) >= 0.45, (len(writes), gaps)
+    # a write per gap while the changes come, and the last changes' write: 5 for 1.6 s
+    # (measured 2026-12-07, 20 runs beside a busy loop and an end-to-end run, load 7-11:
+    # 4-5 writes, their gaps 0.501-0.521 s; 0.45 leaves the wrapper's clock read 50 ms)
+    assert 2 <= len(writes) <= burst_s / 0.5 + 2 and min(gaps) >= 0.45, (len(writes), gaps)
     (path,) = (tmp_path / "sd").glob("*.json")
     lines = path.read_text().splitlines()
     assert lines[0] == "[" and lines[-1] == "]" and len(lines) == n + 2

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import threading
@@ -68,6 +69,21 @@ PAUSE_S, PAUSE_GENERATION_S, OFFLOAD_S, ONLOAD_S, FINISH_S = 0.06, 0.02, 0.03, 0
 RANK_EXTRA_S = (0.0, 0.04)
 BATCH = 8
 STEPS_PER_EPOCH = 3
+# the FAKE handover calls' own windows (perf_counter) while one of the loop's untimed parts
+# runs: what any timer around the calls holds, the adapter's too
+INNER: list[tuple[float, float]] = []
+
+
+def inner(fn):
+    """A FAKE call's own window, kept in INNER."""
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            INNER.append((t0, time.perf_counter()))
+    return timed
 
 
 class Engine:
@@ -150,13 +166,16 @@ class AwexRollout(Rollout):
         self.extra_s = 0.0
         self.callback_addr = "127.0.0.1:0"  # connect_engine hands it to the workers
 
+    @inner
     def pause(self) -> None:
         time.sleep(PAUSE_S + self.extra_s)
         self.extra_s = 0.0  # the aborted request is gone after the first pause
 
+    @inner
     def pause_generation_sync(self) -> None:
         time.sleep(PAUSE_GENERATION_S)
 
+    @inner
     def offload(self, tags: list[str] | None = None) -> None:
         time.sleep(OFFLOAD_S)
 
@@ -178,6 +197,7 @@ class AwexEngine:
     def connect_engine(self, engine, meta) -> None:  # train_controller.py connect_engine
         self.rollout_engine = engine
 
+    @inner
     def onload(self) -> None:  # the adapter's resume_memory, then a barrier
         time.sleep(ONLOAD_S)
         self.barrier.wait()
@@ -195,18 +215,25 @@ class AwexEngine:
 
 class Scheduler:
     """FAKE scheduler: ``async_call_engine`` (scheduler_api.py) runs the method on the
-    named engine in its worker (a thread here) and awaits its answer, as the RPC does."""
+    named engine in its worker (a thread here) and awaits its answer, as the RPC does;
+    each rank's weight update from its dispatch to its answer kept as the truth (what
+    the adapter times: the worker's own window and the thread's hand-over each way)."""
 
-    def __init__(self, engines: dict) -> None:
-        self.engines = engines
+    def __init__(self, engines: dict, dispatched: dict) -> None:
+        self.engines, self.dispatched = engines, dispatched
 
     async def async_call_engine(self, worker_id, method, engine_name=None, *args,
                                 rpc_meta=None, **kwargs):
         engine = self.engines[engine_name or worker_id]
-        return await asyncio.to_thread(getattr(engine, method), *args, **kwargs)
+        start = time.time()
+        try:
+            return await asyncio.to_thread(getattr(engine, method), *args, **kwargs)
+        finally:
+            if method == "update_weights":
+                self.dispatched[engine.rank] = [start, time.time()]
 
 
-def actor_controller(actor: Actor, rollout: AwexRollout, windows: dict):
+def actor_controller(actor: Actor, rollout: AwexRollout, windows: dict, dispatched: dict):
     """AReaL's own TrainController as PPOTrainer's actor in single-controller mode: two
     workers ``actor/0``, ``actor/1`` (both data-parallel heads of ``megatron:d2``), as
     ``initialize(role="actor")`` leaves it, connected to the rollout; the PPO work
@@ -224,7 +251,7 @@ def actor_controller(actor: Actor, rollout: AwexRollout, windows: dict):
     engines = {f"actor/{r}": AwexEngine(r, barrier, windows) for r in range(2)}
     controller = ActorController(AwexEngine, TrainEngineConfig(
         backend="megatron:d2", experiment_name="e", trial_name="t", path=""),
-        Scheduler(engines))
+        Scheduler(engines, dispatched))
     controller._worker_role = "actor"  # initialize(role="actor", ...)
     controller.workers = [Worker(id=f"actor/{r}", ip="127.0.0.1") for r in range(2)]
     controller.workers_is_dp_head = [True, True]
@@ -241,10 +268,12 @@ class Trainer:
         self.config = config
         self.awex = awex
         self.rank_windows: dict = {}
+        self.dispatched: dict = {}
         self.actor = Actor()
         self.rollout = AwexRollout() if awex else Rollout()
         if awex:
-            self.actor = actor_controller(self.actor, self.rollout, self.rank_windows)
+            self.actor = actor_controller(self.actor, self.rollout, self.rank_windows,
+                                          self.dispatched)
         self.stats_logger = StatsLogger(config, ft_spec)  # rl_trainer.py PPOTrainer.__init__
         self._config_perf_tracer()
         self.truth: list[dict] = []
@@ -266,20 +295,29 @@ class Trainer:
 
     def _untimed(self, part: str, fn) -> None:
         """One of the AWEX handover's calls, which AReaL neither times nor traces: its
-        wall time kept as the truth of its part."""
+        wall time kept as the truth of its part, and in ``inner`` its FAKE calls' own
+        (first start to last end): what the adapter's timer around them measures lies
+        between the two."""
+        INNER.clear()
         t0 = time.perf_counter()
         fn()
-        phases = self.truth[-1]["phases"]
-        phases[part] = phases.get(part, 0.0) + time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        phases, inside = self.truth[-1]["phases"], self.truth[-1]["inner"]
+        phases[part] = phases.get(part, 0.0) + took
+        inside[part] = inside.get(part, 0.0) + (max(e for _, e in INNER) -
+                                                min(s for s, _ in INNER) if INNER else 0.0)
 
     def _phase(self, key: str, name: str, category, gs: int, fn, extra_args=None):
         """One of PPOTrainer.train's `with record_timing(key), trace_scope(name)` pairs,
-        its wall time kept as the truth."""
+        its wall time kept as the truth, and in ``inner`` the time inside both: what
+        either measures lies between the two."""
         args = {"global_step": gs, **(extra_args or {})}
         t0, w0 = time.perf_counter(), time.time()
         with stats_tracker.record_timing(key), \
                 perf_tracer.trace_scope(name, category=category, args=args):
+            i0 = time.perf_counter()
             out = fn()
+            self.truth[-1]["inner"][key] = time.perf_counter() - i0
         self.truth[-1]["phases"][key] = time.perf_counter() - t0
         self.truth[-1]["windows"][key] = [w0, time.time()]
         return out
@@ -289,7 +327,8 @@ class Trainer:
         for global_step in range(0, max_steps):
             epoch = global_step // STEPS_PER_EPOCH
             step = global_step % STEPS_PER_EPOCH
-            self.truth.append({"global_step": global_step, "phases": {}, "windows": {}})
+            self.truth.append({"global_step": global_step, "phases": {}, "inner": {},
+                               "windows": {}})
             extra = SLOW_EXTRA_S if global_step == slow_step else 0.0
             if self.awex:
                 self.rollout.extra_s = extra
@@ -318,6 +357,7 @@ class Trainer:
             if self.awex:
                 self.rollout.set_version(global_step + 1)
                 self.truth[-1]["ranks"] = dict(self.rank_windows)
+                self.truth[-1]["dispatched"] = dict(self.dispatched)
             else:
                 self._save(global_step)
             self._phase("eval", "train.eval", Category.COMPUTE, global_step, lambda: None)

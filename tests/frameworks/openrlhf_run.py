@@ -80,6 +80,22 @@ def printed_steps(logs_dir: str, mode: str) -> dict[int, dict]:
     return found
 
 
+def start_ray() -> None:
+    """The GPU node OpenRLHF expects, as logical resources, on a Ray of its own. Ray
+    gives its raylet 30 s to register (ray/_private/node.py, fixed): started beside the
+    route server's other runs on a loaded host it had not after 56 s once (an audit run,
+    2026-12-07, one busy loop beside); once more then, as tests/raycluster.py does."""
+    for attempt in (1, 2):
+        try:
+            ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
+            return
+        except Exception as exc:
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
+            print(f"ray.init: {exc}; once more", flush=True)
+            ray.shutdown()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -88,8 +104,7 @@ def main() -> None:
     p.add_argument("--modes", default="sync,async")
     a = p.parse_args()
     work = Path(a.out).parent
-    # the GPU node OpenRLHF expects, as logical resources
-    ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    start_ray()
     logs_dir = ray._private.worker.global_worker.node.get_logs_dir_path()
     truth: dict = {"openrlhf": None, "modes": {}}
 

@@ -177,10 +177,12 @@ async def orchestrator(a, run_dir: Path) -> None:
         await monitors.log(metrics, step=step)
         wait_for_policy = 0.0
     await monitors.finalize()
-    deadline = time.monotonic() + a.linger  # the inference server outlives the loop
-    while time.monotonic() < deadline:
+    # the inference server outlives the loop, serving: until it loaded the trainer's last
+    # policy and Prometheus read it twice since (its panels' rates), --linger s at most
+    read, deadline = engine.scrapes.count + 2, time.monotonic() + a.linger
+    while not (watch() >= a.steps and engine.scrapes.count >= read) and \
+            time.monotonic() < deadline:
         engine.submit(1)
-        watch()
         await asyncio.sleep(0.2)
 
 
@@ -193,6 +195,11 @@ def trainer(a, run_dir: Path) -> None:
     asyncio.run(monitors.setup(wandb=None, file=config.monitors.file, output_dir=run_dir,
                                run_config=config))
     metrics_server = MetricsServer(config.metrics_server)
+    sys.path.insert(0, str(REPO / "examples"))
+    import fake_engines
+
+    scrapes = fake_engines.Scrapes()  # its isolated registry's reads: its scrapes
+    metrics_server._registry.register(scrapes)
     metrics_server.start()
     step = start_step = 1
     while True:
@@ -237,9 +244,8 @@ def trainer(a, run_dir: Path) -> None:
         if is_last_step:
             break
         step += 1
-    deadline = time.monotonic() + a.linger  # its server, scraped while the run goes on
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
+    # its server, scraped while the run goes on: up until Prometheus read its last step
+    fake_engines.until_scraped([scrapes], a.linger)
     metrics_server.stop()
 
 

@@ -116,7 +116,8 @@ def main() -> None:
     p.add_argument("--slow-phase", default="generate")
     p.add_argument("--sleep", type=float, default=1.2)
     p.add_argument("--eval-interval", type=int, default=5)  # SkyRL's default
-    p.add_argument("--linger", type=float, default=0.0, help="seconds the engine stays up")
+    p.add_argument("--linger", type=float, default=0.0,
+                   help="at most this many seconds the engine stays up to be scraped")
     a = p.parse_args()
 
     import skyrl
@@ -240,11 +241,9 @@ def main() -> None:
     truth["backend_finished"] = backend.tracker.finished
     with open(a.out, "w") as f:
         json.dump(truth, f)
-    # the engine stays up a while after the run (its server outlives the trainer's
-    # logging), for Prometheus to find its target and scrape it
-    deadline = time.monotonic() + a.linger
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
+    # the engine stays up after the run (its server outlives the trainer's logging) until
+    # Prometheus has found its target and scraped it twice since, --linger s at most
+    fake_engines.until_scraped([engine.scrapes], a.linger)
 
 
 if __name__ == "__main__":
