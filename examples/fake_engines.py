@@ -13,6 +13,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import prometheus_client as pc
@@ -207,14 +208,18 @@ class Scrapes:
         return []
 
 
-def until_scraped(scrapes: list[Scrapes], most_s: float, times: int = 2) -> bool:
+def until_scraped(scrapes: list[Scrapes], most_s: float, times: int = 2,
+                  meanwhile: Callable[[], object] | None = None) -> bool:
     """Wait until each endpoint was read ``times`` more times from now (a rate over the
-    run's last values needs two samples), at most ``most_s`` seconds; whether they were."""
+    run's last values needs two samples), at most ``most_s`` seconds, calling
+    ``meanwhile`` (an engine serving on) every 0.1 s; whether they were."""
     want = [s.count + times for s in scrapes]
     deadline = time.monotonic() + most_s
     while not all(s.count >= w for s, w in zip(scrapes, want, strict=True)):
         if time.monotonic() > deadline:
             return False
+        if meanwhile is not None:
+            meanwhile()
         time.sleep(0.1)
     return True
 

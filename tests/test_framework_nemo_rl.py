@@ -33,7 +33,6 @@ STAND_INS = REPO / "tests" / "frameworks" / "stand_ins"
 NEMO = frameworks.named("nemo_rl")
 RUN = "nemo_rl_sc"  # its run among the Ray world's framework runs (tests/worlds.py)
 SLOW_STEP, SLOWED = 3, "phase:update_weights"
-CLOSE_S = 0.06
 
 
 @pytest.fixture
@@ -184,15 +183,19 @@ def test_the_single_controllers_steps_arrive_and_its_slow_weight_sync_is_explain
     for truth in run["truth"]:
         row = rows[truth["step"]]
         assert row["source"] == "timing_keys" and row["framework"] == "nemo_rl", row
-        assert row["duration_s"] == pytest.approx(truth["total_step_time"], abs=CLOSE_S)
-        assert row["weight_update_s"] == pytest.approx(truth["weight_sync"], abs=CLOSE_S)
-        assert row["generate_s"] == pytest.approx(truth["exposed_generation"], abs=CLOSE_S)
+        # the actor's own timer's figures, exactly (they were held within 0.06 s; measured
+        # 2026-12-07, 4 runs beside one busy loop: 0 apart, 80 figures)
+        assert row["duration_s"] == pytest.approx(truth["total_step_time"], abs=1e-6)
+        assert row["weight_update_s"] == pytest.approx(truth["weight_sync"], abs=1e-6)
+        assert row["generate_s"] == pytest.approx(truth["exposed_generation"], abs=1e-6)
         assert row["phases"]["actor_update"] == pytest.approx(
-            truth["training_prep"] + truth["policy_training"], abs=CLOSE_S), row
+            truth["training_prep"] + truth["policy_training"], abs=1e-6), row
     params = {"project": run["project"], "experiment_name": run["experiment_name"]}
     got = requests.get(ray_world.url + "/api/v1/anatomy/explain", timeout=5,
                        params={**params, "step": SLOW_STEP}).json()
     top = got["contributions"][0]
+    # its weight sync four times as long: 0.75 s over the steps before (measured
+    # 2026-12-07, 4 runs beside one busy loop: 0.749-0.751 s)
     assert top["part"] == SLOWED and top["over_s"] > 0.5, got["contributions"][:3]
     out = ray_world.cli.run("report", "--project", run["project"], "--experiment-name",
                             run["experiment_name"], "--step", str(SLOW_STEP))

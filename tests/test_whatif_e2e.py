@@ -25,7 +25,17 @@ from tests.worlds import PAIRS_PROJECT, SIMULATED_PAIRS
 pytestmark = pytest.mark.integration
 PROJECT = PAIRS_PROJECT
 WINDOW = "2:6"
-TOLERANCE = 0.15  # the bar; the errors measured here are in docs/anatomy.md
+# the bar (docs/anatomy.md has the errors of its runs). Measured 2026-12-07, 6
+# runs of the eleven beside one busy loop: |error| 7.2 % at worst while the load stayed
+# under 7, 11.2 % (the async pair) under 20-30 (a CI run beside); a CI run beside three
+# other test runs saw 19 %. 15 %: twice the worst at the load the suite is held to, the
+# second run's own noise allowed on top (noise(), below)
+TOLERANCE = 0.15
+# a change told apart from none: the run made again is at most this much of its base's
+# step. Measured 2026-12-07, 6 runs: the straggler and the long answer cut 0.54-0.58 (under
+# 0.8); one more async replica 0.64-0.73, the trainer twice as fast 0.74-0.80, the weight
+# sync free 0.76-0.84 (0.85 before, the last two within 0.05 of it under load 20-30)
+FASTER = 0.9
 RUNS = SIMULATED_PAIRS
 
 
@@ -90,7 +100,7 @@ def test_one_more_and_one_fewer_rollout_replica_in_an_async_run(runs, ray_world)
     got = check(ray_world.url, runs, "async-2", "async-3", "replicas", replicas=1)
     assert got["verdict"] == verdict.ROLLOUT_BOUND and got["overlaps"], got["why"]
     check(ray_world.url, runs, "async-3", "async-2", "replicas", replicas=-1)
-    assert measured(runs["async-3"]) < 0.85 * measured(runs["async-2"])
+    assert measured(runs["async-3"]) < FASTER * measured(runs["async-2"])
     # its trainer waits for samples: a faster one would buy (nearly) nothing
     trainer = [w for w in got["what_if"] if w["kind"] == "trainer"][0]
     assert trainer["saving_s"] < 0.1 * measured(runs["async-2"])
@@ -99,12 +109,12 @@ def test_one_more_and_one_fewer_rollout_replica_in_an_async_run(runs, ray_world)
 def test_the_trainer_twice_as_fast(runs, ray_world):
     got = check(ray_world.url, runs, "heavy", "heavy-fast-trainer", "trainer")
     assert got["verdict"] == verdict.TRAINING_BOUND, got["why"]
-    assert measured(runs["heavy-fast-trainer"]) < 0.85 * measured(runs["heavy"])
+    assert measured(runs["heavy-fast-trainer"]) < FASTER * measured(runs["heavy"])
 
 
 def test_the_weight_sync_free(runs, ray_world):
     check(ray_world.url, runs, "heavy", "heavy-free-sync", "weight_sync")
-    assert measured(runs["heavy-free-sync"]) < 0.85 * measured(runs["heavy"])
+    assert measured(runs["heavy-free-sync"]) < FASTER * measured(runs["heavy"])
 
 
 def test_the_longest_responses_cut(runs, ray_world):

@@ -313,9 +313,9 @@ def route_server(request):
 FRAMEWORKS = Path(__file__).resolve().parent / "frameworks"
 VENV_FRAMEWORKS = Path(sys.prefix) / "frameworks"  # `make setup`: their own packages
 FRAMEWORK_RUNS = {  # name -> (driver, its arguments, on the Ray cluster, site-packages)
-    # slime registers its engines after its first rollout: they serve a while after the
-    # run, for Prometheus to find and scrape them (file_sd refreshes every 5 s)
-    "slime": ("slime_run.py", ("--slow-step", "3", "--linger", "8"), True, None),
+    # slime registers its engines after its first rollout: they serve after the run until
+    # Prometheus has found and scraped them (file_sd refreshes every 5 s), 30 s at most
+    "slime": ("slime_run.py", ("--slow-step", "3", "--linger", "30"), True, None),
     "roll": ("roll_run.py", ("--slow-step", "3"), False, None),
     "nemo_rl": ("nemo_rl_run.py", ("--slow-step", "3"), False, None),
     # NeMo-RL's single controller: its actor's own Logger, patched by the job's hook

@@ -92,9 +92,7 @@ class RolloutManager:
         for engine in self.engines:
             engine.submit(requests)
         rng = random.Random(rollout_id)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            time.sleep(0.02)
+        time.sleep(seconds)  # the engines generate (the truth: t0 to t1, as it took)
         t1 = time.time()
         n = requests * len(self.engines)
         for i in range(n):  # the first request starts the rollout, the last ends it
@@ -119,6 +117,11 @@ class RolloutManager:
                   "rollout/step": rollout_id}
             logging_utils.log(self.args, d1, step_key="rollout/step")
         return truth
+
+    def until_scraped(self, most_s: float) -> bool:
+        return fake_engines.until_scraped(
+            [e.scrapes for e in self.engines], most_s, times=3,
+            meanwhile=lambda: [e.submit(1) for e in self.engines])
 
     def stop(self) -> None:
         for e in self.engines:
@@ -260,8 +263,10 @@ def main(argv=None) -> int:
                       "update_weights": synced})
     t_end = time.time()
     ray.get([r.flush.remote() for r in ranks])
-    if a.linger:
-        time.sleep(a.linger)
+    # its engines registered after the first rollout: they serve on (a request each 0.1 s:
+    # their latency panels are rates of finished requests) until Prometheus has found
+    # them and read them three times since the run's end, --linger s at most
+    ray.get(rollout.until_scraped.remote(a.linger))
     ray.get(rollout.stop.remote())
     if a.truth:
         Path(a.truth).write_text(json.dumps(steps))
