@@ -12,7 +12,7 @@ import pytest
 
 from rl_insight.anatomy import association, changes
 from rl_insight.config import ChangesSettings
-from rl_insight.server.analyses.changes import EMPTY_TRIES
+from rl_insight.server.analyses.changes import EMPTY_TRIES, EMPTY_WAIT_S
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import drifts  # noqa: E402
@@ -313,7 +313,9 @@ def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
                        roles={"rollout": RoleRow(d["generate_s"], 4)})
     made = [as_row(d) for d in run.rows]
     held = list(made)
-    store = ChangeStore(ChangesSettings(), lambda p, e: held, prom=None)
+    clock = [1e9]
+    store = ChangeStore(ChangesSettings(), lambda p, e: held, prom=None,
+                        clock=lambda: clock[0])
     for r in made:
         store.observe(("p", "e"), [r])
     live = store.report("p", "e")
@@ -327,10 +329,13 @@ def test_the_store_follows_rows_as_made_and_again_when_one_is_made_again():
     families = {f.name: f for f in store.collect()}
     assert families["rl_insight_step_regression_seconds"].samples == []  # not ranked yet
     assert store.rank_due() == 1
-    # nothing here moves with it (no Prometheus): its series waits for EMPTY_TRIES passes
-    assert {f.name: f for f in store.collect()}[
-        "rl_insight_step_regression_seconds"].samples == []
-    assert all(store.rank_due() == 1 for _ in range(EMPTY_TRIES - 1))
+    # nothing here moves with it (no Prometheus), and no step comes after the last: each
+    # pass ranks it again, and its series waits, for EMPTY_WAIT_S (a stalled run)
+    for _ in range(EMPTY_TRIES + 1):
+        assert {f.name: f for f in store.collect()}[
+            "rl_insight_step_regression_seconds"].samples == []
+        assert store.rank_due() == 1
+    clock[0] += EMPTY_WAIT_S
     assert store.rank_due() == 0  # said: no more passes for it until rank_every_steps
     families = {f.name: f for f in store.collect()}
     (sample,) = families["rl_insight_step_regression_seconds"].samples
@@ -357,11 +362,17 @@ def test_a_change_on_one_rank_names_it_in_its_scope_the_alerts_series_and_the_re
             ranks=d["ranks"], rank_median=d["rank_median"], rank_count=d["rank_count"],
             culprit=d["culprit"], rank_evidence=d["rank_evidence"]))
     store = ChangeStore(ChangesSettings(), lambda p, e: rows, prom=None)
-    for r in rows:
+    last = len(rows) - EMPTY_TRIES + 1
+    for r in rows[:last]:
         store.observe(("p", "e"), [r])
     assert store.rank_due() == 1
-    for _ in range(EMPTY_TRIES - 1):  # no candidate moves here (no Prometheus)
-        store.rank_due()
+    # no candidate moves here (no Prometheus): ranked again as each step comes, its
+    # series goes out once tried at EMPTY_TRIES steps
+    for r in rows[last:]:
+        assert not {f.name: f for f in store.collect()}[
+            "rl_insight_step_regression_seconds"].samples
+        store.observe(("p", "e"), [r])
+        assert store.rank_due() == 1
     (sample,) = {f.name: f for f in store.collect()}[
         "rl_insight_step_regression_seconds"].samples
     assert sample.labels["rank"] == "1", sample.labels

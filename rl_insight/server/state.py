@@ -197,9 +197,9 @@ class ServerState:
         (profiles.auto; the store's rate limits hold as for any request)."""
         if not (self.settings.profiles.auto and self.settings.profiles.enabled):
             return
-        on_rank = [(key, change, ranked[2]) for key, change, ranked in
+        on_rank = [(key, change, ranked.scope) for key, change, ranked in
                    self.changes.open_changes()
-                   if ranked and ranked[2] and ranked[2].get("rank") is not None]
+                   if ranked and ranked.scope and ranked.scope.get("rank") is not None]
         if not on_rank:
             return
         asked = {p["reason"] for p in self.profiles.list()}

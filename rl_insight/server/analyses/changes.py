@@ -53,19 +53,54 @@ class Prom:
         return samples(self.url, expr, start, end, auth=self.auth)
 
 
+class Ranking:
+    """A change's latest ranking: at which step, what it found, where it lives; and, while
+    it finds nothing, its empty tries (each at a step the run had not reached before:
+    the newest steps' series are the ones a ranking lacks) since the first (its time)."""
+
+    __slots__ = ("step", "candidates", "scope", "empty_tries", "empty_since")
+
+    def __init__(self, step: int, candidates: list[dict], scope: dict | None,
+                 empty_tries: int, empty_since: float | None) -> None:
+        self.step, self.candidates, self.scope = step, candidates, scope
+        self.empty_tries, self.empty_since = empty_tries, empty_since
+
+    def settled(self, now: float) -> bool:
+        """Found something, or tried EMPTY_TRIES steps (or EMPTY_WAIT_S: a stalled run)
+        and goes out saying it found nothing."""
+        return bool(self.candidates) or self.empty_tries >= EMPTY_TRIES or (
+            self.empty_since is not None and now - self.empty_since >= EMPTY_WAIT_S)
+
+    def after(self, step: int, candidates: list[dict], scope: dict | None,
+              now: float) -> Ranking:
+        """The ranking made at ``step`` after this one."""
+        if candidates:
+            return Ranking(step, candidates, scope, 0, None)
+        if self.candidates:  # found before, not now (its series aged out of the window):
+            # what it found stands, so its alert's cause does not go and come back
+            return Ranking(step, self.candidates, self.scope, 0, None)
+        return Ranking(step, candidates, scope, self.empty_tries + (step > self.step),
+                       now if self.empty_since is None else self.empty_since)
+
+
 class _Run:
     __slots__ = ("changes", "dirty", "ranked", "last_row_end")
 
     def __init__(self, settings: ChangesSettings) -> None:
         self.changes = RunChanges(settings)
         self.dirty = False  # a row already fed was made again: analyse the rows again
-        self.ranked: dict[str, tuple[int, list[dict], dict | None]] = {}  # id -> at step
+        self.ranked: dict[str, Ranking] = {}  # change id -> its latest ranking
         self.last_row_end = 0.0
 
 
-# a change whose ranking found nothing moving with it is ranked again at the next passes,
-# this many times, before its series (and alert) go out saying so
+# a change whose ranking found nothing moving with it is ranked again at the next passes
+# until it was tried at this many steps (a candidate needs association.MIN_STEPS steps
+# of its series since the onset, and the newest are the last scraped: a CI run of
+# 2026-12-07 on a loaded host alerted "not ranked yet" after three passes 5 s apart
+# that saw few new steps), or for this long (a run that stopped making steps), before
+# its series (and alert) go out saying so
 EMPTY_TRIES = 3
+EMPTY_WAIT_S = 60.0
 
 
 class ChangeStore:
@@ -73,8 +108,10 @@ class ChangeStore:
 
     def __init__(self, settings: ChangesSettings, rows: Callable[[str, str], list | None],
                  prom: Prom | None, max_runs: int = 200,
-                 finished: Callable[[str, str], bool] = lambda p, e: False) -> None:
+                 finished: Callable[[str, str], bool] = lambda p, e: False,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
+        self.clock = clock  # wall time: how long a ranking has found nothing
         self.rows = rows  # the anatomy's final rows of a run (AnatomyStore.rows)
         self.prom = prom
         self.max_runs = max_runs
@@ -126,8 +163,9 @@ class ChangeStore:
 
     # -- ranking -------------------------------------------------------------------------
     def rank_due(self) -> int:
-        """Rank what moved with each open change not ranked for rank_every_steps steps;
-        the number ranked."""
+        """Rank what moved with each open change not ranked for rank_every_steps steps
+        (or not settled: Ranking.settled); the number ranked."""
+        now = self.clock()
         with self._lock:
             keys = list(self._runs)
         n = 0
@@ -151,9 +189,9 @@ class ChangeStore:
                     # a ranking that found nothing is tried again at the next pass (the
                     # engines' series of the newest steps not yet scraped, Prometheus
                     # slow to answer), EMPTY_TRIES times before its alert goes without
-                    if at is None or (not at[1] and at[3] < EMPTY_TRIES) or \
-                            last - at[0] >= self.settings.rank_every_steps:
-                        due.append((change, last, 0 if at is None or at[1] else at[3]))
+                    if at is None or not at.settled(now) or \
+                            last - at.step >= self.settings.rank_every_steps:
+                        due.append((change, last, at))
             if not due:
                 continue
             rows = [r.as_dict() for r in self.rows(*key) or []]
@@ -162,9 +200,15 @@ class ChangeStore:
             with self._lock:
                 run = self._runs.get(key)
                 if run is not None:
-                    for change, last, tries in due:
-                        run.ranked[change.id] = (last, change.candidates, change.scope,
-                                                 tries + (not change.candidates))
+                    for change, last, at in due:
+                        run.ranked[change.id] = (at or _FIRST).after(
+                            last, change.candidates, change.scope, now)
+                        if not change.candidates:
+                            log.info("what changed: nothing ranked yet with the change of "
+                                     "%s/%s from step %s (at step %s, %d candidate series "
+                                     "read; empty %d of %d steps)", *key,
+                                     change.onset_step, last, len(extra),
+                                     run.ranked[change.id].empty_tries, EMPTY_TRIES)
             n += len(due)
         return n
 
@@ -234,7 +278,7 @@ class ChangeStore:
             log.info("what changed: %s/%s from Prometheus: %s", *key, exc)
             return []
 
-    def open_changes(self) -> list[tuple[Key, Change, tuple | None]]:
+    def open_changes(self) -> list[tuple[Key, Change, Ranking | None]]:
         out = []
         with self._lock:
             keys = list(self._runs)
@@ -269,13 +313,14 @@ class ChangeStore:
             PREFIX + "candidate_change_ratio", "What moved with an open regression, ranked "
             "(1 first): the candidate's change over its value before the onset",
             labels=[*RUN, "onset_step", "rank", "candidate", "where", "direction"])
+        now = self.clock()
         for (project, experiment), change, ranked in self.open_changes():
             if ranked is None or self.finished(project, experiment) or \
-                    (not ranked[1] and ranked[3] < EMPTY_TRIES):
+                    not ranked.settled(now):
                 continue  # its alert names the first cause from its first notification
             head = change.headline
             onset = str(change.first.first_onset)
-            ranked_list, scope = ranked[1], ranked[2]
+            ranked_list, scope = ranked.candidates, ranked.scope
             parts = change.parts()
             seconds = change.seconds()
             if seconds is not None:
@@ -292,6 +337,10 @@ class ChangeStore:
                                  _where(c["labels"]), c["direction"]],
                                  (pct or 0.0) / 100.0)
         yield from (size, ratio, baseline, cand)
+
+
+# what a change's first ranking comes after: none, found nothing at no step
+_FIRST = Ranking(-1, [], None, 0, None)
 
 
 def _cause(ranked: list[dict]) -> str:
