@@ -83,14 +83,20 @@ def test_more_samples_a_step_rank_the_rollout_first(runs, ray_world):
     assert aligned["runs"]["b"]["steps"] < aligned["runs"]["a"]["steps"]
 
 
-def test_async_against_sync_ranks_the_rollout_it_hid_first(runs, ray_world):
+def test_async_against_sync_ranks_the_overlap_it_made_first(runs, ray_world):
     got = compare(ray_world.url, "even", "even-async")
     check_total(got, runs, "even", "even-async")
     assert got["significant"] and got["step_time"]["diff_s"] < 0, got["why"]
     by = {d["part"]: d for d in parts(got)}
-    # the generation the trainer waited for now runs beside its training
-    assert parts(got)[0]["part"] in ("rollout", "tail", "overlap"), parts(got)
+    # the training (0.9 s) now runs beside the next batch's generation (2 s): the
+    # training alone loses its time, the overlap gains it and the generation alone (its
+    # bulk, `rollout`, and its `tail`) loses it, three moves of one size whose order is
+    # the noise's (a CI run of 2026-12-07 put the training first)
+    top = {d["part"] for d in parts(got)[:3]}
+    assert {"training", "overlap"} <= top <= {"rollout", "tail", "training", "overlap"}, \
+        parts(got)
     assert by["overlap"]["diff_s"] > 0 and by["rollout"]["diff_s"] < 0, by
+    assert by["training"]["diff_s"] < 0, by
     side = got["side_by_side"]
     assert side["a"]["staleness"] == 0 and side["b"]["staleness"] >= 1, side
 
