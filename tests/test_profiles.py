@@ -164,16 +164,19 @@ def test_a_change_on_one_rank_has_that_rank_profiled_once(served):
     per change, as any request: rate limits and all."""
     from types import SimpleNamespace
 
+    from rl_insight.server.analyses.changes import Ranking
+
     _, state = served
     state.lanes.observe([("p", "e", "rank_2", "actor_update", 1)])
     change = SimpleNamespace(id="step_time@30")
-    on_rank = [(("p", "e"), change, (0, [], {"rank": "2", "role": "actor"}))]
+    on_rank = [(("p", "e"), change, Ranking(30, [], {"rank": "2", "role": "actor"}, 0, None))]
     state.changes.open_changes = lambda: on_rank
     state.auto_profiles()
     state.auto_profiles()  # the same change: asked once
     got = state.profiles.list("p", "e")
     assert [(p["rank"], p["reason"]) for p in got] == [("2", "change step_time@30")]
-    state.changes.open_changes = lambda: [(("p", "e"), change, (0, [], {"node": "n"}))]
+    state.changes.open_changes = lambda: [(("p", "e"), change,
+                                           Ranking(30, [], {"node": "n"}, 0, None))]
     state.profiles.settings = dataclasses.replace(state.profiles.settings, min_interval_s=0)
     state.auto_profiles()  # a change on a node: no rank to profile
     assert len(state.profiles.list("p", "e")) == 1
