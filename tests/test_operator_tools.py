@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,49 @@ def healthy(ray_world):
         sim.wait()
 
 
+class SlowEngine:
+    """A loopback /metrics that answers vLLM's running-requests gauge to its first
+    ``fast`` scrapes, then 3 s late to every other (past the 1-s scrape timeout of the
+    Ray world's Prometheus)."""
+
+    def __init__(self, fast: int) -> None:
+        import http.server
+        import threading
+
+        left = [fast]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                left[0] -= 1
+                if left[0] < 0:
+                    time.sleep(3.0)  # not a wait: the slow answer, past the timeout
+                body = b'vllm:num_requests_running{model_name="m"} 0\n'
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:  # Prometheus hung up: it timed out
+                    pass
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def __enter__(self) -> SlowEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def doctor(cluster, url: str, *extra: str, **env) -> tuple[int, list[dict]]:
     r = subprocess.run([sys.executable, "-m", "rl_insight", "doctor", "--json",
                         "--server-url", url, "--project", "doc", "--experiment", "healthy",
@@ -195,6 +239,32 @@ def test_doctor_names_each_problem_with_its_fix(healthy):
     requests.delete(url + "/api/v1/prometheus/targets", json={
         "job_name": "vllm", "targets": ["127.0.0.1:9"], "labels": [{"replica": "9"}],
         "project": "doc", "experiment_name": "healthy"}, timeout=5).raise_for_status()
+
+    # a replica slow to answer (a busy host: its last scrape timed out, the ones before
+    # it did not): a warning that says so, not a target down
+    with SlowEngine(fast=3) as slow:
+        target = {"job_name": "vllm", "targets": [slow.address],
+                  "labels": [{"replica": "8"}], "project": "doc",
+                  "experiment_name": "healthy"}
+        requests.post(url + "/api/v1/prometheus/targets", json=target,
+                      timeout=5).raise_for_status()
+
+        def timed_out() -> bool:
+            rows = requests.get(url + "/api/v1/experiments/targets", timeout=10, params={
+                "project": "doc", "experiment_name": "healthy"}).json()["targets"]
+            return any(t["target"] == slow.address and t.get("health") == "down" and
+                       "deadline" in t.get("last_error", "") and t.get("up_recent")
+                       for t in rows)
+        wait_for(timed_out, 60, "Prometheus to time out on the slow target")
+        # doctor runs within seconds; the fast answers count for a minute (promapi.RECENT)
+        code, checks = doctor(cluster, url, "--no-ray")
+        got = {c["name"]: c for c in checks}[f"target vllm {slow.address}"]
+        assert got["status"] == "warn" and "timed out" in got["detail"], got
+        assert "scrape_interval" in got["fix"]
+        assert got["name"] not in problems(checks) and "engine statistics" not in \
+            problems(checks), problems(checks)
+        requests.delete(url + "/api/v1/prometheus/targets", json=target,
+                        timeout=5).raise_for_status()
 
     # a worker missing the variable (the job's runtime env switches monitoring off)
     code, checks = doctor(cluster, url, VERL_RL_INSIGHT_ENABLE="1")

@@ -18,6 +18,7 @@ import requests
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
 from rl_insight.common import netaddr
 from rl_insight.common.secret import TOKEN_ENV
+from rl_insight.server.analyses import promapi
 from rl_insight.server.ingest.targets import describe_local_targets
 from rl_insight.wire import laneid, paths
 
@@ -227,14 +228,24 @@ class Doctor:
             return
         targets = data["targets"]
         down = [t for t in targets if t.get("health") == "down"]
+        slow = [t for t in down if _slow(t)]
         for t in down:
-            self.add(f"target {t['job_name']} {t['target']}", PROBLEM,
-                     f"down: {t.get('last_error') or 'no answer'}",
-                     "check the process serves /metrics at that address and the server's "
-                     "host can reach it")
-        if not down:
+            name, error = f"target {t['job_name']} {t['target']}", \
+                t.get("last_error") or "no answer"
+            if t in slow:
+                self.add(name, WARN, f"its last scrape timed out ({error}); "
+                         f"{t['up_recent']:.0%} of the last minute's succeeded",
+                         "a busy host or a slow /metrics: if it lasts, raise "
+                         "prometheus.scrape_interval (the scrape's timeout is the interval)")
+            else:
+                self.add(name, PROBLEM, f"down: {error}",
+                         "check the process serves /metrics at that address and the "
+                         "server's host can reach it")
+        if len(slow) == len(down):
             self.add("targets", OK if targets else WARN,
-                     f"{len(targets)} registered, none down" if targets else
+                     f"{len(targets)} registered, none down"
+                     + (f" ({len(slow)} slow to answer, above)" if slow else "")
+                     if targets else
                      "none registered (rollout engines, TransferQueue)",
                      "" if targets else "register them with rl_insight.update_prometheus_"
                      "config or register_rollout_replicas")
@@ -265,13 +276,15 @@ class Doctor:
         self.check_engine_stats(rollout)
 
     def check_engine_stats(self, rollout: list[dict]) -> None:
-        up = [t for t in rollout if t.get("health") == "up"]
+        up = [t for t in rollout if t.get("health") == "up" or _slow(t)]
         if not up:
             self.add("engine statistics", SKIPPED, "no rollout target is up")
             return
-        q = (f'count by (replica) ({{__name__=~"vllm:num_requests_running|'
+        # over the last minute: a slow target's last scrape (timed out) left its series
+        # stale, not gone
+        q = (f'count by (replica) (last_over_time({{__name__=~"vllm:num_requests_running|'
              f'sglang:num_running_reqs",project="{self.project}",'
-             f'experiment_name="{self.experiment}"}})')
+             f'experiment_name="{self.experiment}"}}[{promapi.RECENT}]))')
         try:
             res = self.get(paths.PROMETHEUS_QUERY, query=q)["data"]["result"]
         except (requests.RequestException, KeyError, ValueError):
@@ -342,6 +355,16 @@ class Doctor:
                      "RAY_RUNTIME_ENV_HOOK=rl_insight.ray.hooks.runtime_env_hook")
         else:
             self.add("workers", OK, f"workers on {len(nodes)} node(s) get the variables")
+
+
+# how Prometheus (Go's net/http) says a scrape ran out of time (its scrape_timeout)
+TIMED_OUT = "context deadline exceeded"
+
+
+def _slow(target: dict) -> bool:
+    """A target whose last scrape timed out but which answered others in the last
+    minute (promapi.RECENT): on a busy host, not down. A refused connection is down."""
+    return TIMED_OUT in (target.get("last_error") or "") and bool(target.get("up_recent"))
 
 
 def unreachable_why(exc: BaseException, port: int | None = None) -> str:
