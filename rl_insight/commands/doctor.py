@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -18,7 +19,6 @@ import requests
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
 from rl_insight.common import netaddr
 from rl_insight.common.secret import TOKEN_ENV
-from rl_insight.server.analyses import promapi
 from rl_insight.server.ingest.targets import describe_local_targets
 from rl_insight.wire import laneid, paths
 
@@ -228,13 +228,13 @@ class Doctor:
             return
         targets = data["targets"]
         down = [t for t in targets if t.get("health") == "down"]
-        slow = [t for t in down if _slow(t)]
+        slow = self.answered_again([t for t in down if TIMED_OUT in
+                                    (t.get("last_error") or "")])
         for t in down:
             name, error = f"target {t['job_name']} {t['target']}", \
                 t.get("last_error") or "no answer"
-            if t in slow:
-                self.add(name, WARN, f"its last scrape timed out ({error}); "
-                         f"{t['up_recent']:.0%} of the last minute's succeeded",
+            if (t["job_name"], t["target"]) in slow:
+                self.add(name, WARN, f"a scrape timed out ({error}), a later one did not",
                          "a busy host or a slow /metrics: if it lasts, raise "
                          "prometheus.scrape_interval (the scrape's timeout is the interval)")
             else:
@@ -249,7 +249,35 @@ class Doctor:
                      "none registered (rollout engines, TransferQueue)",
                      "" if targets else "register them with rl_insight.update_prometheus_"
                      "config or register_rollout_replicas")
+        for t in targets:
+            if (t["job_name"], t["target"]) in slow:
+                t["health"] = "up"  # slow: its engine statistics are asked for below
         self.check_replicas(targets)
+
+    def answered_again(self, timed_out: list[dict]) -> set[tuple[str, str]]:
+        """The targets whose last scrape timed out that answer a scrape within three
+        scrape intervals (5 s at least): slow on a busy host, not down. Watched, with a
+        line on stderr, only when there are some."""
+        if not timed_out:
+            return set()
+        interval = max(_seconds(t.get("scrape_interval")) for t in timed_out)
+        watch = min(60.0, max(5.0, 3 * interval))
+        print(f"rl-insight doctor: {len(timed_out)} target(s) timed out at their last "
+              f"scrape; watching their next scrapes for {watch:.0f} s", file=sys.stderr)
+        left = {(t["job_name"], t["target"]) for t in timed_out}
+        again: set[tuple[str, str]] = set()
+        end = time.monotonic() + watch
+        while left and time.monotonic() < end:
+            time.sleep(0.5)  # Prometheus scrapes on its own clock: this paces the asking
+            try:
+                rows = self.get(paths.EXPERIMENT_TARGETS, project=self.project,
+                                experiment_name=self.experiment)["targets"]
+            except (requests.RequestException, KeyError):
+                break
+            up = {(t["job_name"], t["target"]) for t in rows if t.get("health") == "up"}
+            again |= left & up
+            left -= up
+        return again
 
     def check_replicas(self, targets: list[dict]) -> None:
         """Every replica lane (of any role: the policy's rollout, a teacher, a reward
@@ -276,15 +304,14 @@ class Doctor:
         self.check_engine_stats(rollout)
 
     def check_engine_stats(self, rollout: list[dict]) -> None:
-        up = [t for t in rollout if t.get("health") == "up" or _slow(t)]
+        up = [t for t in rollout if t.get("health") == "up"]
         if not up:
             self.add("engine statistics", SKIPPED, "no rollout target is up")
             return
-        # over the last minute: a slow target's last scrape (timed out) left its series
-        # stale, not gone
+        # over the last minute: a slow target's timed-out scrape left its series stale
         q = (f'count by (replica) (last_over_time({{__name__=~"vllm:num_requests_running|'
              f'sglang:num_running_reqs",project="{self.project}",'
-             f'experiment_name="{self.experiment}"}}[{promapi.RECENT}]))')
+             f'experiment_name="{self.experiment}"}}[1m]))')
         try:
             res = self.get(paths.PROMETHEUS_QUERY, query=q)["data"]["result"]
         except (requests.RequestException, KeyError, ValueError):
@@ -361,10 +388,18 @@ class Doctor:
 TIMED_OUT = "context deadline exceeded"
 
 
-def _slow(target: dict) -> bool:
-    """A target whose last scrape timed out but which answered others in the last
-    minute (promapi.RECENT): on a busy host, not down. A refused connection is down."""
-    return TIMED_OUT in (target.get("last_error") or "") and bool(target.get("up_recent"))
+def _seconds(duration: str | None) -> float:
+    """A Prometheus duration as the targets API gives it ("1s", "15s", "1m"): seconds,
+    0 when it cannot be read."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    text = (duration or "").strip()
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            try:
+                return float(text[:-len(unit)]) * units[unit]
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 def unreachable_why(exc: BaseException, port: int | None = None) -> str:

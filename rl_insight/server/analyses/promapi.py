@@ -46,48 +46,26 @@ def instant(prom_url: str, expr: str, timeout: float = 10.0,
         raise ApiUnavailable(f"{url} did not answer JSON") from None
 
 
-# how far back a target's scrapes are counted: one failed scrape (a timeout on a busy
-# host: the timeout is the scrape interval) is not a target down
-RECENT = "1m"
-
-
 def target_health(prom_url: str, timeout: float = 3.0, auth: tuple[str, str] | None = None
                   ) -> dict[tuple[str, str], dict] | None:
-    """(job, instance) -> {health, last_error, last_scrape, scrape_url, up_recent}: the
-    last scrape's health as Prometheus says it, and the share of the last minute's
-    scrapes that succeeded (None when not known); None when Prometheus does not
-    answer."""
+    """(job, instance) -> {health, last_error, last_scrape, scrape_url, scrape_interval};
+    None when Prometheus does not answer."""
     try:
         data = get_json(prom_url, "/api/v1/targets", {"state": "active"},
                         timeout, auth)["data"]["activeTargets"]
     except (ApiUnavailable, KeyError, TypeError):
         return None
-    recent = _recent_up(prom_url, timeout, auth)
     out = {}
     for t in data:
         labels = t.get("labels", {})
-        key = (labels.get("job", ""), labels.get("instance", ""))
-        out[key] = {
+        out[(labels.get("job", ""), labels.get("instance", ""))] = {
             "health": t.get("health", "unknown"),
             "last_error": t.get("lastError", ""),
             "last_scrape": t.get("lastScrape", ""),
             "scrape_url": t.get("scrapeUrl", ""),
-            "up_recent": recent.get(key),
+            "scrape_interval": t.get("scrapeInterval", ""),
         }
     return out
-
-
-def _recent_up(prom_url: str, timeout: float, auth: tuple[str, str] | None
-               ) -> dict[tuple[str, str], float]:
-    """(job, instance) -> the share of its scrapes over RECENT that succeeded; empty
-    when Prometheus cannot say."""
-    try:
-        code, got = instant(prom_url, f"avg_over_time(up[{RECENT}])", timeout, auth)
-        rows = got["data"]["result"] if code == 200 else []
-        return {(r["metric"].get("job", ""), r["metric"].get("instance", "")):
-                float(r["value"][1]) for r in rows}
-    except (ApiUnavailable, KeyError, TypeError, ValueError, IndexError):
-        return {}
 
 
 def alerts(prom_url: str, timeout: float = 3.0, auth: tuple[str, str] | None = None
