@@ -35,6 +35,7 @@ def sample(seconds: float, rate: int = RATE_HZ) -> dict:
     end = time.monotonic() + min(seconds, MAX_SECONDS)
     period = 1.0 / rate
     started = time.time()
+    cpu_before = thread_cpu()
     rounds = 0
     while time.monotonic() < end:
         rounds += 1
@@ -55,10 +56,8 @@ def sample(seconds: float, rate: int = RATE_HZ) -> dict:
                 f = f.f_back
             per_thread.setdefault(tid, []).append(stack[::-1])  # root first
         time.sleep(period)
-    # a thread whose frame never moved was parked; with under 3 rounds (a sampler the
-    # machine starved) nothing can be told apart, and every thread's samples stay
-    samples = [s for tid, got in per_thread.items() if len(moved[tid]) > 1 or rounds < 3
-               for s in got]
+    busy = _busy(per_thread, moved, cpu_before, thread_cpu(), rounds)
+    samples = [s for tid, got in per_thread.items() if tid in busy for s in got]
     return {"$schema": "https://www.speedscope.app/file-format-schema.json",
             "shared": {"frames": frames},
             "profiles": [{"type": "sampled", "name": "self-sampled", "unit": "seconds",
@@ -67,13 +66,52 @@ def sample(seconds: float, rate: int = RATE_HZ) -> dict:
             "exporter": "rl-insight self_profile", "name": "rank profile"}
 
 
-WAITS = ("threading.py", "queue.py", "selectors.py", "/asyncio/", "/concurrent/futures/")
+def thread_cpu() -> dict[int, int] | None:
+    """Each thread's CPU time so far (clock ticks, by its ``threading`` ident) from
+    /proc/self/task; None where there is no /proc (not Linux)."""
+    out = {}
+    try:
+        for t in threading.enumerate():
+            if t.native_id is None:
+                continue
+            with open(f"/proc/self/task/{t.native_id}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            out[t.ident] = int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+    return out
+
+
+def _busy(per_thread: dict[int, list], moved: dict[int, set], before: dict[int, int] | None,
+          after: dict[int, int] | None, rounds: int) -> set[int]:
+    """The threads that worked while sampled: those the kernel says used CPU time (a
+    busy loop gives the GIL up at the same instruction each time, so its frame can look
+    parked); where it cannot say, those whose frame moved. With under 3 rounds (a
+    sampler the machine starved) nothing can be told apart: every thread."""
+    if rounds < 3:
+        return set(per_thread)
+    out = set()
+    for tid in per_thread:
+        if before is not None and after is not None and tid in before and tid in after:
+            if after[tid] > before[tid]:
+                out.add(tid)
+        elif len(moved[tid]) > 1:
+            out.add(tid)
+    return out
+
+
+# where a parked thread's innermost Python frame is: the waits of threading (a lock, a
+# condition, an event, a queue, a future, a join) and a selector's poll; a thread busy in
+# threading's other code (``is_alive`` in a loop) is not parked
+WAITS = {"threading.py": ("wait", "_wait_for_tstate_lock"), "selectors.py": ("select",)}
 
 
 def _waiting(frame) -> bool:
     """A thread parked in a lock, queue or selector: no one's work (py-spy leaves idle
     samples out likewise)."""
-    return any(w in frame.f_code.co_filename for w in WAITS)
+    code = frame.f_code
+    names = WAITS.get(code.co_filename.rsplit("/", 1)[-1])
+    return names is not None and code.co_name in names
 
 
 def answer(req: dict, reply) -> threading.Thread:

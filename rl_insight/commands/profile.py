@@ -54,6 +54,10 @@ def run(client: ServerClient, project: str, experiment: str, rank: str,
           "time went:")
     for line in frame_lines(p.get("top_frames", []), 8, total=True):
         print("  " + line)
+    if not p.get("top_frames"):
+        print("  no samples of its code: every thread waited the whole time (in a lock, "
+              "a queue, a sleep or a call into C); profile it again while it works, for "
+              "longer (--seconds)")
     path = Path(output or f"profile-{project}-{experiment}-rank{rank}-{p['id']}.json")
     path.write_text(_download(client, p["id"]))
     print(f"written to {path} (open it in speedscope.app or ui.perfetto.dev)")
