@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 
 import pytest
 from fastapi.testclient import TestClient
@@ -243,44 +242,48 @@ def test_a_process_the_host_will_not_let_py_spy_read_samples_itself(served):
 
 
 
-def test_the_self_sampler_keeps_a_busy_thread_and_drops_a_parked_one():
-    """Which threads worked while sampled is the kernel's CPU time, not whether a
-    frame moved: a busy loop gives the GIL up at the same instruction each time (its
-    frame looked parked, and a fresh clone of 2026-12-07 printed no frame of it), and a
-    loop that calls threading's is_alive is busy in threading.py, not parked there."""
+def sleepy_loop(stop) -> None:
+    """Wakes 20 times a second to do next to nothing, as a fake engine's tick does."""
+    import time
+
+    while not stop.is_set():
+        time.sleep(0.05)  # not a wait: the idle loop under test
+
+
+def test_the_self_sampler_keeps_what_worked_and_drops_what_waited():
+    """A sample is the thread's work when it was on a CPU a tenth of the time since its
+    last sample (its CPU clock): a busy loop gives the GIL up at one instruction each
+    time (its frame looked parked: a fresh clone of 2026-12-07 printed no frame of it),
+    one calling threading's is_alive is busy there, not parked; a thread parked in
+    Event.wait and one sleeping in a loop (a fake engine's tick, left running by an
+    earlier test in the same worker, came first in another clone) are not work."""
     import threading
 
     from rl_insight.client import self_profile
 
     stop = threading.Event()
     parked = threading.Thread(target=stop.wait, daemon=True)
+    sleeper = threading.Thread(target=sleepy_loop, args=(stop,), daemon=True)
     parked.start()
+    sleeper.start()
     busy = threading.Thread(target=hot_loop, args=(30.0, parked), daemon=True)
     busy.start()
     try:
-        wait_for(lambda: self_profile._waiting(sys._current_frames()[parked.ident]), 10,
-                 "the parked thread to wait in Event.wait")
-        before = self_profile.thread_cpu()
-        assert before is not None and busy.ident in before  # Linux: /proc/self/task
-        # the kernel counts the busy thread's time in ticks (10 ms here): it moves
-        wait_for(lambda: self_profile.thread_cpu()[busy.ident] > before[busy.ident], 10,
-                 "the busy thread's CPU time to move")
-        after = self_profile.thread_cpu()
-        assert after[parked.ident] == before[parked.ident]
-        # one position each (the frame "never moved"): the CPU time decides
-        per_thread, moved = {busy.ident: [[0]], parked.ident: [[0]]}, \
-            {busy.ident: {1}, parked.ident: {1}}
-        assert self_profile._busy(per_thread, moved, before, after, 10) == {busy.ident}
-        # without /proc, the frames' moves decide; under 3 rounds, every thread stays
-        moved[busy.ident] = {1, 2}
-        assert self_profile._busy(per_thread, moved, None, None, 10) == {busy.ident}
-        assert self_profile._busy(per_thread, moved, None, None, 2) == set(per_thread)
+        clocks: dict = {}
+        first = self_profile._cpu_ns(busy.ident, clocks)
+        assert first is not None  # POSIX: the thread's own CPU clock
+        wait_for(lambda: self_profile._cpu_ns(busy.ident, clocks) > first, 10,
+                 "the busy thread's CPU clock to move")
         data = self_profile.sample(1.0)
-        top = [f["name"] for f in top_frames(data)]
-        assert top and top[0] == "hot_loop", top_frames(data)
     finally:
         stop.set()
         busy.join(5)
+    top = top_frames(data)
+    assert top and top[0]["name"] == "hot_loop", top
+    share = {f["name"]: f["self_share"] for f in top}
+    # on a CPU well under BUSY_SHARE of each interval: none of its samples
+    assert "sleepy_loop" not in share, top
+    assert "wait" not in share, top
 
 
 def test_rl_insight_profile_asks_waits_prints_the_top_frames_and_writes_the_file(

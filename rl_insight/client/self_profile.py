@@ -18,31 +18,47 @@ from rl_insight.collector.profiling import top_frames
 
 RATE_HZ = 50  # the sampler shares the GIL with the rank: half py-spy's rate
 MAX_SECONDS = 60.0
+# a sample is a thread's work when it was on a CPU this share of the time since its last
+# (a thread that sleeps and ticks now and then is not: a fake engine's 20-Hz tick, next
+# to nothing, came first in a profile of a busy loop, 2026-12-07)
+BUSY_SHARE = 0.1
 # why it came to this (ptrace refused, py-spy missing, client.profile_method=self) is in
 # the lane actor's log and the client's settings, not here: it samples alike whatever the why
 METHOD = "self-sampled (sys._current_frames)"
 
 
 def sample(seconds: float, rate: int = RATE_HZ) -> dict:
-    """This process's threads' stacks, ``rate`` times a second for ``seconds``: the
-    sampler's own thread left out, and threads that waited the whole time (parked in a
-    lock or a queue, or blocked in one call of C code: their innermost frame never moved)."""
+    """This process's threads' stacks, ``rate`` times a second for ``seconds``, each
+    sample of a thread that worked since its last: the sampler's own thread left out, a
+    thread parked in threading's waits or a selector, and one that used under BUSY_SHARE
+    of the time since its last sample on a CPU (a sleep, a blocking call into C, a tick
+    now and then); where a thread's CPU clock cannot be read, one whose innermost frame
+    stood still."""
     me = threading.get_ident()
     frames: list[dict] = []
     index: dict[tuple[str, str, int], int] = {}
-    per_thread: dict[int, list[list[int]]] = {}
-    moved: dict[int, set] = {}
+    samples: list[list[int]] = []
+    last: dict[int, tuple[tuple[int, int], int | None, int]] = {}  # where, CPU, wall
+    clocks: dict[int, int | None] = {}
     end = time.monotonic() + min(seconds, MAX_SECONDS)
     period = 1.0 / rate
     started = time.time()
-    cpu_before = thread_cpu()
-    rounds = 0
     while time.monotonic() < end:
-        rounds += 1
         for tid, frame in sys._current_frames().items():
             if tid == me or _waiting(frame):
+                last.pop(tid, None)
                 continue
-            moved.setdefault(tid, set()).add((id(frame), frame.f_lasti))
+            where, cpu, now = (id(frame), frame.f_lasti), _cpu_ns(tid, clocks), \
+                time.monotonic_ns()
+            before = last.get(tid)
+            last[tid] = (where, cpu, now)
+            if before is None:
+                continue  # its first look: what it does from here on is sampled
+            if cpu is not None and before[1] is not None:
+                if cpu - before[1] < BUSY_SHARE * (now - before[2]):
+                    continue  # (nearly) off the CPU since its last sample
+            elif before[0] == where:
+                continue  # its frame stood still
             stack = []
             f = frame
             while f is not None:
@@ -54,10 +70,8 @@ def sample(seconds: float, rate: int = RATE_HZ) -> dict:
                     frames.append({"name": key[0], "file": key[1], "line": key[2]})
                 stack.append(i)
                 f = f.f_back
-            per_thread.setdefault(tid, []).append(stack[::-1])  # root first
+            samples.append(stack[::-1])  # root first
         time.sleep(period)
-    busy = _busy(per_thread, moved, cpu_before, thread_cpu(), rounds)
-    samples = [s for tid, got in per_thread.items() if tid in busy for s in got]
     return {"$schema": "https://www.speedscope.app/file-format-schema.json",
             "shared": {"frames": frames},
             "profiles": [{"type": "sampled", "name": "self-sampled", "unit": "seconds",
@@ -66,44 +80,26 @@ def sample(seconds: float, rate: int = RATE_HZ) -> dict:
             "exporter": "rl-insight self_profile", "name": "rank profile"}
 
 
-def thread_cpu() -> dict[int, int] | None:
-    """Each thread's CPU time so far (clock ticks, by its ``threading`` ident) from
-    /proc/self/task; None where there is no /proc (not Linux)."""
-    out = {}
+def _cpu_ns(ident: int, clocks: dict[int, int | None]) -> int | None:
+    """The thread's CPU time so far (its POSIX CPU clock: read without giving the GIL
+    up, unlike /proc); None where there is none (not POSIX, a thread gone). ``clocks``
+    caches ident -> clock id."""
     try:
-        for t in threading.enumerate():
-            if t.native_id is None:
-                continue
-            with open(f"/proc/self/task/{t.native_id}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            out[t.ident] = int(fields[11]) + int(fields[12])  # utime, stime
-    except (OSError, IndexError, ValueError):
+        if ident not in clocks:
+            clocks[ident] = time.pthread_getcpuclockid(ident)
+        clock = clocks[ident]
+        return None if clock is None else time.clock_gettime_ns(clock)
+    except (AttributeError, OSError, OverflowError):
+        clocks[ident] = None
         return None
-    return out
-
-
-def _busy(per_thread: dict[int, list], moved: dict[int, set], before: dict[int, int] | None,
-          after: dict[int, int] | None, rounds: int) -> set[int]:
-    """The threads that worked while sampled: those the kernel says used CPU time (a
-    busy loop gives the GIL up at the same instruction each time, so its frame can look
-    parked); where it cannot say, those whose frame moved. With under 3 rounds (a
-    sampler the machine starved) nothing can be told apart: every thread."""
-    if rounds < 3:
-        return set(per_thread)
-    out = set()
-    for tid in per_thread:
-        if before is not None and after is not None and tid in before and tid in after:
-            if after[tid] > before[tid]:
-                out.add(tid)
-        elif len(moved[tid]) > 1:
-            out.add(tid)
-    return out
 
 
 # where a parked thread's innermost Python frame is: the waits of threading (a lock, a
 # condition, an event, a queue, a future, a join) and a selector's poll; a thread busy in
 # threading's other code (``is_alive`` in a loop) is not parked
-WAITS = {"threading.py": ("wait", "_wait_for_tstate_lock"), "selectors.py": ("select",)}
+# (a join's wait, in _wait_for_tstate_lock, is told by its frame and CPU time standing
+# still: is_alive calls it too, busy)
+WAITS = {"threading.py": ("wait",), "selectors.py": ("select",)}
 
 
 def _waiting(frame) -> bool:
