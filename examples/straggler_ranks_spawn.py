@@ -56,15 +56,26 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
     grad, weights = torch.ones(1024), torch.zeros(1024)
     lane = f"rank_{rank}"
     stop = Path(args["stop_file"]) if args["stop_file"] else None
+    # the ground truth: the seconds this rank spent in each phase's collectives, by its
+    # own clock (a loaded host stretches a rank's sleeps and busy loops: what it waited
+    # is what happened)
+    truth = open(f"{args['truth_file']}.{rank}", "w") if args["truth_file"] else None
     for step in range(1, args["steps"] + 1):
         for phase in PHASES:
+            waited = 0.0
             with rl_insight.trace_state(phase, state_lane_id=lane):
                 for _ in range(MICROBATCHES):
                     time.sleep(args["micro_s"])  # a micro-batch's forward and backward
                     if phase == "actor_update" and rank == args["slow_rank"] and \
                             step >= args["slow_from"]:
                         slow_backward(args["extra_s"])
+                    t0 = time.perf_counter()
                     dist.all_reduce(grad)
+                    waited += time.perf_counter() - t0
+            if truth:
+                truth.write(json.dumps({"step": step, "phase": phase, "rank": rank,
+                                        "wait_s": waited}) + "\n")
+                truth.flush()
         with rl_insight.trace_state("update_weights", state_lane_id=lane):
             time.sleep(args["micro_s"] / 2)
             # rank 0's weights to all; their first element also says whether to stop
@@ -75,6 +86,8 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
             rl_insight.metric_gauge("training_global_step", float(step))
         if weights[0] > 0:
             break
+    if truth:
+        truth.close()
     rl_insight.finish()
     dist.destroy_process_group()
 
@@ -94,6 +107,8 @@ def main() -> None:
     ap.add_argument("--self-sampled", type=int, default=-1,
                     help="a rank that samples itself when profiled (client.profile_method)")
     ap.add_argument("--stop-file", default="")
+    ap.add_argument("--truth-file", default="",
+                    help="each rank writes its collectives' waits per phase to FILE.<rank>")
     args = ap.parse_args()
     import torch.multiprocessing as mp
 
