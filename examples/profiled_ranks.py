@@ -54,12 +54,15 @@ def _worker_class():
             self.profiler = DistProfiler(rank=rank, config=config, tool_config=tool_config,
                                          save_file_prefix="actor")
             self.grad = torch.ones(1024)
+            self.waited = 0.0  # seconds in the collectives, by this rank's own clock
 
         def _micro(self, slow: bool) -> None:
             time.sleep(self.args["micro_s"])  # a micro-batch's forward and backward
             if slow:
                 slow_backward(self.args["extra_s"])
+            t0 = time.perf_counter()
             dist.all_reduce(self.grad)
+            self.waited += time.perf_counter() - t0
 
         @DistProfiler.annotate(color="olive", role="ref_compute_log_prob")
         def compute_ref_log_prob(self) -> None:
@@ -115,10 +118,12 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
         for stage, call in (("ref_compute_log_prob", w.compute_ref_log_prob),
                             ("actor_compute_log_prob", w.compute_log_prob),
                             ("actor_update", lambda s=step, w=w: w.update_actor(s))):
-            before = time.time_ns()
+            before, w.waited = time.time_ns(), 0.0
             call()
+            # wait_s, the ground truth of the ranks' leads: what it waited in the stage's
+            # collectives (a loaded host stretches the sleeps and busy loops)
             stamps.append({"step": step, "stage": stage, "before_ns": before,
-                           "after_ns": time.time_ns()})
+                           "after_ns": time.time_ns(), "wait_s": w.waited})
         w.profiler.stop(run_command=step == args["steps"])
         dist.barrier()  # verl's driver gathers every rank's stop_profile, then logs the step
         if live and rank == 0:
