@@ -56,8 +56,12 @@ class Made:
 
 def _env(url: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RL_INSIGHT_")}
+    # three ranks handing over at once beside the suite's heaviest start: their finish()
+    # gets 20 s, not 3, to deliver the last step (a fresh clone of 2026-12-07 waited 90 s
+    # for the live run's fourth row), as the simulated pairs' drivers do (tests/worlds.py)
     env.update(RL_INSIGHT_SERVER_URL=url, VERL_RL_INSIGHT_ENABLE="1", PYTHONPATH=str(REPO),
-               RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="0.5")
+               RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="0.5",
+               RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S="20")
     return env
 
 
@@ -88,7 +92,12 @@ def made(route_server, tmp_path_factory) -> Made:
          str(MICRO_S), "--extra-s", str(EXTRA_S), "--discrete-last"],
         env=_env(url), capture_output=True, text=True, timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr[-3000:]
-    before = wait_for(lambda: rows(url, LIVE), 90, "the live run's rows")
+    seen: dict = {}
+
+    def live_rows() -> dict | None:
+        seen.update(rows(url, LIVE, 0) or {})
+        return dict(seen) if len(seen) >= STEPS else None
+    before = wait_for(live_rows, 90, f"the live run's rows (ranks' exit: {r.stderr[-800:]})")
     _damage(out)
     timeline = out.parent / "timeline.json"
     common = ("import", str(out), "--profiler", "torch", "--server-url", url,
