@@ -19,6 +19,7 @@ import requests
 from rl_insight.client.core import ENABLE_ENV, SERVER_URL_ENV
 from rl_insight.common import netaddr
 from rl_insight.common.secret import TOKEN_ENV
+from rl_insight.config import duration_seconds
 from rl_insight.server.ingest.targets import describe_local_targets
 from rl_insight.wire import laneid, paths
 
@@ -260,7 +261,8 @@ class Doctor:
         line on stderr, only when there are some."""
         if not timed_out:
             return set()
-        interval = max(_seconds(t.get("scrape_interval")) for t in timed_out)
+        interval = max(duration_seconds(t.get("scrape_interval") or "") or 0.0
+                       for t in timed_out)
         watch = min(60.0, max(5.0, 3 * interval))
         print(f"rl-insight doctor: {len(timed_out)} target(s) timed out at their last "
               f"scrape; watching their next scrapes for {watch:.0f} s", file=sys.stderr)
@@ -386,20 +388,6 @@ class Doctor:
 
 # how Prometheus (Go's net/http) says a scrape ran out of time (its scrape_timeout)
 TIMED_OUT = "context deadline exceeded"
-
-
-def _seconds(duration: str | None) -> float:
-    """A Prometheus duration as the targets API gives it ("1s", "15s", "1m"): seconds,
-    0 when it cannot be read."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    text = (duration or "").strip()
-    for unit in sorted(units, key=len, reverse=True):
-        if text.endswith(unit):
-            try:
-                return float(text[:-len(unit)]) * units[unit]
-            except ValueError:
-                return 0.0
-    return 0.0
 
 
 def unreachable_why(exc: BaseException, port: int | None = None) -> str:
