@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, wait_for
+from tests.rank_truth import leads as leads_of
 
 pytestmark = pytest.mark.integration
 
@@ -135,8 +135,7 @@ def leads(out: Path) -> dict[int, dict[str, float]]:
         for s in json.loads(f.read_text()):
             if s["stage"] == "actor_update":
                 waits.setdefault(s["step"], {})[rank] = s["wait_s"]
-    return {step: {r: statistics.median(x for o, x in w.items() if o != r) - w[r]
-                   for r in w} for step, w in waits.items()}
+    return {step: leads_of(w) for step, w in waits.items()}
 
 
 def test_the_slow_rank_is_named_from_its_first_slow_step_with_its_kind_and_stage(

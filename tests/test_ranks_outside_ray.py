@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -24,6 +23,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, wait_for
+from tests.rank_truth import leads as leads_of
 
 pytestmark = pytest.mark.integration
 
@@ -115,8 +115,7 @@ def leads(truth_file: Path) -> dict[tuple[int, str], dict[str, float]]:
         for line in f.read_text().splitlines():
             d = json.loads(line)
             waits.setdefault((d["step"], d["phase"]), {})[str(d["rank"])] = d["wait_s"]
-    return {k: {r: statistics.median(x for o, x in w.items() if o != r) - w[r]
-                for r in w} for k, w in waits.items() if len(w) > 1}
+    return {k: leads_of(w) for k, w in waits.items() if len(w) > 1}
 
 
 def test_each_rank_is_counted_computing_what_it_computed(spawned):
