@@ -9,6 +9,7 @@ route and the CLI (`rl-insight compare`), live and from Prometheus alone."""
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 import requests
@@ -167,13 +168,35 @@ def test_the_run_vs_run_dashboard_has_data_for_two_runs(runs, ray_world):
                     expr = expr.replace(k, values[k])
                 assert "$" not in expr, expr
                 checked += 1
-                # a table's instant query as Grafana asks it at the range's end, over
-                # its last 10 s: a scrape of the server that timed out on the busy host
-                # (its timeout is the 1-s interval) leaves every series it holds stale
-                # until the next one (the likeliest cause of the configuration's
-                # table a CI run of 2026-12-07 found empty at one instant)
-                got = query_range(prom, expr, end - 10 if q.instant else start, end)
+                # a table's instant query too, over the runs' whole range: a scrape of
+                # the server that times out (its timeout is this world's 1-s interval)
+                # leaves every series it holds stale until the next one, and while the
+                # eleven runs ran beside a busy loop 19-27 of the server's 57-72 scrapes
+                # failed (4 runs, 2026-12-07), once 17 s on end (both runs'
+                # configurations, taken at 796 s, were first held at 808 s): longer
+                # than any short window at the range's end
+                got = query_range(prom, expr, start, end)
                 if not got:
                     empty.append(f"{panel.title}: {expr}")
     assert checked >= 12
-    assert not empty, "panels without data:\n" + "\n".join(empty)
+    assert not empty, "panels without data:\n" + "\n".join(empty) + \
+        f"\nthe range: {start:.1f}-{end:.1f}; " + config_trail(ray_world, ("even", "even-more"))
+
+
+def config_trail(ray_world, names) -> str:
+    """Where each run's configuration was, for a failing test: when the server took it,
+    and the seconds at which Prometheus holds its series."""
+    from rl_insight.wire import runconfig
+    from tests.test_simulation_e2e import query_range
+    out = []
+    for name in names:
+        r = requests.get(ray_world.url + runconfig.CONFIG_PATH, timeout=10, params={
+            "project": PAIRS_PROJECT, "experiment_name": name})
+        got = r.json().get("received_at") if r.status_code == 200 else r.status_code
+        series = query_range(ray_world.cli.prometheus, f'count(rl_insight_run_config_info{{'
+                             f'project="{PAIRS_PROJECT}",experiment_name="{name}"}})',
+                             time.time() - 900, time.time())
+        held = [float(t) for x in series for t, _ in x["values"]]
+        out.append(f"{name}: taken at {got}, held {min(held, default=0):.1f}-"
+                   f"{max(held, default=0):.1f} ({len(held)} s)")
+    return "; ".join(out)

@@ -70,7 +70,8 @@ def gone_server(request):
         sock.close()
 
 
-def test_finish_and_exit_share_one_deadline_with_the_server_gone(gone_server, tmp_path):
+def test_finish_and_exit_share_one_deadline_with_the_server_gone(gone_server, tmp_path,
+                                                                request):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RAY_", "RL_INSIGHT_", "VERL_"))}
     env.update(RL_INSIGHT_SERVER_URL=gone_server, VERL_RL_INSIGHT_ENABLE="1",
@@ -84,6 +85,10 @@ def test_finish_and_exit_share_one_deadline_with_the_server_gone(gone_server, tm
     assert times["finish_s"] <= TIMEOUT + SLACK_S, times
     # exit waits only for what finish() left of its deadline
     assert times["finish_s"] + times["exit_s"] <= TIMEOUT + SLACK_S, times
+    if request.node.callspec.params["gone_server"] == "never-answers":
+        # what was lost at exit, and what to do about it
+        assert "lost" in r.stderr and "RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S" in r.stderr, \
+            r.stderr[-3000:]
 
 
 EXIT_HOOK_SCRIPT = r'''

@@ -405,8 +405,12 @@ class FrameworkRuns:
         env = world.cluster.env() if on_ray else {
             k: v for k, v in os.environ.items()
             if not k.startswith(("RAY_", "RL_INSIGHT_", "VERL_"))}
+        # the exit's hand-over as the simulated pairs' (simulated_pairs): beside a busy
+        # loop a fresh clone lost ROLL's last step, its pushes timed out (the sender's
+        # 5 s) on the busy server and the 3-s default ended their retries at exit
         env.update({"RL_INSIGHT_SERVER_URL": world.url, "VERL_RL_INSIGHT_ENABLE": "1",
                     "RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S": "1",
+                    "RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S": "20",
                     "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"})
         paths = [str(REPO)] + ([str(VENV_FRAMEWORKS / packages / "site-packages")]
                                if packages else [])

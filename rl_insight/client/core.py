@@ -291,7 +291,8 @@ class Client:
         self._close_push(left())  # as upstream's finish(): the poller stops, sinks close
         if not self.wait_registrations(left()):
             log.warning("rl-insight: target registrations were not delivered within %.1fs; "
-                        "is the server at %s reachable?", timeout, self.server_url)
+                        "is the server at %s reachable? (if it is busy, raise "
+                        "RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S)", timeout, self.server_url)
         if self.sends and self.owner and self.identity is not None and left() > 0:
             try:
                 self.transport().finish(self.identity, left())
@@ -310,11 +311,15 @@ class Client:
 
             self.steps.flush()
             if not self.buffer.shutdown(budget):
-                log.warning("rl-insight: not every event was handed over before exit")
+                log.warning("rl-insight: not every event was handed over within the %.1f s "
+                            "exit deadline; the rest is lost. If the server at %s is busy, "
+                            "raise RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", budget,
+                            self.server_url)
             self._close_push(left())
             if not self.wait_registrations(left()):
                 log.warning("rl-insight: target registrations were not delivered before "
-                            "exit; is the server at %s reachable?", self.server_url)
+                            "exit; is the server at %s reachable? (if it is busy, raise "
+                            "RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S)", self.server_url)
             if isinstance(self._transport, DirectTransport):
                 self._transport.close(left())
         except Exception:
