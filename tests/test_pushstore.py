@@ -368,3 +368,48 @@ def test_held_groups_leave_the_garbage_collector_little_to_walk(tmp_path):
             for i in ("1", "2"))
     assert a[:2] == b[:2] and a[0] is b[0] and a[1] is b[1], (a, b)
     assert series(st_)[("m4", (("instance", "7"), ("job", "j"), ("lane", "1")))] == 2.0
+
+
+def test_the_servers_own_families_are_exposed_as_generate_latest_writes_them(tmp_path):
+    """/metrics writes the server's own families as a push's (render_blocks), not by
+    generate_latest: the same samples, each name once, for every kind the server holds
+    (the registry's counters and histograms with ``_created``, its collectors' families,
+    one name from two collectors, labels in any order, values that need escaping)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+    from prometheus_client.parser import text_string_to_metric_families
+
+    registry = CollectorRegistry()
+    Counter("own_requests", "Requests.", ["route", "code"], registry=registry) \
+        .labels("/x", "200").inc(3)
+    Histogram("own_seconds", "Seconds.", registry=registry).observe(0.3)
+    Gauge("own_up", "Up.", registry=registry).set(1)
+
+    class Lanes:
+        def __init__(self, run: str) -> None:
+            self.run = run
+
+        def collect(self):
+            g = GaugeMetricFamily("own_lane_state", 'A "state"\nper lane.',
+                                  labels=["state_lane_id", "experiment_name", "key"])
+            g.add_metric(["rank_0", self.run, 'a"b\\c\nd'], 1.0)
+            h = HistogramMetricFamily("own_state_seconds", "Durations.",
+                                      labels=["state_name", "experiment_name"])
+            h.add_metric(["gen", self.run], [("0.5", 1.0), ("+Inf", 2.0)], sum_value=1.5)
+            yield g
+            yield h
+
+    registry.register(Lanes("e1"))
+    registry.register(Lanes("e2"))
+
+    def samples(text: str) -> set:
+        return {(s.name, frozenset(s.labels.items()), s.value)
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    store = PushStore(PushSettings(), Store(tmp_path))
+    got = store.exposition(registry.collect()).decode()
+    want = render(registry.collect()).decode()
+    assert samples(got) == samples(want) and len(samples(got)) > 12
+    # each name's HELP and TYPE once, the two collectors' samples joined under them
+    assert got.count("# HELP own_lane_state ") == 1
+    assert got.count("# TYPE own_state_seconds ") == 1

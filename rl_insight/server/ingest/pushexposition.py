@@ -27,13 +27,17 @@ def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
     out: dict[str, Block] = {}
     for fam in families:
         if not plain_family(fam):
-            out.update(split_blocks(render([fam]).decode()))
-            continue
-        name = exposed_name(fam)
-        doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        lines = [sample_prefix(sample) + floatToGoString(sample.value) + "\n"
-                 for sample in fam.samples]
-        out[name] = (f"# HELP {name} {doc}\n", f"# TYPE {name} {fam.type}\n", "".join(lines))
+            blocks = split_blocks(render([fam]).decode())
+        else:
+            name = exposed_name(fam)
+            doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
+            lines = [sample_prefix(sample) + floatToGoString(sample.value) + "\n"
+                     for sample in fam.samples]
+            blocks = {name: (f"# HELP {name} {doc}\n", f"# TYPE {name} {fam.type}\n",
+                             "".join(lines))}
+        for name, (h, t, body) in blocks.items():  # two collectors of one name: joined
+            held = out.get(name)
+            out[name] = (h, t, body) if held is None else (held[0], held[1], held[2] + body)
     return out
 
 
@@ -60,19 +64,19 @@ def _escape_value(v: str) -> str:
 
 def split_blocks(text: str) -> dict[str, Block]:
     """The text format split at each ``# HELP``: name -> (HELP, TYPE, samples)."""
-    out: dict[str, list[str]] = {}
-    current: list[str] | None = None
+    out: dict[str, list] = {}
+    current: list | None = None
     for line in text.split("\n")[:-1]:  # at \n only: a HELP text may hold \r
         line += "\n"
         if line.startswith("# HELP "):
-            current = out.setdefault(line.split(" ", 3)[2], [line, "", ""])
+            current = out.setdefault(line.split(" ", 3)[2], [line, "", []])
         elif current is None:
             continue
         elif line.startswith("# TYPE "):
             current[1] = line
-        else:
-            current[2] += line
-    return {name: (b[0], b[1], b[2]) for name, b in out.items()}
+        else:  # joined once at the end: adding to a block's string copied it each line
+            current[2].append(line)
+    return {name: (b[0], b[1], "".join(b[2])) for name, b in out.items()}
 
 
 class _Families:
