@@ -560,6 +560,37 @@ def test_follower_sends_again_what_the_server_refused(tmp_path):
     assert marks_of(sink.payloads) == {0: window(0, ANCHOR)}
 
 
+def test_the_last_read_at_exit_sends_again_until_taken_within_the_deadline(tmp_path, caplog):
+    """At exit (follow.last_read): the loop's last poll, then what the server refused
+    sent again until it is taken, within the client's exit deadline; a server that never
+    takes it is given up on at the deadline, said with what to do."""
+    from rl_insight.collector.loop import Periodic
+    from rl_insight.integrations import follow
+
+    path = traces_file(tmp_path)
+    path.write_text(lines(META + step_events(0, 600)))
+    tries = []
+
+    class Busy(Sink):  # refuses its first three sends, as a server timing out would
+        def __call__(self, payload: bytes) -> bool:
+            tries.append(payload)
+            return len(tries) > 3 and super().__call__(payload)
+
+    sink = Busy()
+    f = tracefiles.Follower(str(path), RUN, sink, ANCHOR)
+    loop = Periodic(3600, f.poll, "test-follow").start()
+    follow.last_read(loop, f, 10.0)
+    assert not f.unsent and len(sink.payloads) == 2 and len(tries) > 3
+
+    path.write_text(lines(META + step_events(0, 600)))
+    sink.refuse = True
+    f = tracefiles.Follower(str(path), RUN, sink, ANCHOR)
+    loop = Periodic(3600, f.poll, "test-follow").start()
+    with caplog.at_level("WARNING"):
+        follow.last_read(loop, f, 0.2)
+    assert f.unsent and "RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S" in caplog.text
+
+
 def test_follower_without_an_anchor_takes_the_files_mtime(tmp_path):
     path = traces_file(tmp_path)
     path.write_text(lines(TRACE))

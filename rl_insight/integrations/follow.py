@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import time
 
 from rl_insight.frameworks.table import Framework
 from rl_insight.integrations.tracefiles import Follower, Run
@@ -18,6 +19,7 @@ from rl_insight.integrations.tracefiles import Follower, Run
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
+RETRY_S = 0.2  # between the exit's tries to send what the server did not take
 _running: dict[str, object] = {}  # pattern -> its loop: one follower per file pattern
 
 
@@ -60,7 +62,27 @@ def _start(pattern: str, framework: Framework, project: str, experiment_name: st
 
     loop = Periodic(interval_s, poll, f"rl-insight-follow-{os.path.basename(pattern)}")
     _running[pattern] = loop.start()
-    atexit.register(loop.stop, 5.0)  # the last lines the framework wrote at its end
+    # the last lines the framework wrote at its end, within the client's exit deadline
+    atexit.register(last_read, loop, follower, config.settings.client.exit_flush_timeout_s)
     log.info("rl-insight: following %s (%s) for %s/%s", pattern, framework.title, project,
              experiment_name)
     return follower
+
+
+def last_read(loop, follower: Follower, budget_s: float) -> None:
+    """At exit: the loop's last poll, then what the server did not take sent again until
+    it is taken or ``budget_s`` passed (a busy server answering after the sender's
+    timeout lost a run's last step to a single try); what is left is said."""
+    end = time.monotonic() + budget_s
+    try:
+        loop.stop(budget_s)
+        while follower.unsent and time.monotonic() < end:
+            time.sleep(min(RETRY_S, max(0.0, end - time.monotonic())))  # a refusal is quick
+            follower.poll()
+        if follower.unsent:
+            log.warning("rl-insight: %d exports of %s were not taken by the server before "
+                        "exit; they stay in the files (`rl-insight import` reads them), or "
+                        "raise RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S", len(follower.unsent),
+                        follower.pattern)
+    except Exception:  # never the training's exit
+        log.warning("rl-insight: the last read of %s failed", follower.pattern, exc_info=True)
