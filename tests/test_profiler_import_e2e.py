@@ -26,6 +26,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, wait_for
+from tests.rank_truth import clear_culprit
 from tests.rank_truth import leads as leads_of
 
 pytestmark = pytest.mark.integration
@@ -125,30 +126,60 @@ def test_each_rank_is_a_lane_with_verl_s_stages_and_every_step_a_row(made, route
         assert row["trainer_busy_s"] > 0 and row["source"] == "lanes", row
 
 
-def leads(out: Path) -> dict[int, dict[str, float]]:
-    """step -> rank -> how much less it waited in actor_update's collectives than the
-    median other rank, by the ranks' own clocks (examples/profiled_ranks.py's stamps):
-    the lead as it happened on this host, loaded or not."""
+def stamps(out: Path) -> dict[int, tuple[dict[str, float], dict[str, float]]]:
+    """step -> (rank -> what it waited in actor_update's collectives, rank -> the stage's
+    length), by the ranks' own clocks (examples/profiled_ranks.py's stamps): the figures
+    as they happened on this host, loaded or not."""
     waits: dict[int, dict[str, float]] = {}
+    lengths: dict[int, dict[str, float]] = {}
     for f in out.glob("stamps_rank*.json"):
         rank = f.stem.removeprefix("stamps_rank")
         for s in json.loads(f.read_text()):
             if s["stage"] == "actor_update":
                 waits.setdefault(s["step"], {})[rank] = s["wait_s"]
-    return {step: leads_of(w) for step, w in waits.items()}
+                lengths.setdefault(s["step"], {})[rank] = (s["after_ns"] - s["before_ns"]) / 1e9
+    return {step: (waits[step], lengths[step]) for step in waits}
+
+
+def stage_lengths(out: Path) -> dict[int, dict[str, float]]:
+    """step -> rank -> the seconds of its three stages by its own clock."""
+    got: dict[int, dict[str, float]] = {}
+    for f in out.glob("stamps_rank*.json"):
+        rank = f.stem.removeprefix("stamps_rank")
+        for s in json.loads(f.read_text()):
+            by_rank = got.setdefault(s["step"], {})
+            by_rank[rank] = by_rank.get(rank, 0.0) + (s["after_ns"] - s["before_ns"]) / 1e9
+    return got
+
+
+def leads(out: Path) -> dict[int, dict[str, float]]:
+    """step -> rank -> how much less it waited than the median other rank (ranks' clocks)."""
+    return {step: leads_of(w) for step, (w, _) in stamps(out).items()}
+
+
+def clear_steps(out: Path) -> dict[int, str | None]:
+    """step -> the rank its own clocks show leading clearly enough for the anatomy's rule
+    to name (tests/rank_truth.py), or None: beside a busy loop a CI host slowed rank 0
+    with the injected rank 2 in one step (0.82 s and 0.43 s computing against rank 1's),
+    and the rule names no rank where the others differ that much."""
+    return {step: clear_culprit(w, d) for step, (w, d) in stamps(out).items()}
 
 
 def test_the_slow_rank_is_named_from_its_first_slow_step_with_its_kind_and_stage(
         made, route_server):
     got = wait_for(lambda: rows(route_server.url, IMPORTED), 60, "the imported rows")
-    truth = leads(made.out)
+    truth, clear = leads(made.out), clear_steps(made.out)
+    named = 0
     for step, row in got.items():
         c = row["culprit"]
-        if step < SLOW_FROM:  # a rank named here did lead, by its own clock (a hiccup)
+        if step < SLOW_FROM or clear[step] is None:
+            # a rank named here did lead, by its own clock (a hiccup, or the load's)
             assert c is None or (c["rank"] == max(truth[step], key=truth[step].get) and
                                  truth[step][c["rank"]] > 0), (step, c, truth[step])
             continue
-        assert c is not None, (step, row["ranks"], row["rank_evidence"])
+        assert clear[step] == str(SLOW_RANK), (step, truth[step])
+        assert c is not None, (step, row["ranks"], row["rank_evidence"], truth[step])
+        named += 1
         assert (c["rank"], c["kind"], c["arrivals"]) == (str(SLOW_RANK), "compute", "torch")
         assert c["phase"] in ("actor_update", "train_batch"), c  # train_batch: inside it
         # its busy loops' 4 x 0.1 s as this host ran them (a fresh clone of 2026-12-07
@@ -159,8 +190,11 @@ def test_the_slow_rank_is_named_from_its_first_slow_step_with_its_kind_and_stage
     text = route_server.cli.run("report", "--server-url", route_server.url, "--project",
                                 PROJECT, "--experiment-name", IMPORTED["experiment_name"],
                                 "--step", str(STEPS - 1)).stdout
-    assert f"the step waited for rank {SLOW_RANK} (actor, node " in text, text
-    assert "it computed" in text and "from the torch profiler's collectives" in text, text
+    assert named, ("no slow step cleared the rule by the ranks' own clocks", truth)
+    if clear[STEPS - 1]:
+        assert f"the step waited for rank {SLOW_RANK} (actor, node " in text, text
+        assert "it computed" in text and "from the torch profiler's collectives" in text, \
+            text
 
 
 def test_a_damaged_file_among_good_ones_is_named_and_skipped_nothing_of_it_sent(
@@ -189,19 +223,30 @@ def test_a_live_run_gets_the_imported_ranks_joined_not_doubled(made, route_serve
     # live alone, the ranks met and started together: nobody named from the boundaries
     assert not any((r["culprit"] or {}).get("arrivals") for r in made.live_before.values())
 
+    # made again: each slow step its ranks' clocks show clearly led, named from the
+    # imported collectives (tests/rank_truth.py; the others may name none)
+    clear = {s: r for s, r in clear_steps(made.out).items() if s >= SLOW_FROM and r}
+    assert clear, ("no slow step cleared the rule by the ranks' own clocks",
+                   leads(made.out))
+
     def joined():
         got = rows(url, LIVE)
-        return got if got and all(got[s]["culprit"] for s in range(SLOW_FROM, STEPS + 1)) \
-            else None
+        return got if got and all((got.get(s, {}).get("culprit") or {}).get("arrivals")
+                                  for s in clear) else None
 
     got = wait_for(joined, 60, "the live run's rows made again with the imported ranks")
+    lengths = stage_lengths(made.out)
     assert sorted(got) == sorted(made.live_before)  # the same steps, none added
     for step, row in got.items():
-        # a phase told twice would count twice (measured 2026-12-07, 10 runs beside one
-        # busy loop: 0.004 s under the step at the most, 120 figures)
+        # a phase told twice would count twice: each rank's figures within its stages'
+        # length by its own clock (not the step's: a phase is read whole in the step it
+        # ended in, and rank 2 began its first before the live step's mark, 1.37 s in a
+        # 1.30-s step on a quiet CI clone). Measured 2026-12-07, 6 runs beside one busy
+        # loop: 0.0004-0.04 s under it, never over (72 figures)
         for r, fig in row["ranks"].items():
-            assert fig["compute_s"] + fig["wait_s"] <= row["duration_s"] + 0.05, (step, r, row)
-        if step >= SLOW_FROM:
+            assert fig["compute_s"] + fig["wait_s"] <= lengths[step][r] + TRUTH_S, \
+                (step, r, lengths[step], row)
+        if step in clear:
             c = row["culprit"]
             assert (c["rank"], c["kind"], c["arrivals"]) == (str(SLOW_RANK), "compute",
                                                               "torch"), (step, c)
@@ -237,10 +282,17 @@ def test_a_step_s_files_uploaded_one_at_a_time_make_its_row(made, route_server):
     assert bad.status_code == 400 and "not imported" in bad.json()["error"], bad.text
     requests.post(url + "/api/v1/experiments/finish", json=UPLOADED, timeout=10)
 
+    clear = clear_steps(made.out)[STEPS - 1]  # named when its ranks' clocks say so
+
     def named():
         got = rows(url, UPLOADED, 1)
         row = (got or {}).get(STEPS - 1)
-        return row if row and len(row["ranks"]) == 3 and row["culprit"] else None
+        return row if row and len(row["ranks"]) == 3 and (row["culprit"] or not clear) \
+            else None
 
     row = wait_for(named, 60, "the uploaded step's row with its three ranks")
-    assert row["culprit"]["rank"] == str(SLOW_RANK), row["culprit"]
+    c, lead = row["culprit"], leads(made.out)[STEPS - 1]
+    if clear:
+        assert c["rank"] == clear == str(SLOW_RANK), (c, lead)
+    else:  # no rank led clearly by its own clock: one named must have led
+        assert c is None or c["rank"] == max(lead, key=lead.get), (c, lead)
