@@ -24,7 +24,7 @@ def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
     push holds (checked names, no timestamps): a fraction of generate_latest's cost,
     which validates and escapes every name of every sample again. Anything unusual is
     rendered by generate_latest."""
-    out: dict[str, Block] = {}
+    out: dict[str, tuple[str, str, list[str]]] = {}
     for fam in families:
         if not plain_family(fam):
             blocks = split_blocks(render([fam]).decode())
@@ -36,9 +36,8 @@ def render_blocks(families: Iterable[Metric]) -> dict[str, Block]:
             blocks = {name: (f"# HELP {name} {doc}\n", f"# TYPE {name} {fam.type}\n",
                              "".join(lines))}
         for name, (h, t, body) in blocks.items():  # two collectors of one name: joined
-            held = out.get(name)
-            out[name] = (h, t, body) if held is None else (held[0], held[1], held[2] + body)
-    return out
+            out.setdefault(name, (h, t, []))[2].append(body)
+    return {name: (h, t, "".join(bodies)) for name, (h, t, bodies) in out.items()}
 
 
 def plain_family(fam: Metric) -> bool:
