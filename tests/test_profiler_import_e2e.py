@@ -126,29 +126,35 @@ def test_each_rank_is_a_lane_with_verl_s_stages_and_every_step_a_row(made, route
         assert row["trainer_busy_s"] > 0 and row["source"] == "lanes", row
 
 
+def _stamped(out: Path) -> list[tuple[str, dict]]:
+    """(rank, stamp) of every stage each rank stamped (examples/profiled_ranks.py)."""
+    return [(f.stem.removeprefix("stamps_rank"), s) for f in out.glob("stamps_rank*.json")
+            for s in json.loads(f.read_text())]
+
+
+def _seconds(s: dict) -> float:
+    return (s["after_ns"] - s["before_ns"]) / 1e9
+
+
 def stamps(out: Path) -> dict[int, tuple[dict[str, float], dict[str, float]]]:
     """step -> (rank -> what it waited in actor_update's collectives, rank -> the stage's
-    length), by the ranks' own clocks (examples/profiled_ranks.py's stamps): the figures
-    as they happened on this host, loaded or not."""
+    length), by the ranks' own clocks: the figures as they happened on this host, loaded
+    or not."""
     waits: dict[int, dict[str, float]] = {}
     lengths: dict[int, dict[str, float]] = {}
-    for f in out.glob("stamps_rank*.json"):
-        rank = f.stem.removeprefix("stamps_rank")
-        for s in json.loads(f.read_text()):
-            if s["stage"] == "actor_update":
-                waits.setdefault(s["step"], {})[rank] = s["wait_s"]
-                lengths.setdefault(s["step"], {})[rank] = (s["after_ns"] - s["before_ns"]) / 1e9
+    for rank, s in _stamped(out):
+        if s["stage"] == "actor_update":
+            waits.setdefault(s["step"], {})[rank] = s["wait_s"]
+            lengths.setdefault(s["step"], {})[rank] = _seconds(s)
     return {step: (waits[step], lengths[step]) for step in waits}
 
 
 def stage_lengths(out: Path) -> dict[int, dict[str, float]]:
     """step -> rank -> the seconds of its three stages by its own clock."""
     got: dict[int, dict[str, float]] = {}
-    for f in out.glob("stamps_rank*.json"):
-        rank = f.stem.removeprefix("stamps_rank")
-        for s in json.loads(f.read_text()):
-            by_rank = got.setdefault(s["step"], {})
-            by_rank[rank] = by_rank.get(rank, 0.0) + (s["after_ns"] - s["before_ns"]) / 1e9
+    for rank, s in _stamped(out):
+        by_rank = got.setdefault(s["step"], {})
+        by_rank[rank] = by_rank.get(rank, 0.0) + _seconds(s)
     return got
 
 

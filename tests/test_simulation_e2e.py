@@ -197,9 +197,8 @@ def test_every_panel_query_returns_data_for_the_run(world):
             continue
         run = run_for(d.uid, runs)
         start = (run or min(runs.values(), key=lambda r: r["t_start"]))["t_start"] - 5
-        end = end_all
         for section in d.sections:
-            srun, sstart, send = run, start, end
+            srun, sstart, send = run, start, end_all
             if section is build.TQ and run is not None and run["mode"] == "sync":
                 # the vLLM async dashboard's TransferQueue section: the run with the queue
                 srun = runs[TQ_RUN]
