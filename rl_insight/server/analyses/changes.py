@@ -188,8 +188,8 @@ class ChangeStore:
                         # so its alert waits a step for its first cause
                     # a ranking that found nothing is tried again at the next pass (the
                     # engines' series of the newest steps not yet scraped, Prometheus
-                    # slow to answer) until settled (Ranking.settled) and its alert goes
-                    # without
+                    # slow to answer) until it is settled (Ranking.settled); then its
+                    # alert goes out without a cause
                     if at is None or not at.settled(now) or \
                             last - at.step >= self.settings.rank_every_steps:
                         due.append((change, last, at))
