@@ -12,9 +12,13 @@ import atexit
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from rl_insight.frameworks.table import Framework
 from rl_insight.integrations.tracefiles import Follower, Run
+
+if TYPE_CHECKING:
+    from rl_insight.collector.loop import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +73,7 @@ def _start(pattern: str, framework: Framework, project: str, experiment_name: st
     return follower
 
 
-def last_read(loop, follower: Follower, budget_s: float) -> None:
+def last_read(loop: Periodic, follower: Follower, budget_s: float) -> None:
     """At exit: the loop's last poll, then what the server did not take sent again until
     it is taken or ``budget_s`` passed (a busy server answering after the sender's
     timeout lost a run's last step to a single try); what is left is said."""
