@@ -15,6 +15,8 @@ import pytest
 import requests
 
 from rl_insight.anatomy.compare import step_time
+from rl_insight.wire import runconfig
+from tests.conftest import wait_for
 from tests.worlds import PAIRS_PROJECT
 
 pytestmark = pytest.mark.integration
@@ -160,6 +162,19 @@ def test_the_run_vs_run_dashboard_has_data_for_two_runs(runs, ray_world):
               "$__interval": "2s"}
     empty, checked = [], 0
     prom = ray_world.cli.prometheus
+
+    def configs_held() -> bool:
+        return all(query_range(prom, f'count({runconfig.INFO_METRIC}{{project="{PAIRS_PROJECT}"'
+                               f',experiment_name="{name}"}})', time.time() - 5, time.time())
+                   for name in ("even", "even-more"))
+    # the dashboard as a user opens it once both runs ended: from their start to now, an
+    # instant table evaluated at its end; a scrape of the server that times out (this
+    # world's 1-s interval) leaves every series it holds stale until the next one, and
+    # while the eleven runs ran beside a busy loop 19-27 of the server's 57-72 scrapes
+    # failed (4 runs, 2026-12-07), once 54 s on end (a configuration taken at 292 s was
+    # first held at 346 s, 20 s after its run ended): waited for, up to 120 s
+    wait_for(configs_held, 120, "both runs' configurations in Prometheus")
+    end = time.time()
     for section in board.sections:
         for panel in section.panels:
             for q in panel.queries:
@@ -168,13 +183,6 @@ def test_the_run_vs_run_dashboard_has_data_for_two_runs(runs, ray_world):
                     expr = expr.replace(k, values[k])
                 assert "$" not in expr, expr
                 checked += 1
-                # a table's instant query too, over the runs' whole range: a scrape of
-                # the server that times out (its timeout is this world's 1-s interval)
-                # leaves every series it holds stale until the next one, and while the
-                # eleven runs ran beside a busy loop 19-27 of the server's 57-72 scrapes
-                # failed (4 runs, 2026-12-07), once 17 s on end (both runs'
-                # configurations, taken at 796 s, were first held at 808 s): longer
-                # than any short window at the range's end
                 got = query_range(prom, expr, start, end)
                 if not got:
                     empty.append(f"{panel.title}: {expr}")
@@ -186,7 +194,6 @@ def test_the_run_vs_run_dashboard_has_data_for_two_runs(runs, ray_world):
 def config_trail(ray_world, names) -> str:
     """Where each run's configuration was, for a failing test: when the server took it,
     and the seconds at which Prometheus holds its series."""
-    from rl_insight.wire import runconfig
     from tests.test_simulation_e2e import query_range
     out = []
     for name in names:

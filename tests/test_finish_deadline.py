@@ -148,3 +148,18 @@ def test_a_run_ended_by_an_exit_hook_ends_at_once(route_server, hooked):
     exps = requests.get(url + "/api/v1/experiments", timeout=5).json()["experiments"]
     assert [e["status"] for e in exps if e["project"] == "exit-hook" and
             e["experiment_name"] == hooked] == ["finished"], exps
+
+
+def test_the_cli_says_whether_the_server_is_gone_or_only_busy(gone_server, request):
+    """The CLI's API client: a refused port is a server to start; one that took the
+    request and did not answer is busy, and saying "is it running?" sent an importer
+    beside a loaded training run looking for a server that was there."""
+    from rl_insight.commands.api_client import ApiError, ServerClient
+
+    with pytest.raises(ApiError) as got:
+        ServerClient(gone_server, timeout=0.3).get("/api/v1/runs")
+    if request.node.callspec.params["gone_server"] == "refuses":
+        assert "cannot reach the server" in str(got.value), got.value
+    else:
+        assert "did not answer within 0.3 s" in str(got.value) and \
+            "try again" in str(got.value), got.value

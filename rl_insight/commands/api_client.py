@@ -27,6 +27,10 @@ class ServerClient:
         kw.setdefault("headers", self.headers)
         try:
             r = requests.request(method, self.url + path, timeout=self.timeout, **kw)
+        except requests.ReadTimeout:
+            raise ApiError(None, f"the server at {self.url} took the request but did not "
+                                 f"answer within {self.timeout:g} s; it is busy (`rl-insight "
+                                 "server status` tells): try again") from None
         except requests.RequestException as exc:
             raise ApiError(None, f"cannot reach the server at {self.url} "
                                  f"({exc.__class__.__name__}); is it running? "

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from rl_insight.profiler.readers import Reader
 
 RETRIES = 5  # a busy server (503, Retry-After) is asked again this many times
+# an export of up to 5,000 spans: a server beside a training run's load may take long to
+# answer one (a fresh clone beside a busy core passed the API's 10 s); nobody waits on an
+# import as on a training step
+EXPORT_TIMEOUT_S = 60.0
 NOTE_EVERY_S = 10.0  # without a terminal, a progress line this often
 
 
@@ -153,6 +157,7 @@ def cmd_import_profiler(args: argparse.Namespace) -> int:
             print(f"rl-insight: --rank-from {args.rank_from}: {exc}", file=sys.stderr)
             return 2
     client = server_client(args)
+    client.timeout = max(client.timeout, EXPORT_TIMEOUT_S)
     live = _live(client, args)
     timeline = RankTimeline(args.timeline, f"{args.project}/{args.experiment}") \
         if args.timeline else None
