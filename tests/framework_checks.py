@@ -6,13 +6,16 @@ one row of its dashboard's "All ... metrics"; and the configuration it handed ov
 from __future__ import annotations
 
 import re
+import time
 
 import requests
 
 from dashboards import build
 from dashboards import frameworks as F
 from rl_insight.frameworks import FRAMEWORKS
+from rl_insight.server.services.prometheus import SERVER_JOB
 from rl_insight.wire import runconfig as config_wire
+from tests.conftest import wait_for
 from tests.traceql import span_filter
 
 OWN = re.compile(r"rl_insight_monitor_(lane_state|lanes_in_state|state_duration_seconds|"
@@ -54,10 +57,27 @@ def has_data(prom: str, expr: str, start: float, end: float) -> bool:
     return bool(r["data"]["result"])
 
 
+def scraped_since(prom: str, t: float, job: str = SERVER_JOB) -> bool:
+    """Whether Prometheus took a whole scrape of the server after ``t`` (from then it
+    holds whatever the server held at ``t``): a range selector counts no sample before
+    its window, as an instant vector's look-back would."""
+    seconds = max(1, int(time.time() - t))
+    r = requests.get(prom + "/api/v1/query", params={
+        "query": f'max_over_time(up{{job="{job}"}}[{seconds}s])'}, timeout=20).json()
+    got = r.get("data", {}).get("result") or []
+    return bool(got) and float(got[0]["value"][1]) == 1.0
+
+
 def empty_panels(prom: str, spans: list, name: str, run: dict) -> tuple[int, list[str]]:
     """(queries checked, the panels of the framework's dashboard without data for the
-    run): Prometheus between the run's start and end, Tempo's filters over ``spans``
-    (the FAKE Tempo's, as the relay delivered them). Key rows are the next check's."""
+    run): Prometheus from the run's start to now, as a user opens it once the run ended,
+    after a scrape that began after its end (beside a busy loop the server's scrapes
+    failed for up to 74 s on end, 2026-12-07: a run's last values were first held 5 s
+    after it ended); Tempo's filters over ``spans`` (the FAKE Tempo's, as the relay
+    delivered them). Key rows are the next check's."""
+    wait_for(lambda: scraped_since(prom, run["t_done"]), 120,
+             f"a scrape of the server after {name}'s run ended")
+    end = time.time()
     checked, empty = 0, []
     for section in board(name).sections:
         for panel in section.panels:
@@ -70,7 +90,7 @@ def empty_panels(prom: str, spans: list, name: str, run: dict) -> tuple[int, lis
                     keep = span_filter(expr.split(" | ")[0])
                     if not any(keep(a, s) for a, s in spans):
                         empty.append(f"{name} / {panel.title}: {expr}")
-                elif not has_data(prom, expr, run["t_start"] - 5, run["t_done"] + 2):
+                elif not has_data(prom, expr, run["t_start"] - 5, end):
                     empty.append(f"{name} / {panel.title}: {expr}")
     return checked, empty
 

@@ -108,12 +108,20 @@ def test_runs_of_different_batches_align_by_samples_consumed():
          for i in range(1, 11)]
     big = [{"step": i, "duration_s": 1.5, "requests": {"rollout": {"requests": 128}}}
            for i in range(1, 11)]
-    wa, wb = compare.align_by_samples(a, big)
-    assert len(wa) == 10 and len(wb) == 5  # 640 samples each
+    wa, wb, guessed = compare.align_by_samples(a, big)
+    assert len(wa) == 10 and len(wb) == 5 and guessed == 0  # 640 samples each
     side = compare.side_by_side(wa, wb)
     assert side["a"]["samples_per_s"] == pytest.approx(64.0)
     assert side["b"]["samples_per_s"] == pytest.approx(128 / 1.5)
     assert compare.align_by_samples(a, [{"step": 1, "duration_s": 1.0}]) is None
+    # a step whose requests were not traced (a loaded host: a fresh clone of 2026-12-07
+    # fell back to steps for one) counts as its run's median; most steps must say theirs
+    big[2] = {"step": 3, "duration_s": 1.5}
+    wa, wb, guessed = compare.align_by_samples(a, big)
+    assert len(wa) == 10 and [r["step"] for r in wb] == [1, 2, 3, 4, 5] and guessed == 1
+    mostly_silent = [{"step": i, "duration_s": 1.5} for i in range(1, 11)]
+    mostly_silent[0] = big[0]
+    assert compare.align_by_samples(a, mostly_silent) is None
 
 
 def test_the_mann_whitney_test_against_its_exact_cases():

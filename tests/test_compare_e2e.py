@@ -61,7 +61,10 @@ def test_one_replica_slower_ranks_its_tail_and_its_replica_first(runs, ray_world
     first = parts(got)[0]
     assert first["part"] in ("tail", "rollout") and first["diff_s"] > 0, parts(got)
     assert first["detail"][0]["part"] in ("replica:1", "generate:rollout"), first
-    assert got["side_by_side"]["b"]["verdict"] == "tail-bound"
+    # its rollout side bounds it; tail-bound unless the load slowed every replica
+    # (tests/test_whatif_e2e.py's rollout_side holds the verdict to the tail's share)
+    assert got["side_by_side"]["b"]["verdict"] in ("tail-bound", "rollout-bound"), \
+        got["side_by_side"]["b"]["why"]
     r = ray_world.cli.run("compare", "--project", PAIRS_PROJECT, "--experiment-name",
                           "even", "--against", "straggler", "--steps", "2:6")
     assert r.returncode == 0, r.stderr

@@ -260,8 +260,11 @@ def test_an_async_grpo_runs_steps_are_its_own_timers_and_its_wait_for_rollouts(
     assert sorted(logged) == list(range(1, ASYNC_STEPS + 1)), sorted(logged)
     assert any(k.startswith("rollout/") for k in logged[2]), logged[2]
     waits = {n: logs[WAIT] for n, logs in logged.items()}
-    held = max(waits, key=waits.get)
-    assert held in (HELD_AFTER + 1, HELD_AFTER + 2) and waits[held] > HOLD / 2, waits
+    # the held queue shows in one of the two steps after it; a loaded host may hold
+    # another step longer still (beside a busy core a fresh clone's step 3 waited 6.6 s
+    # for its rollouts, 2026-12-07), and that step is then TRL's own figure as well
+    held = max((HELD_AFTER + 1, HELD_AFTER + 2), key=waits.get)
+    assert waits[held] > HOLD / 2, waits
     print(f"the async TRL run took {truth['train_s']:.1f}s to train; its waits {waits}")
 
     params = {"project": ASYNC_RUN["project"], "experiment_name": ASYNC_RUN["experiment_name"]}

@@ -166,8 +166,12 @@ def test_the_straggler_is_named_from_its_first_slow_step_and_no_rank_before(spaw
         # the others' wake-ups (the Ray run's bounds, measured on CI: 0.6-1.6). Measured
         # again 2026-12-07, 10 runs beside one busy loop: 0.84-1.10 of it (51 steps), and
         # no rank named in a balanced step (20); beside another clone's whole CI run as
-        # well (load 20-30), a lead of 2.6 times it and a step read as "input" once each
-        assert 0.6 * 4 * EXTRA_S <= c["lead_s"] <= 1.6 * 4 * EXTRA_S, (step, c)
+        # well (load 20-30), a lead of 2.6 times it and a step read as "input" once each.
+        # Held to what was injected or to what the ranks' own clocks measured (a fresh
+        # clone beside one busy core, 2026-12-07: 0.75 s, the host slowing the straggler)
+        real = truth[(step, c["phase"])][str(SLOW_RANK)]
+        lo, hi = min(4 * EXTRA_S, real), max(4 * EXTRA_S, real)
+        assert 0.6 * lo <= c["lead_s"] <= 1.6 * hi, (step, c, real)
 
 
 def test_a_rank_outside_ray_is_profiled_by_its_own_process(spawned, route_server):

@@ -309,25 +309,29 @@ def _tokens(row: Mapping) -> float | None:
 
 
 def align_by_samples(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]
-                     ) -> tuple[list[Mapping], list[Mapping]] | None:
+                     ) -> tuple[list[Mapping], list[Mapping], int] | None:
     """The two windows over the same samples consumed (runs whose batch differs): each
-    run's steps up to the samples the shorter of the two consumed; None where a run does
-    not say its samples."""
-    def cumulative(rows):
+    run's steps up to the samples the shorter of the two consumed, and how many steps
+    said no samples and were counted as their run's median (a step whose requests were
+    traced late or lost: its run's batch is the same each step); None where fewer than
+    half of a run's steps say theirs."""
+    def cumulative(rows) -> tuple[list[float], int] | None:
+        said = [s for s in map(_samples, rows) if s is not None]
+        if not said or 2 * len(said) < len(rows):
+            return None
+        typical = statistics.median(said)
         total, out = 0.0, []
         for r in rows:
             s = _samples(r)
-            if s is None:
-                return None
-            total += s
+            total += typical if s is None else s
             out.append(total)
-        return out
+        return out, len(rows) - len(said)
     ca, cb = cumulative(rows_a), cumulative(rows_b)
-    if not ca or not cb:
+    if ca is None or cb is None:
         return None
-    upto = min(ca[-1], cb[-1])
-    return ([r for r, c in zip(rows_a, ca, strict=True) if c <= upto],
-            [r for r, c in zip(rows_b, cb, strict=True) if c <= upto])
+    upto = min(ca[0][-1], cb[0][-1])
+    return ([r for r, c in zip(rows_a, ca[0], strict=True) if c <= upto],
+            [r for r, c in zip(rows_b, cb[0], strict=True) if c <= upto], ca[1] + cb[1])
 
 
 def thin(rows: Sequence[Mapping], most: int = DETAILED) -> list[Mapping]:

@@ -88,16 +88,19 @@ class Comparison:
         da, db = list(da), list(db)
         ra = [slim(r) if isinstance(r, StepRow) else r for r in ra]
         rb = [slim(r) if isinstance(r, StepRow) else r for r in rb]
-        note = ""
+        note, aligned = "", None
         if align == "samples":
             aligned = compare.align_by_samples(da, db) if len(da) == len(ra) and \
                 len(db) == len(rb) else None
             if aligned is None:
-                note = ("aligned by step: a run does not say its samples per step (its "
-                        "engines trace no requests), or it has more steps than "
+                note = ("aligned by step: a run does not say its samples in most of its "
+                        "steps (its engines trace no requests), or it has more steps than "
                         f"{compare.DETAILED}")
             else:
-                da, db = aligned
+                da, db, guessed = aligned
+                if guessed:
+                    note = (f"{guessed} step(s) said no samples (their requests not traced):"
+                            " each counted as its run's median step")
                 keep_a, keep_b = {r["step"] for r in da}, {r["step"] for r in db}
                 ra = [r for r in ra if r["step"] in keep_a]
                 rb = [r for r in rb if r["step"] in keep_b]
@@ -105,7 +108,7 @@ class Comparison:
         extra_b = self.gather(b, db, None) if candidates else []
         out = compare.compare(ra, rb, extra_a, extra_b, self.config(a, b), da, db)
         out["runs"] = {"a": _run(a, ra, sa), "b": _run(b, rb, sb)}
-        out["align"] = align if not note else "step"
+        out["align"] = "step" if align == "samples" and aligned is None else align
         if note:
             out["note"] = note
         return out
