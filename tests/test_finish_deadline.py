@@ -22,8 +22,10 @@ TIMEOUT = ClientSettings().exit_flush_timeout_s
 # and what a process may add to it (threads noticing the deadline, a print): far below a
 # second request timeout, which is what the bound rules out. Measured 2026-12-07, 20 runs
 # of both tests beside one busy loop (load 3-13): finish 3.000-3.008 s, finish and exit
-# 3.03-3.25 s for the 3-s deadline; 0.75 s is three times the worst 0.25 s
-SLACK_S = 0.75
+# 3.03-3.25 s for the 3-s deadline. A fresh clone beside one busy core with the suite's
+# heaviest worlds running (load 19-25): 4.75 s, its threads waiting 1.75 s to be run;
+# 2.5 s is that worst and half again, still under a second 3-s deadline spent
+SLACK_S = 2.5
 
 SCRIPT = r'''
 import atexit, json, os, sys, time

@@ -160,6 +160,14 @@ def stage_lengths(out: Path) -> dict[int, dict[str, float]]:
     return got
 
 
+def stage_leads(out: Path) -> dict[tuple[int, str], dict[str, float]]:
+    """(step, stage) -> rank -> its lead in that stage's collectives (ranks' clocks)."""
+    waits: dict[tuple[int, str], dict[str, float]] = {}
+    for rank, s in _stamped(out):
+        waits.setdefault((s["step"], s["stage"]), {})[rank] = s["wait_s"]
+    return {k: leads_of(w) for k, w in waits.items()}
+
+
 def leads(out: Path) -> dict[int, dict[str, float]]:
     """step -> rank -> how much less it waited than the median other rank (ranks' clocks)."""
     return {step: leads_of(w) for step, (w, _) in stamps(out).items()}
@@ -177,13 +185,20 @@ def test_the_slow_rank_is_named_from_its_first_slow_step_with_its_kind_and_stage
         made, route_server):
     got = wait_for(lambda: rows(route_server.url, IMPORTED), 60, "the imported rows")
     truth, clear = leads(made.out), clear_steps(made.out)
+    by_stage = stage_leads(made.out)
     named = 0
     for step, row in got.items():
         c = row["culprit"]
         if step < SLOW_FROM or clear[step] is None:
-            # a rank named here did lead, by its own clock (a hiccup, or the load's)
-            assert c is None or (c["rank"] == max(truth[step], key=truth[step].get) and
-                                 truth[step][c["rank"]] > 0), (step, c, truth[step])
+            # a rank named here did lead, by its own clock, in the phase it was named in
+            # (a hiccup, or the load's: beside a busy core a fresh clone of 2026-12-07
+            # named one in step 1's one-collective log-prob stage); train_batch is inside
+            # actor_update
+            if c is not None:
+                real = by_stage[(step, "actor_update" if c["phase"] == "train_batch"
+                                 else c["phase"])]
+                assert c["rank"] == max(real, key=real.get) and real[c["rank"]] > 0, \
+                    (step, c, real)
             continue
         assert clear[step] == str(SLOW_RANK), (step, truth[step])
         assert c is not None, (step, row["ranks"], row["rank_evidence"], truth[step])
