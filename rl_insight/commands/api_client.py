@@ -17,8 +17,13 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+# a person waits on the CLI: a server beside a loaded run may take long to answer (a
+# fresh clone beside one busy core, 2026-12-07: `report` past 10 s, printing nothing)
+TIMEOUT_S = 30.0
+
+
 class ServerClient:
-    def __init__(self, url: str, token: str = "", timeout: float = 10.0) -> None:
+    def __init__(self, url: str, token: str = "", timeout: float = TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
