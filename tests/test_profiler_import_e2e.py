@@ -38,10 +38,10 @@ IMPORTED = {"project": PROJECT, "experiment_name": "imported"}
 UPLOADED = {"project": PROJECT, "experiment_name": "uploaded"}
 STEPS, SLOW_RANK, SLOW_FROM = 4, 2, 2
 MICRO_S, EXTRA_S = 0.03, 0.1  # four micro-batches of actor_update: the straggler's 0.4 s
-# the trace's lead against the ranks' own clocks (held to where the ranks met: the last
-# collective's end, rl_insight/profiler/export.py): measured 2026-12-07, 5 runs (3 beside
-# a busy loop), 15 slow steps: 0.0002-0.037 s apart (gloo's thread takes each collective
-# up after the caller's clock starts); twice the largest
+# the trace's lead against the ranks' own clocks (each arrival held to its collective's
+# end, rl_insight/profiler/export.py): measured 2026-12-07, 5 runs (3 beside a busy loop),
+# 15 slow steps: -0.014 to +0.004 s apart; two fresh clones had been 0.1 s short with a
+# common meeting point. Kept at 0.075, twice the largest seen before this measure
 TRUTH_S = 0.075
 BAD = {"actor_train_step3_rank9-of-3_pid1_20261207000000000.json.gz": "truncated or damaged gzip",
        "actor_train_step3_rank8-of-3_pid2_20261207000000000.json.gz": "not a whole JSON",

@@ -43,27 +43,36 @@ EXPORT_SPANS = 5000  # spans an export holds at most (well under traces.max_body
 Window = list[int]  # [first start, last end] (unix ns)
 
 
+# a collective's call, not its work: it returns before the ranks meet (torch's c10d::
+# operators and record_param_comms enqueue the work on the backend's own thread)
+CALLS = ("c10d::", "record_param_comms")
+
+
 def arrivals(trace: RankTrace) -> list[tuple[int, int]]:
     """(start, end) of each of the rank's collectives, sorted: when it reached each one
-    and when the ranks left it together."""
-    return sorted((e.start_ns, e.end_ns) for e in trace.events if e.kind == COLLECTIVE)
+    and when the ranks left it together (0 for a call, which returns before that)."""
+    return sorted((e.start_ns, 0 if e.name.startswith(CALLS) else e.end_ns)
+                  for e in trace.events if e.kind == COLLECTIVE)
 
 
 def summary(times: list[tuple[int, int]], start: int, end: int) -> dict[str, object]:
     """A phase's collectives as rank_evidence summarises the Flight Recorder's: how many
-    started in it, the mean and the first arrival's time to where they end. A trace knows
-    when the phase's last collective ended, where its ranks met; its range's end comes
-    after a rank's own code and scheduling (25 ms on a loaded host, times four
-    collectives, hid a quarter of a straggler's lead), so the ranks are held to that."""
+    started in it, the mean and the first arrival's time to where the ranks met. A trace
+    knows where they met at each collective (its end): each arrival is held to its own,
+    so a stamp late on one rank (its thread scheduled 25 ms late on a loaded host) moves
+    its lead by that once; held to one point for all, it moved it once per collective
+    (four times: a quarter of a straggler's lead). Calls only: to the phase's end."""
     lo = bisect.bisect_left(times, (start,))
     hi = bisect.bisect_right(times, (end, 1 << 62))
     mine = times[lo:hi]
     if not mine:
         return {COLLECTIVES: 0}
-    met = max(e for _, e in mine)  # a device's collective may end past its CPU range
-    return {COLLECTIVES: len(mine),
-            MEAN_TO_END: (met - sum(s for s, _ in mine) / len(mine)) / 1e9,
-            FIRST_TO_END: (met - mine[0][0]) / 1e9}
+    if all(e for _, e in mine):
+        to_met = [(e - s) / 1e9 for s, e in mine]
+    else:
+        to_met = [(end - s) / 1e9 for s, _ in mine]
+    return {COLLECTIVES: len(mine), MEAN_TO_END: sum(to_met) / len(to_met),
+            FIRST_TO_END: to_met[0]}
 
 
 def rank_spans(trace: RankTrace, profiler: str, process: str = "") -> list[Span]:
