@@ -5,8 +5,8 @@ them (rl_insight/anatomy/ranks.py). Spelled here, where both sides import them, 
 client no longer reaches into the server's anatomy for its own attribute names."""
 
 COLLECTIVES = "rank.collectives"  # collectives enqueued in the phase (Flight Recorder)
-# the mean and the first arrival's time to the phase's end (an import: to its last
-# collective's end, where the ranks met); the server compares them across ranks only
+# the mean and the first arrival's time to the phase's end (an import: each to its own
+# collective's end, where the ranks left it); the server compares them across ranks only
 MEAN_TO_END = "rank.mean_to_end_s"
 FIRST_TO_END = "rank.first_to_end_s"
 NODE, GPU = "rank.node", "rank.gpu"
