@@ -188,10 +188,15 @@ def test_openrlhf_runs_report_their_steps_parts_and_engines(route_server):
     # the rest is the slot's and the lock's round trips, which start batch n+1 late
     # (measured 2026-12-07, 7 runs, 4 beside one busy loop: -0.02 to +0.05 s a step). On a
     # saturated host the generator itself starts late or early against the trainer
-    # (a fresh clone beside a busy core and the suite: -0.41 and +1.26 s), so only the
-    # slow batch's wait is held to it: at least half what OpenRLHF's timing left to wait
-    assert expected[SLOW - 1] > LEFT_S and waited[SLOW - 1] >= expected[SLOW - 1] / 2, \
-        (waited, expected)
+    # (a fresh clone beside a busy core and the suite: -0.41 and +1.26 s; a slow quiet
+    # clone: -2.0 s, its timing leaving step 4, with no sleep of ours, 3.1 s to wait), so
+    # only the slow batch's wait is held to it, and only where that timing singles it out:
+    # at least half what OpenRLHF's timing left to wait
+    assert expected[SLOW - 1] > LEFT_S, (waited, expected)
+    stands_out = expected[SLOW - 1] - max(expected[n] for n in expected
+                                          if n != SLOW - 1) > SLEEP / 4
+    if stands_out:
+        assert waited[SLOW - 1] >= expected[SLOW - 1] / 2, (waited, expected)
     # the slow batch's wait (step 3's, held to OpenRLHF's timing above), explained by its
     # seconds over the steps before, as it was waited
     parts = _explained(url, "grpo-async", SLOW - 1)["contributions"]
@@ -200,7 +205,7 @@ def test_openrlhf_runs_report_their_steps_parts_and_engines(route_server):
         waited[n] for n in waited if n < SLOW - 1), abs=2e-3), parts
     # where OpenRLHF's own timing has it stand out (the quiet case: 1.00-1.23 s over the
     # others, 9 runs beside one busy loop), it comes first
-    if expected[SLOW - 1] - max(expected[n] for n in expected if n < SLOW - 1) > SLEEP / 4:
+    if stands_out:
         assert parts[0] is wait_part, parts
     r = cli.run("report", "--project", PROJECT, "--experiment-name", "grpo-async",
                 "--step", str(SLOW - 1))
