@@ -43,15 +43,10 @@ EXPORT_SPANS = 5000  # spans an export holds at most (well under traces.max_body
 Window = list[int]  # [first start, last end] (unix ns)
 
 
-# a collective's call, not its work: it returns before the ranks meet (torch's c10d::
-# operators and record_param_comms enqueue the work on the backend's own thread)
-CALLS = ("c10d::", "record_param_comms")
-
-
 def arrivals(trace: RankTrace) -> list[tuple[int, int]]:
     """(start, end) of each of the rank's collectives, sorted: when it reached each one
     and when the ranks left it together (0 for a call, which returns before that)."""
-    return sorted((e.start_ns, 0 if e.name.startswith(CALLS) else e.end_ns)
+    return sorted((e.start_ns, 0 if e.name.startswith(kernels.CALLS) else e.end_ns)
                   for e in trace.events if e.kind == COLLECTIVE)
 
 

@@ -34,7 +34,11 @@ NS = 1e9
 # ncclKernel_<Op>_... (NCCL <= 2.18) and ncclDevKernel_<Op>_... (2.19 on), as Nsight and
 # torch's profiler show them; Ascend's HCCL ops hcom_<op>_... (the CANN profiling
 # guide's HCCL layer, e.g. hcom_allReduce__...); gloo's as torch records them.
-COLLECTIVE_PREFIXES = ("nccl", "hcom_", "hccl", "gloo:", "c10d::")
+# torch's calls of a collective, not its work: they return before the ranks meet (its
+# c10d:: operators and record_param_comms enqueue the work on the backend's own thread)
+C10D_CALL, PARAM_COMMS = "c10d::", "record_param_comms"
+CALLS = (C10D_CALL, PARAM_COMMS)
+COLLECTIVE_PREFIXES = ("nccl", "hcom_", "hccl", "gloo:", C10D_CALL)
 
 
 def is_collective(name: str) -> bool:

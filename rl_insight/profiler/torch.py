@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_insight.profiler import jsonstream
-from rl_insight.profiler.kernels import is_collective
+from rl_insight.profiler.kernels import C10D_CALL, PARAM_COMMS, is_collective
 from rl_insight.profiler.model import COLLECTIVE, KERNEL, RANGE, BadFile, Event, RankTrace
 from rl_insight.profiler.stages import STAGES
 
@@ -224,9 +224,9 @@ class _Reader:
             else:
                 self.add(self.events, RANGE, name, ev, f"thread {ev.get('tid')}")
         elif cat == "cpu_op":
-            if name.startswith("c10d::"):
+            if name.startswith(C10D_CALL):
                 self.add(self.cpu[1], COLLECTIVE, name, ev, f"thread {ev.get('tid')}")
-            elif name == "record_param_comms":
+            elif name == PARAM_COMMS:
                 self.add(self.cpu[2], COLLECTIVE, name, ev, f"thread {ev.get('tid')}")
 
     def add(self, into: list[Event], kind: str, name: str, ev: Mapping[str, Any],
