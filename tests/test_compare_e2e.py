@@ -203,7 +203,7 @@ def config_trail(ray_world, names) -> str:
         r = requests.get(ray_world.url + runconfig.CONFIG_PATH, timeout=10, params={
             "project": PAIRS_PROJECT, "experiment_name": name})
         got = r.json().get("received_at") if r.status_code == 200 else r.status_code
-        series = query_range(ray_world.cli.prometheus, f'count(rl_insight_run_config_info{{'
+        series = query_range(ray_world.cli.prometheus, f'count({runconfig.INFO_METRIC}{{'
                              f'project="{PAIRS_PROJECT}",experiment_name="{name}"}})',
                              time.time() - 900, time.time())
         held = [float(t) for x in series for t, _ in x["values"]]

@@ -169,8 +169,10 @@ def stage_leads(out: Path) -> dict[tuple[int, str], dict[str, float]]:
 
 
 def leads(out: Path) -> dict[int, dict[str, float]]:
-    """step -> rank -> how much less it waited than the median other rank (ranks' clocks)."""
-    return {step: leads_of(w) for step, (w, _) in stamps(out).items()}
+    """step -> rank -> how much less it waited in actor_update than the median other rank
+    (ranks' clocks)."""
+    return {step: v for (step, stage), v in stage_leads(out).items()
+            if stage == "actor_update"}
 
 
 def clear_steps(out: Path) -> dict[int, str | None]:
