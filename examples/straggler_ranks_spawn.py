@@ -56,13 +56,21 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
     grad, weights = torch.ones(1024), torch.zeros(1024)
     lane = f"rank_{rank}"
     stop = Path(args["stop_file"]) if args["stop_file"] else None
-    # the ground truth: the seconds this rank spent in each phase's collectives, by its
-    # own clock (a loaded host stretches a rank's sleeps and busy loops: what it waited
-    # is what happened)
+    # the ground truth: the seconds this rank spent in each phase's collectives, and in
+    # the phase, by its own clock (a loaded host stretches a rank's sleeps and busy
+    # loops: what it waited is what happened)
     truth = open(f"{args['truth_file']}.{rank}", "w") if args["truth_file"] else None
+
+    def stamp(step: int, phase: str, waited: float, began: float) -> None:
+        if truth:
+            truth.write(json.dumps({"step": step, "phase": phase, "rank": rank,
+                                    "wait_s": waited,
+                                    "seconds": time.perf_counter() - began}) + "\n")
+            truth.flush()
+
     for step in range(1, args["steps"] + 1):
         for phase in PHASES:
-            waited = 0.0
+            waited, began = 0.0, time.perf_counter()
             with rl_insight.trace_state(phase, state_lane_id=lane):
                 for _ in range(MICROBATCHES):
                     time.sleep(args["micro_s"])  # a micro-batch's forward and backward
@@ -72,15 +80,16 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
                     t0 = time.perf_counter()
                     dist.all_reduce(grad)
                     waited += time.perf_counter() - t0
-            if truth:
-                truth.write(json.dumps({"step": step, "phase": phase, "rank": rank,
-                                        "wait_s": waited}) + "\n")
-                truth.flush()
+            stamp(step, phase, waited, began)
+        began = time.perf_counter()
         with rl_insight.trace_state("update_weights", state_lane_id=lane):
             time.sleep(args["micro_s"] / 2)
             # rank 0's weights to all; their first element also says whether to stop
             weights[0] = float(rank == 0 and stop is not None and stop.exists())
+            t0 = time.perf_counter()
             dist.broadcast(weights, 0)
+            waited = time.perf_counter() - t0
+        stamp(step, "update_weights", waited, began)
         if rank == 0:  # its logging, while the others go on into the next step
             time.sleep(args["log_s"])
             rl_insight.metric_gauge("training_global_step", float(step))
