@@ -203,11 +203,12 @@ def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server):
     others = [v for n, v in reward.items() if n != SLOW]
     # the sleep is inside the slow step's reward, and sets it apart from the others, whose
     # own rewards vary: measured 2026-12-07, 10 runs beside one busy loop: reward[SLOW] -
-    # median(others) - slept -0.024..+0.007 s, reward[SLOW] - max(others) at least
-    # slept - 0.052 s; 0.1 s is four times the worst and twice the least margin
+    # median(others) - slept -0.024..+0.007 s; 0.1 s is four times the worst. Another
+    # step's reward is what TRL measured (held exactly above), a host's stall included (a
+    # quiet fresh clone of 2026-12-07: step 2's 0.31 s), so the slow step is the longest
     assert reward[SLOW] >= slept, reward
     assert reward[SLOW] - statistics.median(others) == pytest.approx(slept, abs=0.1), reward
-    assert reward[SLOW] - max(others) > slept - 0.1, reward
+    assert max(reward, key=reward.get) == SLOW, reward
 
     # c. why step 4 was slow: the reward phase first, in the report and at the route
     explained = requests.get(url + "/api/v1/anatomy/explain",
