@@ -32,9 +32,9 @@ WINDOW = "2:6"
 # second run's own noise allowed on top (noise(), below)
 TOLERANCE = 0.15
 # the async runs' replica what-if, whose runs the sync seed pair says little of.
-# Measured 2026-12-07, 4 runs: +19 % and -17 % beside other work (load 7-37), -17.4 % on a quiet
-# clone whose host ran a third slow (the seed pair 0.7 % apart); 22 % is the worst plus
-# the seed pair's noise three times over
+# Measured 2026-12-07, 4 runs: +19 % and -17 % beside other work (load 7-37), -17.4 %
+# on a quiet clone whose host ran a third slow (the seed pair 0.7 % apart); 22 % is
+# the worst plus the seed pair's noise three times over
 ASYNC_TOLERANCE = 0.22
 # a change told apart from none: the run made again is at most this much of its base's
 # step. Measured 2026-12-07, 6 runs: the straggler and the long answer cut 0.54-0.58 (under
