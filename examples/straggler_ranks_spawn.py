@@ -61,26 +61,30 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
     # loops: what it waited is what happened)
     truth = open(f"{args['truth_file']}.{rank}", "w") if args["truth_file"] else None
 
-    def stamp(step: int, phase: str, waited: float, began: float) -> None:
+    def stamp(step: int, phase: str, waited: float, began: float,
+              arrived: list[float]) -> None:
+        # to_end_s: from each collective's call to the phase's end, summed, what the
+        # Flight Recorder's arrivals give the anatomy; wait_s: what the calls lasted
+        end = time.perf_counter()
         if truth:
             truth.write(json.dumps({"step": step, "phase": phase, "rank": rank,
-                                    "wait_s": waited,
-                                    "seconds": time.perf_counter() - began}) + "\n")
+                                    "wait_s": waited, "seconds": end - began,
+                                    "to_end_s": sum(end - t for t in arrived)}) + "\n")
             truth.flush()
 
     for step in range(1, args["steps"] + 1):
         for phase in PHASES:
-            waited, began = 0.0, time.perf_counter()
+            waited, began, arrived = 0.0, time.perf_counter(), []
             with rl_insight.trace_state(phase, state_lane_id=lane):
                 for _ in range(MICROBATCHES):
                     time.sleep(args["micro_s"])  # a micro-batch's forward and backward
                     if phase == "actor_update" and rank == args["slow_rank"] and \
                             step >= args["slow_from"]:
                         slow_backward(args["extra_s"])
-                    t0 = time.perf_counter()
+                    arrived.append(t0 := time.perf_counter())
                     dist.all_reduce(grad)
                     waited += time.perf_counter() - t0
-            stamp(step, phase, waited, began)
+            stamp(step, phase, waited, began, arrived)
         began = time.perf_counter()
         with rl_insight.trace_state("update_weights", state_lane_id=lane):
             time.sleep(args["micro_s"] / 2)
@@ -89,7 +93,7 @@ def rank_main(rank: int, world: int, port: int, args: dict) -> None:
             t0 = time.perf_counter()
             dist.broadcast(weights, 0)
             waited = time.perf_counter() - t0
-        stamp(step, "update_weights", waited, began)
+        stamp(step, "update_weights", waited, began, [t0])
         if rank == 0:  # its logging, while the others go on into the next step
             time.sleep(args["log_s"])
             rl_insight.metric_gauge("training_global_step", float(step))

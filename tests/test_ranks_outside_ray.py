@@ -119,20 +119,28 @@ class Truth:
     # step -> the rank the anatomy's rule names in actor_update on those clocks, None
     # where the load moved another rank as much (rank_truth.clear_culprit)
     clear: dict[int, str | None]
+    # (step, phase) -> rank -> the same lead from when each rank called its collectives,
+    # against its phase's end: what the Flight Recorder's arrivals tell (gloo stamps no
+    # collective's end), where a rank slow to wake after a collective arrives late at the
+    # next one, and waited that time by its own clock
+    by_arrival: dict[tuple[int, str], dict[str, float]]
 
     @classmethod
     def read(cls, truth_file: Path) -> Truth:
         waits: dict[tuple[int, str], dict[str, float]] = {}
         lengths: dict[tuple[int, str], dict[str, float]] = {}
+        to_end: dict[tuple[int, str], dict[str, float]] = {}
         for f in truth_file.parent.glob(truth_file.name + ".*"):
             for line in f.read_text().splitlines():
                 d = json.loads(line)
                 key, rank = (d["step"], d["phase"]), str(d["rank"])
                 waits.setdefault(key, {})[rank] = d["wait_s"]
                 lengths.setdefault(key, {})[rank] = d["seconds"]
+                to_end.setdefault(key, {})[rank] = d["to_end_s"]
         return cls({k: leads_of(w) for k, w in waits.items() if len(w) > 1},
                    {step: clear_culprit(w, lengths[(step, phase)])
-                    for (step, phase), w in waits.items() if phase == "actor_update"})
+                    for (step, phase), w in waits.items() if phase == "actor_update"},
+                   {k: leads_of(t) for k, t in to_end.items() if len(t) > 1})
 
 
 def test_each_rank_is_counted_computing_what_it_computed(spawned):
@@ -175,10 +183,11 @@ def test_the_straggler_is_named_from_its_first_slow_step_and_no_rank_before(spaw
             # ranks' own clocks (a fresh clone of 2026-12-07: rank 1, sampling itself,
             # named for the weight sync's 0.05 s at a slow step): the rule names
             # neither by design, and a rank named elsewhere did lead there
-            if c is not None:
-                real = truth.leads[(step, c["phase"])]
-                assert c["rank"] == max(real, key=real.get) and real[c["rank"]] > 0, \
-                    (step, c, real)
+            if c is not None:  # by its calls' lengths or by its arrivals
+                ways = (truth.leads[(step, c["phase"])],
+                        truth.by_arrival[(step, c["phase"])])
+                assert any(c["rank"] == max(real, key=real.get) and real[c["rank"]] > 0
+                           for real in ways), (step, c, ways)
             continue
         assert c is not None, (step, row["ranks"], row["rank_evidence"])
         named += 1
@@ -191,10 +200,16 @@ def test_the_straggler_is_named_from_its_first_slow_step_and_no_rank_before(spaw
         # no rank named in a balanced step (20); beside another clone's whole CI run as
         # well (load 20-30), a lead of 2.6 times it and a step read as "input" once each.
         # Held to what was injected or to what the ranks' own clocks measured (a fresh
-        # clone beside one busy core, 2026-12-07: 0.75 s, the host slowing the straggler)
-        real = truth.leads[(step, c["phase"])][str(SLOW_RANK)]
-        lo, hi = min(4 * EXTRA_S, real), max(4 * EXTRA_S, real)
-        assert 0.6 * lo <= c["lead_s"] <= 1.6 * hi, (step, c, real)
+        # clone beside one busy core, 2026-12-07: 0.75 s, the host slowing the straggler),
+        # by the calls' lengths or by the arrivals, which differ where the others woke
+        # late after a collective: that is wait by their clocks, and a late arrival at
+        # the next to the recorder (a quiet fresh clone of 2026-12-07, beside the suite's
+        # other worker: 0.116 s found, 0.246 by the calls). The recorder's lead against
+        # the arrivals: measured 2026-12-08, 14 runs beside one and three busy loops,
+        # within 0.011 s of it in 71 slow steps, the calls' lead within 0.035
+        got = (4 * EXTRA_S, truth.leads[(step, c["phase"])][str(SLOW_RANK)],
+               truth.by_arrival[(step, c["phase"])][str(SLOW_RANK)])
+        assert 0.6 * min(got) <= c["lead_s"] <= 1.6 * max(got), (step, c, got)
     assert named, ("no slow step cleared the rule by the ranks' own clocks", truth)
 
 
