@@ -48,8 +48,10 @@ ASYNC_RUN = {"project": "framework-trl", "experiment_name": "async-grpo-held-rol
 STEPS, SLOW, SLEEP = 6, 4, 1.5
 # the async run: its rollouts held HOLD s from step HELD_AFTER's end (the trainer uses what
 # its worker had queued first, samples at most one weight sync old: the wait falls on one
-# of the next two steps, which TRL's log says)
-ASYNC_STEPS, HELD_AFTER, HOLD = 8, 4, 2.0
+# of the next two steps, which TRL's log says). The trainer's step on the queued batch
+# comes off the hold: beside one busy core a fresh clone's trainer waited 0.75 s of a
+# 2-s hold (measured 2026-12-08; its step then about 1.25 s), so 4 s leaves it 2.75
+ASYNC_STEPS, HELD_AFTER, HOLD = 8, 4, 4.0
 WAIT = "perf/rollout_wait_s"
 GENERATE = {"GRPOTrainer.transformers.generate", "GRPOTrainer.transformers.generate_batch",
             "GRPOTrainer.vLLM.generate"}
@@ -241,7 +243,7 @@ def test_a_grpo_run_reports_its_scalars_and_its_steps_parts(route_server):
 @pytest.mark.integration
 def test_an_async_grpo_runs_steps_are_its_own_timers_and_its_wait_for_rollouts(
         route_server):
-    """An 8-step AsyncGRPOTrainer run whose rollouts are held 2 s once: each step's row is
+    """An 8-step AsyncGRPOTrainer run whose rollouts are held 4 s once: each step's row is
     TRL's own timing of it (``perf/step_s``), its forward, backward and optimizer step the
     actor's update, its weight sync the weight update (the barrier in it a wait of its
     own), and the trainer's time blocked on the empty rollout queue the named wait
