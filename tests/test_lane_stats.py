@@ -24,8 +24,12 @@ def request(span_ids: list[bytes]) -> ExportTraceServiceRequest:
 def test_a_batch_received_twice_counts_once():
     stats = LaneStats(max_lanes=10)
     first = request([bytes([i]) * 8 for i in range(1, 4)])
-    stats.observe(map(spanwalk.lane_at, spanwalk.walk(first).spans))
-    stats.observe(map(spanwalk.lane_at, spanwalk.walk(first).spans))  # the same request again
-    stats.observe(map(spanwalk.lane_at, spanwalk.walk(request([b"\x09" * 8])).spans))  # a new span
+    assert stats.observe(map(spanwalk.lane_at, spanwalk.walk(first).spans)) == \
+        ({("p", "e")}, set())
+    # the same request again: each of its spans a copy, by position, for the intake
+    assert stats.observe(map(spanwalk.lane_at, spanwalk.walk(first).spans)) == \
+        ({("p", "e")}, {0, 1, 2})
+    again = request([b"\x09" * 8, b"\x02" * 8])  # a new span and a copy
+    assert stats.observe(map(spanwalk.lane_at, spanwalk.walk(again).spans))[1] == {1}
     (row,) = stats.list("p", "e")
     assert row["states"] == {"update_weights": 4} and row["spans"] == 4

@@ -281,7 +281,8 @@ def test_a_live_run_gets_the_imported_ranks_joined_not_doubled(made, route_serve
 def _told(url: str, step: int, rank: str, lengths: dict, row: dict) -> str:
     """What the server holds of the rank's lane, live and imported, for a figure over
     its stages' length (once, beside a busy core: rank 1 at step 1, 0.56 s of 0.29, as
-    if told twice; not reproduced in 18 runs beside three busy loops and another world)."""
+    if told twice; not reproduced in 18 runs beside three busy loops and another world;
+    a batch a sender sends again is counted once since, tests/test_anatomy.py)."""
     got = requests.get(url + "/api/v1/traces/recent", params=LIVE, timeout=10).json()
     spans = sorted((s["start_ns"], s["end_ns"], s["state"], s.get(PROCESS_ATTR, ""))
                    for s in got["spans"] if s["lane"] == f"rank_{rank}")

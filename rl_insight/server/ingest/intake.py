@@ -81,11 +81,15 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
     if texts:
         state.metrics.span_texts.labels(traces.text_policy).inc(texts)
     rows: list[spanwalk.StateRow] = []
-    lanes: list[tuple] = []
     engine: list[tuple] = []
     found = framework_spans.Found()
     known: dict[int, dict] = {}
-    for s in spans:
+    # a lane's span whose id it saw lately is a copy (a sender that timed out on a
+    # request the server had taken sends it again): counted once, in every store
+    runs, copies = state.lanes.observe([spanwalk.lane_at(s) for s in spans])
+    for i, s in enumerate(spans):
+        if i in copies:
+            continue
         row = spanwalk.state_row(s)
         if row is not None:
             rows.append(row)
@@ -94,13 +98,12 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
             request = engine_requests.request_at(s, known)
             if request is not None:
                 engine.append(request)
-        lanes.append(spanwalk.lane_at(s))
     rows += found.rows
     state.anatomy.add_timings(found.timings)
     state.anatomy.add_buckets(found.buckets)
     for (framework, outcome), count in found.counts.items():
         state.metrics.framework_spans.labels(framework, outcome).inc(count)
-    for project, experiment in state.lanes.observe(lanes):
+    for project, experiment in runs:
         state.experiments.touch(project, experiment)
     state.recent.add(rows)
     state.anatomy.add(rows)

@@ -27,13 +27,15 @@ class LaneStats:
                 del self._lanes[k]
             return len(gone)
 
-    def observe(self, spans: Iterable[tuple]) -> set[tuple[str, str]]:
+    def observe(self, spans: Iterable[tuple]) -> tuple[set[tuple[str, str]], set[int]]:
         """Record (project, experiment, lane, state, end ns[, span id]) per span; a span
         id the lane saw recently is a copy and not counted. Returns the (project,
-        experiment_name) pairs seen."""
+        experiment_name) pairs seen and the copies' positions in ``spans`` (the intake
+        leaves them out of the anatomy and the recent spans as well)."""
         seen: set[tuple[str, str]] = set()
+        copies: set[int] = set()
         with self._lock:
-            for row in spans:
+            for i, row in enumerate(spans):
                 project, experiment, lane, state, end_ns = row[:5]
                 if lane is None:
                     continue
@@ -50,6 +52,7 @@ class LaneStats:
                 span_id = row[5] if len(row) > 5 else None
                 if span_id:
                     if span_id in entry["ids"]:
+                        copies.add(i)
                         continue
                     entry["ids"].append(span_id)
                 entry["spans"] += 1
@@ -58,7 +61,7 @@ class LaneStats:
                 states = entry["states"]
                 if state in states or len(states) < MAX_STATES_PER_LANE:
                     states[state] = states.get(state, 0) + 1
-        return seen
+        return seen, copies
 
     def list(self, project: str | None = None, experiment_name: str | None = None
              ) -> list[dict]:
