@@ -80,25 +80,29 @@ def accept_spans(state: IntakeParts, body: bytes, ctype: str, encoding: str
     n = len(spans)
     if texts:
         state.metrics.span_texts.labels(traces.text_policy).inc(texts)
-    rows: list[spanwalk.StateRow] = []
+    told: list[tuple[int, spanwalk.StateRow]] = []  # (the span's position, its row)
+    lanes: list[tuple] = []
     engine: list[tuple] = []
     found = framework_spans.Found()
+    owners: list[int] = []  # the span each of found.rows came from
     known: dict[int, dict] = {}
-    # a lane's span whose id it saw lately is a copy (a sender that timed out on a
-    # request the server had taken sends it again): counted once, in every store
-    runs, copies = state.lanes.observe([spanwalk.lane_at(s) for s in spans])
     for i, s in enumerate(spans):
-        if i in copies:
-            continue
         row = spanwalk.state_row(s)
         if row is not None:
-            rows.append(row)
+            told.append((i, row))
         else:
-            framework_spans.take(s, found)
+            had = len(found.rows)
+            framework_spans.take(s, found)  # may put it on a lane: lane_at reads that
+            owners += [i] * (len(found.rows) - had)
             request = engine_requests.request_at(s, known)
             if request is not None:
                 engine.append(request)
-    rows += found.rows
+        lanes.append(spanwalk.lane_at(s))
+    # a lane's span whose id it saw lately is a copy (a sender that timed out on a
+    # request the server had taken sends it again): counted once, in every store
+    runs, copies = state.lanes.observe(lanes)
+    told += zip(owners, found.rows, strict=True)
+    rows = [row for i, row in told if i not in copies]
     state.anatomy.add_timings(found.timings)
     state.anatomy.add_buckets(found.buckets)
     for (framework, outcome), count in found.counts.items():
