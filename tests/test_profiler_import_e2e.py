@@ -61,11 +61,13 @@ class Made:
 def _env(url: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RL_INSIGHT_")}
     # three ranks handing over at once beside the suite's heaviest start: their finish()
-    # gets 20 s, not 3, to deliver the last step (a fresh clone of 2026-12-07 waited 90 s
-    # for the live run's fourth row), as the simulated pairs' drivers do (tests/worlds.py)
+    # gets 60 s, not 3, to deliver the last step (a fresh clone of 2026-12-07 waited 90 s
+    # for the live run's fourth row with 3; one beside a busy core, 2026-12-08, measured
+    # the shared server answering no span post or registration for 20 s and more, the
+    # TRL worlds training beside it), as the simulated pairs' drivers do (tests/worlds.py)
     env.update(RL_INSIGHT_SERVER_URL=url, VERL_RL_INSIGHT_ENABLE="1", PYTHONPATH=str(REPO),
                RL_INSIGHT_CLIENT_LANE_FLUSH_INTERVAL_S="0.5",
-               RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S="20")
+               RL_INSIGHT_CLIENT_EXIT_FLUSH_TIMEOUT_S="60")
     return env
 
 
