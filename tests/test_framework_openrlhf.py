@@ -190,25 +190,23 @@ def test_openrlhf_runs_report_their_steps_parts_and_engines(route_server):
     # saturated host the generator itself starts late or early against the trainer
     # (a fresh clone beside a busy core and the suite: -0.41 and +1.26 s; a slow quiet
     # clone: -2.0 s, its timing leaving step 4, with no sleep of ours, 3.1 s to wait), so
-    # only the slow batch's wait is held to it, and only where that timing singles it out:
-    # at least half what OpenRLHF's timing left to wait
+    # only the slow batch's wait is held to it: at least half what OpenRLHF's timing left
+    # to wait, in its step or the next (a fresh clone beside a busy core, 2026-12-08: the
+    # timing left step 3 4.32 s to wait; it waited 1.27 s, step 4 3.71 s)
     assert expected[SLOW - 1] > LEFT_S, (waited, expected)
-    stands_out = expected[SLOW - 1] - max(expected[n] for n in expected
-                                          if n != SLOW - 1) > SLEEP / 4
-    if stands_out:
-        assert waited[SLOW - 1] >= expected[SLOW - 1] / 2, (waited, expected)
-    # the slow batch's wait (step 3's, held to OpenRLHF's timing above), explained by its
-    # seconds over the steps before, as it was waited
-    parts = _explained(url, "grpo-async", SLOW - 1)["contributions"]
+    assert waited[SLOW - 1] + waited[SLOW] >= expected[SLOW - 1] / 2, (waited, expected)
+    held = max((SLOW - 1, SLOW), key=waited.get)
+    # the slow batch's wait, explained by its seconds over the steps before, as waited
+    parts = _explained(url, "grpo-async", held)["contributions"]
     wait_part = next(c for c in parts if c["part"] == f"wait:{table.BROADCAST_WAIT}")
-    assert wait_part["over_s"] == pytest.approx(waited[SLOW - 1] - statistics.median(
-        waited[n] for n in waited if n < SLOW - 1), abs=2e-3), parts
-    # where OpenRLHF's own timing has it stand out (the quiet case: 1.00-1.23 s over the
-    # others, 9 runs beside one busy loop), it comes first
-    if stands_out:
+    assert wait_part["over_s"] == pytest.approx(waited[held] - statistics.median(
+        waited[n] for n in waited if n < held), abs=2e-3), parts
+    # where OpenRLHF's own timing has it stand out of every other step's wait (the quiet
+    # case: 1.00-1.23 s over the others, 9 runs beside one busy loop), it comes first
+    if waited[held] - max(waited[n] for n in waited if n != held) > SLEEP / 4:
         assert parts[0] is wait_part, parts
     r = cli.run("report", "--project", PROJECT, "--experiment-name", "grpo-async",
-                "--step", str(SLOW - 1))
+                "--step", str(held))
     assert r.returncode == 0 and table.BROADCAST_WAIT in r.stdout, r.stdout + r.stderr
 
     # d. the engines: vLLM's series per replica, relayed (OpenRLHF serves no /metrics)
